@@ -1,0 +1,128 @@
+// The run configuration: every key of every section, declared once in config.cc
+// (visit_config), from which TOML parsing, `--set key=value` overrides, validation, help text
+// and the printed resolved config all come. Sections follow DESIGN.md:
+// [model] [train] [optim] [data] [diloco] [checkpoint] [fault].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace atl {
+
+// Dimension legend (used throughout atoll): B batch, T sequence, C model width, L layers,
+// NH query heads, NKV key/value heads, HD head dim, E experts, K experts per token,
+// H expert hidden width, V vocabulary, N = B*T tokens.
+struct ModelConfig {
+  int vocab_size = 4096;       // V
+  int dim = 128;               // C
+  int n_layers = 4;            // L
+  int n_heads = 2;             // NH
+  int n_kv_heads = 2;          // NKV, divides NH (grouped-query attention)
+  int head_dim = 64;           // HD
+  int n_experts = 4;           // E (a dense model is E=1, K=1)
+  int top_k = 2;               // K
+  int expert_hidden = 256;     // H
+  int seq_len = 256;           // T
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  double aux_loss_coef = 0.01;  // Switch load-balancing loss coefficient (per layer)
+  double z_loss_coef = 0.0;     // router z-loss coefficient
+  bool tie_embeddings = false;  // LM head shares the embedding table
+  double init_std = 0.02;
+  int64_t init_seed = 1234;
+};
+
+struct TrainConfig {
+  int64_t steps = 300;
+  int batch_size = 8;         // sequences per optimizer step per worker
+  int micro_batch_size = 0;   // sequences per forward/backward; 0 = batch_size
+  int batch_ramp_start = 0;   // sequences per step at the start of the ramp; 0 = no ramp
+  int64_t batch_ramp_tokens = 0;  // tokens over which the batch grows to batch_size
+  int64_t seed = 42;          // data order and sampling
+  int64_t eval_every = 100;   // steps between validation passes; 0 = never
+  int eval_batches = 8;       // validation batches per pass
+  int64_t log_every = 1;
+  std::string precision = "fp32";  // fp32 | bf16
+  int threads = 0;            // 0 = all cores
+  std::string device = "cpu";
+};
+
+struct OptimConfig {
+  std::string name = "adamw";  // adamw | muon (Muon for hidden matrices, AdamW for the rest)
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;    // final lr = lr * min_lr_ratio
+  std::string schedule = "cosine";  // cosine | wsd | constant
+  int64_t warmup_steps = 20;
+  double decay_frac = 0.2;      // wsd: fraction of steps spent decaying
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;       // global-norm clip; 0 = off
+  double muon_momentum = 0.95;
+  int ns_steps = 5;
+};
+
+struct DataConfig {
+  std::vector<std::string> input;  // text files, folders or JSONL; empty = built-in corpus
+  std::string dir;                 // prepared shards; empty = a cache folder per input
+  int vocab_size = 0;              // tokenizer vocabulary; 0 = model.vocab_size
+  double val_fraction = 0.02;
+};
+
+struct DilocoConfig {
+  int64_t inner_steps = 100;  // H
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string codec = "int8";  // fp32 | bf16 | int8 | int4
+  int fragments = 1;
+  int overlap_steps = 0;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;  // steps between checkpoints; 0 = only at the end
+  int keep = 3;       // keep the newest N
+};
+
+struct FaultConfig {
+  double timeout_s = 60.0;  // bound on any wait for a peer or the store
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  DilocoConfig diloco;
+  CheckpointConfig checkpoint;
+  FaultConfig fault;
+};
+
+// One declared key, for help text and listings.
+struct ConfigKeyInfo {
+  std::string key;   // "section.name"
+  std::string type;  // int | float | bool | string | list
+  std::string help;
+};
+std::vector<ConfigKeyInfo> config_keys();
+
+// Loads `path` (empty = defaults only), applies `overrides` ("key=value", value in TOML syntax
+// or a bare string), validates and returns the config. Throws ConfigError naming the file,
+// the key and the fix.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text (`origin` names it in errors).
+Config parse_config(const std::string& toml_text, const std::string& origin,
+                    const std::vector<std::string>& overrides = {});
+
+// Cross-field checks (head dims, top-k, batch divisibility...). Throws ConfigError.
+void validate_config(const Config& cfg, const std::string& origin);
+
+// The resolved config as TOML (every key, defaults included); parse_config(to_toml(c)) == c.
+std::string config_to_toml(const Config& cfg);
+
+// Only the [model] section, for comparing shapes across runs and checkpoints.
+std::string model_config_to_toml(const ModelConfig& m);
+
+}  // namespace atl

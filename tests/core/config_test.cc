@@ -1,0 +1,62 @@
+#include "atoll/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include "atoll/core/errors.h"
+
+namespace atl {
+namespace {
+
+TEST(Config, DefaultsRoundTripThroughToml) {
+  Config c = parse_config("", "defaults");
+  c.model.n_layers = 7;
+  c.data.input = {"a.txt", "b dir/"};
+  c.optim.lr = 1.5e-3;
+  std::string text = config_to_toml(c);
+  Config d = parse_config(text, "round-trip");
+  EXPECT_EQ(config_to_toml(d), text);
+  EXPECT_EQ(d.model.n_layers, 7);
+  EXPECT_EQ(d.data.input.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.optim.lr, 1.5e-3);
+}
+
+TEST(Config, OverridesParseByDeclaredType) {
+  Config c = parse_config("[model]\nn_layers = 2\n", "t.toml",
+                          {"model.n_layers=3", "optim.name=muon", "optim.lr=0.01", "model.tie_embeddings=true",
+                           "data.input=a.txt,b.txt"});
+  EXPECT_EQ(c.model.n_layers, 3);
+  EXPECT_EQ(c.optim.name, "muon");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.01);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.data.input, (std::vector<std::string>{"a.txt", "b.txt"}));
+}
+
+std::string error_of(const std::string& text, std::vector<std::string> overrides = {}) {
+  try {
+    parse_config(text, "bad.toml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, UnknownKeyIsNamedWithSuggestion) {
+  std::string e = error_of("[model]\nn_layer = 2\n");
+  EXPECT_NE(e.find("bad.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_layer"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'model.n_layers'"), std::string::npos) << e;
+  EXPECT_NE(error_of("[modle]\nx=1\n").find("unknown section"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.stepz=3"}).find("train.steps"), std::string::npos);
+}
+
+TEST(Config, WrongTypesAndRangesAreNamed) {
+  EXPECT_NE(error_of("[model]\nn_layers = \"four\"\n").find("model.n_layers: expected an integer"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nlr = -1.0\n").find("optim.lr: value -1.0 is out of range"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"sgd\"\n").find("use one of: adamw, muon"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nn_heads = 3\nn_kv_heads = 2\n").find("must divide"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nn_layers = 2\n[model]\n").find("bad.toml:"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.steps"}).find("expected key=value"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace atl
