@@ -1,0 +1,1 @@
+// Placeholder for a part that has no sources yet.
