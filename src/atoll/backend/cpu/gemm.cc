@@ -1,0 +1,62 @@
+#include "atoll/backend/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <cstddef>
+
+namespace atl {
+namespace {
+
+// BLAS routines reject zero-sized products with leading dimensions of 0; K == 0 still scales C.
+template <typename T>
+bool handle_empty(int M, int N, int K, T beta, T* C, int ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K > 0) return false;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) C[size_t(i) * ldc + j] = beta == T(0) ? T(0) : beta * C[size_t(i) * ldc + j];
+  return true;
+}
+
+}  // namespace
+
+template <>
+void gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+                 float beta, float* C, int ldc) {
+  if (handle_empty(M, N, K, beta, C, ldc)) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+template <>
+void gemm<double>(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,
+                  int ldb, double beta, double* C, int ldc) {
+  if (handle_empty(M, N, K, beta, C, ldc)) return;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+template <typename T>
+void gemm_reference(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+                    T* C, int ldc) {
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const T a = ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
+        const T b = tb ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j];
+        acc += double(a) * double(b);
+      }
+      T& c = C[size_t(i) * ldc + j];
+      c = T(alpha * acc + (beta == T(0) ? 0.0 : double(beta) * c));
+    }
+  }
+}
+
+template void gemm_reference<float>(bool, bool, int, int, int, float, const float*, int, const float*, int, float,
+                                    float*, int);
+template void gemm_reference<double>(bool, bool, int, int, int, double, const double*, int, const double*, int, double,
+                                     double*, int);
+
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+
+}  // namespace atl

@@ -1,0 +1,26 @@
+// Rotary position embedding, "rotate-half" convention (GPT-NeoX, Llama, Mixtral):
+// with x = [x1, x2] halves of a head, rope(x) = [x1 cos - x2 sin, x2 cos + x1 sin], where
+// angle(t, i) = t * theta^(-2i/HD), i < HD/2.
+#pragma once
+
+#include <vector>
+
+namespace atl {
+
+// cos/sin tables [T, HD/2], computed in double and rounded once (as Hugging Face does).
+template <typename T>
+struct RopeTable {
+  int seq_len = 0, head_dim = 0;
+  std::vector<T> cos, sin;  // [T, HD/2]
+  static RopeTable build(int seq_len, int head_dim, double theta);
+};
+
+// x[B,T,NHX,HD] rotated in place (position t of each sequence uses row t of the table).
+template <typename T>
+void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD);
+
+// dx[B,T,NHX,HD] in place: the inverse rotation (the map is orthogonal).
+template <typename T>
+void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD);
+
+}  // namespace atl
