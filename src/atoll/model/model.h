@@ -1,0 +1,83 @@
+// The MoE transformer of DESIGN.md ("The model"): pre-norm blocks
+//   x += attn(rmsnorm(x));  x += moe(rmsnorm(x))
+// then a final RMSNorm, the LM head and cross-entropy on the next tokens. Parameters and
+// gradients are flat buffers laid out by ParamLayout; activations live in buffers sized once
+// for up to `max_batch` sequences, so a step allocates nothing. Templated on the scalar type:
+// float for training, double for the whole-model gradient check.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/model/layout.h"
+
+namespace atl {
+
+struct LossParts {
+  double ce = 0.0;   // mean cross-entropy over the N predicted tokens
+  double aux = 0.0;  // Switch load-balancing loss, summed over layers
+  double z = 0.0;    // router z-loss, summed over layers
+  double total() const { return ce + aux + z; }
+};
+
+// Seconds spent per phase, accumulated until reset (for `atoll bench`).
+struct PhaseTimes {
+  double embed = 0, attention = 0, router_dispatch = 0, experts = 0, head_loss = 0;
+  double total() const { return embed + attention + router_dispatch + experts + head_loss; }
+};
+
+template <typename T>
+class Model {
+ public:
+  Model(const ModelConfig& cfg, int max_batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  int max_batch() const { return max_batch_; }
+  std::vector<T>& params() { return params_; }
+  std::vector<T>& grads() { return grads_; }
+  const std::vector<T>& params() const { return params_; }
+  T* param(const std::string& name) { return params_.data() + layout_.at(name).offset; }
+
+  // Matrices ~ N(0, init_std²) drawn in layout order from Rng(seed); norm gains = 1.
+  void init_params(uint64_t seed);
+  void zero_grads();
+
+  // inputs, targets [B,T] (B <= max_batch). Gradients of loss_scale * (ce + aux + z) are
+  // accumulated (+=) into grads(), so micro-batches sum; pass loss_scale = 1/micro-batches.
+  LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale = 1.0);
+
+  // Loss only (nothing kept for backward beyond the activation buffers).
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B);
+
+  PhaseTimes& phase_times() { return times_; }
+
+ private:
+  struct Activations;
+  LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
+  void forward_block(int l, int B);
+  void backward_block(int l, int B, double loss_scale);
+  double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale);
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  int max_batch_;
+  std::vector<T> params_, grads_;
+  std::unique_ptr<Activations> act_;
+  PhaseTimes times_;
+};
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+// Training FLOPs per token, the peer's formula (../shared/peer/ref_moe.py flops_per_token):
+// 6 * (active matrix parameters + V*C head) + 12 * L * T * (NH*HD) for attention, counting
+// the full T×T matrix as the peer computes it; used for GFLOP/s and MFU so the figures compare.
+double flops_per_token(const ModelConfig& m);
+
+}  // namespace atl
