@@ -28,14 +28,14 @@ RopeTable<T> RopeTable<T>::build(int seq_len, int head_dim, double theta) {
 namespace {
 // sign = +1 rotates forward, -1 applies the transpose (inverse rotation).
 template <typename T>
-void rotate(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, T sign) {
-  ATOLL_CHECK(T_ <= table.seq_len && HD == table.head_dim) << "rope table built for T=" << table.seq_len;
+void rotate(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, T sign, int pos0) {
+  ATOLL_CHECK(pos0 + T_ <= table.seq_len && HD == table.head_dim) << "rope table built for T=" << table.seq_len;
   const int half = HD / 2;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T_; ++t) {
-      const T* c = table.cos.data() + size_t(t) * half;
-      const T* s = table.sin.data() + size_t(t) * half;
+      const T* c = table.cos.data() + size_t(pos0 + t) * half;
+      const T* s = table.sin.data() + size_t(pos0 + t) * half;
       for (int h = 0; h < NHX; ++h) {
         T* v = x + ((size_t(b) * T_ + t) * NHX + h) * HD;
         for (int i = 0; i < half; ++i) {
@@ -49,19 +49,19 @@ void rotate(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, T s
 }  // namespace
 
 template <typename T>
-void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD) {
-  rotate(x, table, B, T_, NHX, HD, T(1));
+void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, int pos0) {
+  rotate(x, table, B, T_, NHX, HD, T(1), pos0);
 }
 
 template <typename T>
 void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD) {
-  rotate(dx, table, B, T_, NHX, HD, T(-1));
+  rotate(dx, table, B, T_, NHX, HD, T(-1), 0);
 }
 
 template struct RopeTable<float>;
 template struct RopeTable<double>;
-template void rope_forward<float>(float*, const RopeTable<float>&, int, int, int, int);
-template void rope_forward<double>(double*, const RopeTable<double>&, int, int, int, int);
+template void rope_forward<float>(float*, const RopeTable<float>&, int, int, int, int, int);
+template void rope_forward<double>(double*, const RopeTable<double>&, int, int, int, int, int);
 template void rope_backward<float>(float*, const RopeTable<float>&, int, int, int, int);
 template void rope_backward<double>(double*, const RopeTable<double>&, int, int, int, int);
 

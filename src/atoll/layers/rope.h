@@ -15,9 +15,10 @@ struct RopeTable {
   static RopeTable build(int seq_len, int head_dim, double theta);
 };
 
-// x[B,T,NHX,HD] rotated in place (position t of each sequence uses row t of the table).
+// x[B,T,NHX,HD] rotated in place; position t of each sequence uses row pos0 + t of the table
+// (pos0 > 0 when decoding one token at a time with a KV cache).
 template <typename T>
-void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD);
+void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, int pos0 = 0);
 
 // dx[B,T,NHX,HD] in place: the inverse rotation (the map is orthogonal).
 template <typename T>

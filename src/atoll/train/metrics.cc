@@ -1,0 +1,63 @@
+#include "atoll/train/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "atoll/core/errors.h"
+
+namespace atl {
+
+JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(path + ": cannot open for appending: " + std::strerror(errno));
+}
+
+JsonlWriter::~JsonlWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+JsonlWriter::JsonlWriter(JsonlWriter&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) { o.fd_ = -1; }
+
+JsonlWriter& JsonlWriter::operator=(JsonlWriter&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void JsonlWriter::write(const nlohmann::json& row) {
+  if (fd_ < 0) return;
+  const std::string line = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const ssize_t n = ::write(fd_, line.data(), line.size());
+  if (n != static_cast<ssize_t>(line.size())) throw IoError(path_ + ": write failed: " + std::strerror(errno));
+}
+
+void truncate_jsonl_after_step(const std::string& path, int64_t max_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      auto row = nlohmann::json::parse(line, nullptr, false);
+      if (row.is_discarded()) continue;  // a line cut short by a kill
+      if (row.contains("step") && row["step"].is_number_integer() && row["step"].get<int64_t>() > max_step) continue;
+      out << line << "\n";
+    }
+    if (!out) throw IoError(tmp + ": write failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace atl
