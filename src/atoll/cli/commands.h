@@ -1,0 +1,39 @@
+// The `atoll` subcommands (DESIGN.md "Command line"). Each registers its flags on a CLI11
+// subcommand, declared once, and runs when selected. Errors are thrown (core/errors.h) and
+// reported by main as one line with a non-zero exit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "atoll/config/config.h"
+
+namespace atl::cli {
+
+// --config and --set, shared by every command that builds a config.
+struct ConfigFlags {
+  std::string path;
+  std::vector<std::string> overrides;
+  void add_to(CLI::App* app, const std::string& default_help);
+  Config load() const;
+};
+
+// The default config when --config is not given: configs/default.toml next to the sources,
+// or the built-in defaults.
+std::string default_config_path();
+
+using Runner = std::function<int()>;
+Runner add_train(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_eval(CLI::App& app);
+Runner add_generate(CLI::App& app);
+Runner add_export(CLI::App& app);
+Runner add_data(CLI::App& app);
+
+// Prints a sample from the model in `checkpoint_dir` (used by `train` at the end and by `generate`).
+std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,
+                          const std::string& prompt, int max_tokens, double temperature, double top_p, uint64_t seed);
+
+}  // namespace atl::cli

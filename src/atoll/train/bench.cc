@@ -1,0 +1,111 @@
+#include "atoll/train/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "atoll/backend/cpu/gemm.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/rng.h"
+#include "atoll/core/timer.h"
+#include "atoll/model/model.h"
+#include "atoll/optim/clip.h"
+#include "atoll/optim/optimizer.h"
+#include "atoll/optim/schedule.h"
+#include "atoll/train/trainer.h"
+
+namespace atl {
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+PeakResult measure_matmul_peak(int n, int reps) {
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  Rng rng(1);
+  for (auto& x : a) x = float(rng.uniform() - 0.5);
+  for (auto& x : b) x = float(rng.uniform() - 0.5);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and threads up
+    const double t0 = now_s();
+    gemm<float>(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, now_s() - t0);
+  }
+  PeakResult p;
+  p.gflops = 2.0 * n * n * n / best * 1e-9;
+  p.method = "best of " + std::to_string(reps) + " fp32 BLAS sgemm " + std::to_string(n) + "x" + std::to_string(n) +
+             "x" + std::to_string(n);
+  return p;
+}
+
+nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
+  if (cfg.train.precision != "fp32")
+    throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
+  const int threads = configure_threads(cfg.train.threads);
+  const ModelConfig& m = cfg.model;
+  const int B = cfg.train.micro_batch_size ? cfg.train.micro_batch_size : cfg.train.batch_size;
+  const int n_micro = cfg.train.batch_size / B, T = m.seq_len;
+  PeakResult peak;
+  if (opts.measure_peak) peak = measure_matmul_peak();
+
+  Model<float> model(m, B);
+  model.init_params(uint64_t(m.init_seed));
+  Optimizer opt(cfg.optim, model.layout());
+  Rng rng(uint64_t(cfg.train.seed));
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  std::vector<double> step_s;
+  double opt_s = 0, first_loss = 0, last_loss = 0;
+  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+    if (s == opts.warmup) model.phase_times() = {}, opt_s = 0;
+    const double t0 = now_s();
+    model.zero_grads();
+    for (int i = 0; i < n_micro; ++i) {
+      for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+      // Inputs [B,T] are rows 0..T-1 of each sequence, targets the next token.
+      std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) in[b * T + t] = tokens[b * (T + 1) + t], tg[b * T + t] = tokens[b * (T + 1) + t + 1];
+      last_loss = model.forward_backward(in.data(), tg.data(), B, 1.0 / n_micro).total();
+    }
+    if (s == 0) first_loss = last_loss;
+    const double t1 = now_s();
+    clip_grad_norm(model.grads().data(), model.grads().size(), cfg.optim.grad_clip);
+    opt.step(model.params().data(), model.grads().data(), lr_at(cfg.optim, s, opts.warmup + opts.steps));
+    opt_s += now_s() - t1;
+    if (s >= opts.warmup) step_s.push_back(now_s() - t0);
+  }
+  std::vector<double> sorted = step_s;
+  std::sort(sorted.begin(), sorted.end());
+  const double med = sorted[sorted.size() / 2], tok = double(cfg.train.batch_size) * T;
+  const double fpt = flops_per_token(m), gflops = fpt * tok / med * 1e-9;
+  const PhaseTimes& ph = model.phase_times();
+  const double per = 1.0 / opts.steps;
+  const double total_s = med * opts.steps;
+  nlohmann::json phases = {{"attention", ph.attention * per},   {"router_dispatch", ph.router_dispatch * per},
+                           {"experts", ph.experts * per},       {"head_loss", ph.head_loss * per},
+                           {"embedding", ph.embed * per},       {"optimizer", opt_s * per},
+                           {"other", std::max(0.0, (total_s - ph.total() - opt_s) * per)}};
+  nlohmann::json r = {{"precision", cfg.train.precision}, {"threads", threads},
+                      {"batch_size", cfg.train.batch_size}, {"micro_batch_size", B}, {"seq_len", T},
+                      {"optimizer", cfg.optim.name}, {"params", model.layout().n_params()},
+                      {"steps", opts.steps}, {"step_s_median", med}, {"step_s_min", sorted.front()},
+                      {"step_s_max", sorted.back()}, {"tokens_per_s", tok / med}, {"flops_per_token", fpt},
+                      {"gflops", gflops}, {"peak_gflops", peak.gflops}, {"peak_method", peak.method},
+                      {"mfu", peak.gflops > 0 ? gflops / peak.gflops : 0.0}, {"peak_rss_mib", peak_rss_mib()},
+                      {"first_loss", first_loss}, {"last_loss", last_loss}, {"phase_s", phases}};
+  std::printf("atoll bench: %d threads, batch %d x %d tokens, %s, %ld parameters\n", threads, cfg.train.batch_size, T,
+              cfg.optim.name.c_str(), long(model.layout().n_params()));
+  std::printf("  step %.3f s median (min %.3f, max %.3f) | %.1f tokens/s | %.1f GFLOP/s | MFU %.1f%% of %.1f GFLOP/s (%s)\n",
+              med, sorted.front(), sorted.back(), tok / med, gflops, 100 * r["mfu"].get<double>(), peak.gflops,
+              peak.method.c_str());
+  std::printf("  phase seconds per step:");
+  for (auto& [k, v] : phases.items()) std::printf(" %s %.3f (%.0f%%)", k.c_str(), v.get<double>(), 100 * v.get<double>() / med);
+  std::printf("\n  peak RSS %.0f MiB\n", peak_rss_mib());
+  return r;
+}
+
+}  // namespace atl

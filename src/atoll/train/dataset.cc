@@ -1,0 +1,83 @@
+#include "atoll/train/dataset.h"
+
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/errors.h"
+#include "atoll/core/log.h"
+#include "atoll/data/prepare.h"
+
+namespace atl {
+namespace fs = std::filesystem;
+
+std::string cache_root() {
+  if (const char* d = std::getenv("ATOLL_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/atoll";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/atoll";
+  return ".atoll-cache";
+}
+
+namespace {
+
+int tokenizer_vocab(const std::string& dir) {
+  std::ifstream f(dir + "/meta.json");
+  if (!f) return 0;
+  auto meta = nlohmann::json::parse(f, nullptr, false);
+  return meta.is_object() && meta.contains("vocab_size") ? meta["vocab_size"].get<int>() : 0;
+}
+
+// The cache folder for these inputs: a readable name plus a hash of the absolute input paths
+// and settings (prepare_data itself re-checks the contents through meta.json).
+std::string cache_dir_for(const Config& cfg, int vocab) {
+  std::string key = "v=";
+  key.append(std::to_string(vocab)).append(";val=").append(std::to_string(cfg.data.val_fraction));
+  for (const auto& in : cfg.data.input) key.append(";").append(fs::absolute(in).lexically_normal().string());
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));
+  std::string name = cfg.data.input.empty() ? "fortunes" : fs::path(cfg.data.input[0]).filename().string();
+  if (name.empty()) name = "data";
+  // Built with append: GCC 12 misreports -Wrestrict on long operator+ chains.
+  std::string dir = cache_root();
+  dir.append("/datasets/").append(name).append("-v").append(std::to_string(vocab)).append("-");
+  dir.append(hash, 10);
+  return dir;
+}
+
+}  // namespace
+
+DatasetInfo resolve_dataset(const Config& cfg) {
+  const int vocab = cfg.data.vocab_size ? cfg.data.vocab_size : cfg.model.vocab_size;
+  DatasetInfo info;
+  const bool given = !cfg.data.dir.empty();
+  info.dir = given ? cfg.data.dir : cache_dir_for(cfg, vocab);
+  const bool ready = fs::exists(info.dir + "/meta.json") || (given && fs::is_regular_file(info.dir));
+  if (given && !ready && fs::is_directory(info.dir) && !fs::is_empty(info.dir)) {
+    // A folder of shards made elsewhere (llm.c's scripts, say): use it as it is.
+  } else if (!ready) {
+    PrepareOptions opt;
+    opt.inputs = cfg.data.input;
+    opt.out_dir = info.dir;
+    opt.vocab_size = vocab;
+    opt.val_fraction = cfg.data.val_fraction;
+    opt.min_val_tokens = int64_t(cfg.model.seq_len) + 1;
+    log_info("preparing data into " + info.dir + " (tokenizer vocabulary " + std::to_string(vocab) + ")");
+    PrepareResult r = prepare_data(opt);
+    log_info("data ready: " + std::to_string(r.train_tokens) + " training and " + std::to_string(r.val_tokens) +
+             " validation tokens in " + std::to_string(r.seconds).substr(0, 5) + " s");
+  }
+  if (fs::is_directory(info.dir) && fs::exists(info.dir + "/tokenizer.model"))
+    info.tokenizer_path = info.dir + "/tokenizer.model";
+  info.vocab_size = fs::is_directory(info.dir) ? tokenizer_vocab(info.dir) : 0;
+  if (info.vocab_size > cfg.model.vocab_size)
+    throw DataError(info.dir + "/meta.json: the tokenizer has " + std::to_string(info.vocab_size) +
+                    " tokens but model.vocab_size is " + std::to_string(cfg.model.vocab_size) +
+                    "; fix: set model.vocab_size >= " + std::to_string(info.vocab_size) +
+                    " or point data.dir at data prepared with a smaller vocabulary");
+  return info;
+}
+
+}  // namespace atl

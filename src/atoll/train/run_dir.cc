@@ -1,0 +1,72 @@
+#include "atoll/train/run_dir.h"
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "atoll/ckpt/checkpoint.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/log.h"
+
+namespace atl {
+namespace fs = std::filesystem;
+
+std::string default_run_dir() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return std::string("runs/") + buf;
+}
+
+namespace {
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f) throw IoError(tmp + ": cannot write");
+  }
+  fs::rename(tmp, path);
+}
+}  // namespace
+
+RunDir open_run_dir(const std::string& path, const Config& cfg, bool resume) {
+  RunDir rd;
+  rd.path = path;
+  const std::string cfg_path = path + "/config.toml";
+  if (fs::exists(path) && !fs::is_directory(path))
+    throw RunDirConflict(path + ": --run-dir is a file, not a folder; fix: choose another --run-dir");
+  const bool has_run = fs::exists(cfg_path);
+  if (!has_run && fs::exists(path) && !fs::is_empty(path) && !resume)
+    throw RunDirConflict(path + ": folder is not empty and holds no atoll run (no config.toml); fix: choose an empty or new --run-dir");
+  if (has_run) {
+    Config old;
+    try {
+      old = parse_config(read_file(cfg_path), cfg_path);
+    } catch (const ConfigError& e) {
+      throw RunDirConflict(std::string(e.what()) + " (the run directory holds a config this atoll cannot read; fix: choose a new --run-dir)");
+    }
+    if (model_config_to_toml(old.model) != model_config_to_toml(cfg.model))
+      throw RunDirConflict(path + " holds a run of another model shape ([model] in " + cfg_path +
+                           " differs from this config); fix: choose a new --run-dir, or resume with that run's config");
+    if (!resume)
+      throw RunDirConflict(path + " already holds a run (" + cfg_path + "); fix: pass --resume to continue it, or choose a new --run-dir");
+    rd.resumed = true;
+    rd.checkpoint = latest_checkpoint(path);
+    const std::string now = config_to_toml(cfg);
+    if (now != read_file(cfg_path)) log_warn("resuming " + path + " with changed settings; config.toml updated");
+  }
+  fs::create_directories(path + "/checkpoints");
+  write_file_atomic(cfg_path, config_to_toml(cfg));
+  return rd;
+}
+
+}  // namespace atl
