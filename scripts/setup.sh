@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what atoll needs from Debian's packages (only what is missing) and builds it into
+# build/ (Release). Safe to run again: it rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake g++ make pkg-config git
+  libopenblas-dev libtomlplusplus-dev libcli11-dev libxxhash-dev nlohmann-json3-dev
+  libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
+  fortunes            # the built-in default corpus (/usr/share/games/fortunes)
+  python3             # acceptance and benchmark helpers
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_type=${ATOLL_BUILD_TYPE:-Release}
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${ATOLL_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/atoll ($build_type)"
