@@ -168,9 +168,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
       progress.update(loop.step, buf);
     }
     if ((cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last) save();
+    if (opts.stop_after > 0 && loop.step >= opts.stop_after && !last) break;
   }
   progress.finish();
-  if (loop.step == 0 || result.checkpoint.empty()) save();
+  if (result.checkpoint.empty()) save();
   events.write({{"event", "end"}, {"step", loop.step}});
   result.steps = loop.step;
   result.tokens = loop.tokens;

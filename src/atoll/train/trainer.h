@@ -14,6 +14,7 @@ struct TrainOptions {
   std::string run_dir;   // "" = default_run_dir()
   bool resume = false;   // continue the run in run_dir from its newest checkpoint
   bool quiet = false;    // no progress output (tests)
+  int64_t stop_after = 0;  // > 0: return after this step, as if interrupted (tests, time-boxed jobs)
 };
 
 struct TrainResult {
