@@ -1,0 +1,88 @@
+// Training-state checkpoints (DESIGN.md, "Files"). On disk:
+//
+//   RUN_DIR/checkpoints/step-00000030/
+//     rank-00000.safetensors   tensors "<kind>/<param name>" (e.g. "param/layers.0.attn.wq",
+//                              "adam_m/embed"), fp32, their real shapes (no layout padding)
+//     manifest.json            written last; its presence makes the directory a checkpoint
+//   RUN_DIR/checkpoints/latest  the name of the newest complete checkpoint ("step-00000030")
+//
+// manifest.json:
+//   {"format_version": 1, "step": 30, "world_size": 1,
+//    "config": "<full resolved TOML>", "model": "<[model] section TOML>",
+//    "files": {"rank-00000.safetensors": {"rank": 0, "bytes": 123456}},
+//    "tensors": {"param/embed": {"file": "rank-00000.safetensors", "offset": 1024,
+//                                "shape": [64, 16], "dtype": "F32", "xxh3": "<16 hex>"}, ...},
+//    "state": {caller's JSON: data cursor, RNG, schedule, counters}}
+// "offset" is the absolute byte offset of the tensor's data in its file.
+//
+// One safetensors file per writing rank: a sharded writer has each rank write the tensors it
+// owns into its own rank-NNNNN file inside the same temporary directory, and one rank write
+// the manifest (the union of the index) last. Because the manifest indexes tensors by name,
+// a checkpoint loads on any number of ranks. This single-process version writes rank 0 only.
+//
+// Writes go to "step-NNNNNNNN.tmp-<pid>/", are fsynced, then the directory is renamed into
+// place, then "latest" is replaced atomically, then older checkpoints beyond `keep` are
+// removed. A crash at any point leaves the previous checkpoints and "latest" valid.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/model/layout.h"
+
+namespace atl {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// One flat fp32 buffer of layout.total() elements laid out by the ParamLayout, saved under
+// "<kind>/<param name>". Kinds are short names without '/': "param", "adam_m", "adam_v",
+// "muon_m", "diloco_theta", "diloco_momentum"... Save only reads `data`.
+struct CheckpointBuffer {
+  std::string kind;
+  float* data = nullptr;
+};
+
+struct SaveOptions {
+  std::string run_dir;
+  int64_t step = 0;
+  int keep = 3;  // complete checkpoints kept after this save, the new one included; <= 0 keeps all
+};
+
+// "step-00000030".
+std::string checkpoint_dir_name(int64_t step);
+
+// Saves the buffers and `state` as the checkpoint of opts.step and returns its directory.
+// An existing checkpoint of the same step is replaced. Throws IoError on write failures (the
+// previous checkpoints and "latest" are then unchanged).
+std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const ParamLayout& layout,
+                            const std::vector<CheckpointBuffer>& buffers, const nlohmann::json& state);
+
+// Loads checkpoint `dir` into `buffers` (each kind must be in the checkpoint; tensors of other
+// kinds are ignored) and returns the saved state. Validates first, then copies, so on any
+// error the buffers are unchanged. Throws CorruptCheckpoint naming the file and the field or
+// tensor: missing or unparseable manifest, another model ([model] differs; see below),
+// missing tensor or wrong shape, a file of the wrong size (truncated), a checksum mismatch.
+// The [model] keys that only steer training (init_std, init_seed, aux_loss_coef, z_loss_coef)
+// may differ; every other key must match.
+nlohmann::json load_checkpoint(const std::string& dir, const ModelConfig& expected, const ParamLayout& layout,
+                               const std::vector<CheckpointBuffer>& buffers);
+
+// The newest complete checkpoint of a run: the directory named by checkpoints/latest if it
+// holds a valid manifest, else the highest step-* directory that does; "" if none.
+std::string latest_checkpoint(const std::string& run_dir);
+
+// A checkpoint directory from a user's path: `path` itself if it holds manifest.json, else
+// latest_checkpoint(path) when `path` is a run directory. CorruptCheckpoint if neither.
+std::string resolve_checkpoint(const std::string& path);
+
+// The parsed and shape-checked manifest (CorruptCheckpoint naming manifest.json and the field
+// if absent or malformed).
+nlohmann::json read_checkpoint_manifest(const std::string& dir);
+
+// The full resolved config saved with the checkpoint (for eval, generate, export).
+Config read_checkpoint_config(const std::string& dir);
+
+}  // namespace atl

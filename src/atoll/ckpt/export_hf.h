@@ -1,0 +1,38 @@
+// Export to the Hugging Face Mixtral layout (DESIGN.md, "Export"): OUT/config.json with
+// "architectures": ["MixtralForCausalLM"] and OUT/model.safetensors (fp32) holding the
+// transformers MixtralForCausalLM tensor names. Our matrices are already row-major [out, in]
+// as torch.nn.Linear stores them, and our RoPE is rotate-half as in transformers, so tensors
+// are copied as they are; only the stacked expert tensors [E, out, in] are split into one
+// matrix per expert.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/model/layout.h"
+
+namespace atl {
+
+// One tensor of the export: its Hugging Face name and shape, and where its elements start in
+// the flat parameter buffer (a contiguous run of numel(shape) floats).
+struct HfTensor {
+  std::string name;            // e.g. "model.layers.0.block_sparse_moe.experts.1.w2.weight"
+  std::vector<int64_t> shape;  // e.g. [C, H]
+  size_t offset = 0;           // elements into the flat buffer
+};
+
+// The Hugging Face tensors of a layout, in layout order: the single mapping from our names to
+// Mixtral's, driven by the layout table. Throws Error for a tensor Mixtral has no name for.
+std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout);
+
+// transformers' MixtralConfig for `m`, as config.json holds it.
+std::string hf_mixtral_config_json(const ModelConfig& m);
+
+// Writes config.json and model.safetensors into `out_dir` through a temporary directory and a
+// rename. `out_dir` may be missing, empty, or a previous export (it holds config.json naming
+// MixtralForCausalLM and model.safetensors), which is then replaced as a whole; any other
+// non-empty directory is refused with IoError. `params` is laid out by `layout`.
+void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params);
+
+}  // namespace atl

@@ -1,0 +1,263 @@
+#include "atoll/data/loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/log.h"
+#include "atoll/core/rng.h"
+
+namespace atl {
+
+namespace fs = std::filesystem;
+
+void to_json(nlohmann::json& j, const Cursor& c) {
+  j = nlohmann::json{{"epoch", c.epoch}, {"position", c.position}, {"seq_len", c.seq_len}, {"n_windows", c.n_windows},
+                     {"seed", c.seed},   {"shuffle", c.shuffle},   {"worker", c.worker},   {"n_workers", c.n_workers}};
+}
+
+void from_json(const nlohmann::json& j, Cursor& c) {
+  j.at("epoch").get_to(c.epoch);
+  j.at("position").get_to(c.position);
+  j.at("seq_len").get_to(c.seq_len);
+  j.at("n_windows").get_to(c.n_windows);
+  j.at("seed").get_to(c.seed);
+  j.at("shuffle").get_to(c.shuffle);
+  j.at("worker").get_to(c.worker);
+  j.at("n_workers").get_to(c.n_workers);
+}
+
+namespace {
+
+std::vector<std::string> find_shards(const std::string& path, const std::string& split) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return {path};
+  if (!fs::is_directory(path, ec)) {
+    throw DataError("data path " + path + " does not exist; fix: run `atoll data prepare --out " + path +
+                    "` or point data.dir/--data at a folder of shards or a .bin file");
+  }
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(path)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.starts_with(split + "_") && name.ends_with(".bin")) {
+      shards.push_back(e.path().string());
+    }
+  }
+  if (shards.empty()) {
+    throw DataError("no " + split + "_*.bin shards in " + path +
+                    "; fix: run `atoll data prepare "
+                    "--out " +
+                    path + "` or pass a single .bin file");
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(const std::string& path, const std::string& split, const LoaderOptions& options)
+    : opt_(options), T_(options.seq_len) {
+  ATOLL_CHECK_GT(T_, 0) << "seq_len";
+  ATOLL_CHECK(opt_.n_workers >= 1 && opt_.worker >= 0 && opt_.worker < opt_.n_workers)
+      << "worker " << opt_.worker << " of " << opt_.n_workers;
+  for (const std::string& p : find_shards(path, split)) {
+    ShardView shard(p);
+    if (shard.size() < T_ + 1) {
+      throw DataError("token shard " + p + " holds " + std::to_string(shard.size()) +
+                      " tokens, fewer than seq_len+1 = " + std::to_string(T_ + 1) +
+                      "; fix: use a smaller model.seq_len or more data");
+    }
+    first_window_.push_back(n_windows_);
+    n_windows_ += (shard.size() - 1) / T_;
+    shards_.push_back(std::move(shard));
+  }
+  first_window_.push_back(n_windows_);
+  ATOLL_CHECK_LE(n_windows_, int64_t{std::numeric_limits<uint32_t>::max()}) << "windows";
+  slice_size_ = (n_windows_ - opt_.worker + opt_.n_workers - 1) / opt_.n_workers;
+  if (slice_size_ <= 0) {
+    throw DataError("data " + path + " has " + std::to_string(n_windows_) + " windows of " + std::to_string(T_ + 1) +
+                    " tokens, none left for worker " + std::to_string(opt_.worker) + " of " +
+                    std::to_string(opt_.n_workers) + "; fix: use fewer workers, a smaller seq_len or more data");
+  }
+  if (opt_.prefetch) thread_ = std::thread([this] { prefetch_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const std::vector<uint32_t>> DataLoader::order(int64_t epoch) const {
+  std::lock_guard<std::mutex> lk(order_mu_);
+  for (const auto& [e, perm] : orders_) {
+    if (e == epoch) return perm;
+  }
+  // Fisher-Yates; the seed mixes (seed, epoch) so each epoch has its own order.
+  auto perm = std::make_shared<std::vector<uint32_t>>(static_cast<size_t>(n_windows_));
+  for (int64_t i = 0; i < n_windows_; ++i) (*perm)[i] = static_cast<uint32_t>(i);
+  Rng rng(opt_.seed ^ (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(epoch + 1)));
+  for (int64_t i = n_windows_ - 1; i > 0; --i) {
+    std::swap((*perm)[i], (*perm)[rng.below(static_cast<uint64_t>(i + 1))]);
+  }
+  if (orders_.size() >= 2) orders_.erase(orders_.begin());
+  orders_.emplace_back(epoch, perm);
+  return perm;
+}
+
+void DataLoader::read_window(int64_t window, int32_t* inputs, int32_t* targets) const {
+  const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), window);
+  const size_t s = static_cast<size_t>(it - first_window_.begin()) - 1;
+  const int64_t start = (window - first_window_[s]) * T_;
+  shards_[s].read(start, T_, inputs);
+  shards_[s].read(start + 1, T_, targets);
+}
+
+DataLoader::Pos DataLoader::fill(Pos pos, int B, int32_t* inputs, int32_t* targets) const {
+  std::shared_ptr<const std::vector<uint32_t>> perm;  // order of epoch perm_epoch
+  int64_t perm_epoch = -1;
+  for (int b = 0; b < B; ++b) {
+    if (pos.position >= slice_size_) pos = {pos.epoch + 1, 0};
+    if (opt_.shuffle && perm_epoch != pos.epoch) {
+      perm = order(pos.epoch);
+      perm_epoch = pos.epoch;
+    }
+    const int64_t g = opt_.worker + pos.position * opt_.n_workers;
+    const int64_t window = opt_.shuffle ? (*perm)[static_cast<size_t>(g)] : g;
+    read_window(window, inputs + int64_t{b} * T_, targets + int64_t{b} * T_);
+    ++pos.position;
+  }
+  if (pos.position >= slice_size_) pos = {pos.epoch + 1, 0};
+  return pos;
+}
+
+void DataLoader::prefetch_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    cv_.wait(lk, [&] { return stop_ || has_request_; });
+    if (stop_) return;
+    has_request_ = false;
+    busy_ = true;
+    const size_t n = static_cast<size_t>(job_.B) * T_;
+    job_.inputs.resize(n);
+    job_.targets.resize(n);
+    lk.unlock();
+    bool ok = true;
+    Pos end;
+    try {
+      end = fill(job_.start, job_.B, job_.inputs.data(), job_.targets.data());
+    } catch (...) {
+      ok = false;  // the synchronous path will redo it and report the error
+    }
+    lk.lock();
+    job_.end = end;
+    has_result_ = ok;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void DataLoader::start_prefetch(Pos pos, int B) {
+  job_.start = pos;
+  job_.B = B;
+  has_result_ = false;
+  has_request_ = true;
+  cv_.notify_all();
+}
+
+void DataLoader::drop_prefetch() {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !busy_ && !has_request_; });
+  has_result_ = false;
+}
+
+void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
+  ATOLL_CHECK_GT(B, 0) << "batch size";
+  if (!opt_.prefetch) {
+    pos_ = fill(pos_, B, inputs, targets);
+    return;
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !busy_ && !has_request_; });
+  if (has_result_ && job_.start == pos_ && job_.B == B) {
+    const size_t n = static_cast<size_t>(B) * T_;
+    std::copy_n(job_.inputs.data(), n, inputs);
+    std::copy_n(job_.targets.data(), n, targets);
+    pos_ = job_.end;
+  } else {
+    // No usable prefetch (first call, or the batch size changed): fill it here. The thread is
+    // idle, so nothing else touches the loader meanwhile.
+    pos_ = fill(pos_, B, inputs, targets);
+  }
+  start_prefetch(pos_, B);
+}
+
+Cursor DataLoader::cursor() const {
+  return Cursor{.epoch = pos_.epoch,
+                .position = pos_.position,
+                .seq_len = T_,
+                .n_windows = n_windows_,
+                .seed = opt_.seed,
+                .shuffle = opt_.shuffle,
+                .worker = opt_.worker,
+                .n_workers = opt_.n_workers};
+}
+
+void DataLoader::set_cursor(const Cursor& c) {
+  if (c.seq_len != T_ || c.n_windows != n_windows_ || c.seed != opt_.seed || c.shuffle != opt_.shuffle) {
+    throw DataError("data cursor was saved for another stream (seq_len " + std::to_string(c.seq_len) + ", " +
+                    std::to_string(c.n_windows) + " windows, seed " + std::to_string(c.seed) +
+                    ") than this one (seq_len " + std::to_string(T_) + ", " + std::to_string(n_windows_) +
+                    " windows, seed " + std::to_string(opt_.seed) + "); fix: resume with the same data, " +
+                    "model.seq_len and train.seed");
+  }
+  ATOLL_CHECK(c.epoch >= 0 && c.position >= 0) << c.epoch << " " << c.position;
+  drop_prefetch();
+  Pos pos{c.epoch, c.position};
+  if (c.n_workers != opt_.n_workers) {
+    // Same share of the epoch: the saved worker had taken about position * n_old windows of
+    // the epoch order between all workers.
+    pos.position = c.position * c.n_workers / opt_.n_workers;
+    log_warn("data cursor saved with " + std::to_string(c.n_workers) + " workers, resumed with " +
+             std::to_string(opt_.n_workers) + ": a few windows may repeat or be skipped");
+  }
+  if (pos.position >= slice_size_) pos = {pos.epoch + 1, 0};
+  pos_ = pos;
+}
+
+void DataLoader::reset() {
+  drop_prefetch();
+  pos_ = Pos{};
+}
+
+void DataLoader::check_vocab(int vocab_size) const {
+  for (const ShardView& s : shards_) {
+    const auto [max_id, where] = s.max_token();
+    if (max_id >= vocab_size) {
+      throw DataError("token shard " + s.path() + " holds token id " + std::to_string(max_id) + " at position " +
+                      std::to_string(where) + ", but the vocabulary has " + std::to_string(vocab_size) +
+                      " ids; fix: set model.vocab_size >= " + std::to_string(max_id + 1) +
+                      " or prepare the data with this vocabulary");
+    }
+  }
+}
+
+int64_t DataLoader::n_tokens() const {
+  int64_t n = 0;
+  for (const ShardView& s : shards_) n += s.size();
+  return n;
+}
+
+std::vector<std::string> DataLoader::shard_paths() const {
+  std::vector<std::string> paths;
+  for (const ShardView& s : shards_) paths.push_back(s.path());
+  return paths;
+}
+
+}  // namespace atl

@@ -1,0 +1,194 @@
+#include "atoll/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/log.h"
+
+namespace atl {
+
+namespace {
+
+// SentencePiece skips training sentences longer than max_sentence_length bytes, so longer
+// documents are fed in pieces cut at line breaks (or, for a giant line, at a UTF-8 boundary).
+constexpr size_t kMaxSentenceBytes = 16384;
+// Beyond this many sentences SentencePiece would sample with its own unseeded RNG; instead we
+// pass an evenly spaced subset ourselves, which keeps training deterministic.
+constexpr size_t kMaxTrainSentences = 2'000'000;
+
+// Splits a document into pieces of at most kMaxSentenceBytes.
+void cut_document(std::string_view doc, std::vector<std::string_view>& out) {
+  while (doc.size() > kMaxSentenceBytes) {
+    size_t cut = doc.rfind('\n', kMaxSentenceBytes - 1);
+    if (cut == std::string_view::npos || cut == 0) {
+      cut = kMaxSentenceBytes;
+      while (cut > 0 && (static_cast<unsigned char>(doc[cut]) & 0xC0) == 0x80) --cut;
+    } else {
+      cut += 1;  // keep the newline with the first piece
+    }
+    out.push_back(doc.substr(0, cut));
+    doc.remove_prefix(cut);
+  }
+  if (!doc.empty()) out.push_back(doc);
+}
+
+// Feeds in-memory sentences to the trainer without copying the corpus.
+class SentenceList : public sentencepiece::SentenceIterator {
+ public:
+  explicit SentenceList(const std::vector<std::string_view>& s) : s_(s) {}
+  bool done() const override { return i_ >= s_.size(); }
+  void Next() override {
+    ++i_;
+    if (!done()) cur_.assign(s_[i_]);
+  }
+  const std::string& value() const override { return cur_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  void rewind() {
+    i_ = 0;
+    if (!s_.empty()) cur_.assign(s_[0]);
+  }
+
+ private:
+  const std::vector<std::string_view>& s_;
+  size_t i_ = 0;
+  std::string cur_;
+};
+
+std::unordered_map<std::string, std::string> trainer_args(int vocab_size, bool hard_limit) {
+  return {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"hard_vocab_limit", hard_limit ? "true" : "false"},
+      {"byte_fallback", "true"},
+      {"character_coverage", "0.9995"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"split_digits", "true"},
+      {"num_threads", "1"},
+      {"input_sentence_size", "0"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"minloglevel", log_level() == LogLevel::kDebug ? "0" : "2"},
+  };
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw IoError("cannot write tokenizer model " + tmp + "; fix: check the folder");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+void Tokenizer::train(const std::vector<std::string>& docs, int vocab_size, const std::string& model_path) {
+  std::vector<std::string_view> sentences;
+  for (const std::string& d : docs) cut_document(d, sentences);
+  if (sentences.size() > kMaxTrainSentences) {
+    std::vector<std::string_view> subset(kMaxTrainSentences);
+    for (size_t i = 0; i < kMaxTrainSentences; ++i) {
+      subset[i] = sentences[i * sentences.size() / kMaxTrainSentences];
+    }
+    log_info("tokenizer: training on " + std::to_string(kMaxTrainSentences) + " of " +
+             std::to_string(sentences.size()) + " sentences (evenly spaced)");
+    sentences = std::move(subset);
+  }
+  if (sentences.empty()) throw DataError("tokenizer: no text to train on; fix: pass inputs with text");
+
+  SentenceList it(sentences);
+  std::string proto;
+  it.rewind();
+  auto status = sentencepiece::SentencePieceTrainer::Train(trainer_args(vocab_size, true), &it, &proto);
+  if (!status.ok() && status.ToString().find("Vocabulary size too high") != std::string::npos) {
+    // A small corpus has fewer distinct merges than asked for: take what it has.
+    log_warn("tokenizer: the corpus is too small for vocab_size " + std::to_string(vocab_size) +
+             "; training a smaller vocabulary (hard_vocab_limit=false)");
+    it.rewind();
+    proto.clear();
+    status = sentencepiece::SentencePieceTrainer::Train(trainer_args(vocab_size, false), &it, &proto);
+  }
+  if (!status.ok()) {
+    const std::string msg = status.ToString();
+    if (msg.find("smaller than required_chars") != std::string::npos) {
+      throw DataError("tokenizer: vocab_size " + std::to_string(vocab_size) +
+                      " is too small for this corpus (it needs 256 byte pieces + 3 specials + "
+                      "its characters; SentencePiece says: " +
+                      msg + "); fix: raise --vocab-size / data.vocab_size");
+    }
+    throw DataError("tokenizer: SentencePiece training failed for vocab_size " + std::to_string(vocab_size) + ": " +
+                    msg);
+  }
+  write_file_atomic(model_path, proto);
+}
+
+Tokenizer Tokenizer::load(const std::string& model_path) {
+  if (!std::filesystem::exists(model_path)) {
+    throw DataError("tokenizer model " + model_path +
+                    " does not exist; fix: run `atoll data "
+                    "prepare` or point to the dataset's tokenizer.model");
+  }
+  Tokenizer t;
+  const auto status = t.sp_->Load(model_path);
+  if (!status.ok()) {
+    throw DataError("tokenizer model " + model_path + " is not a valid SentencePiece model (" + status.ToString() +
+                    "); fix: regenerate it with `atoll data prepare`");
+  }
+  t.path_ = model_path;
+  return t;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(text, &ids);
+  ATOLL_CHECK(status.ok()) << "SentencePiece Encode: " << status.ToString();
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  const int v = vocab_size();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= v) {
+      throw DataError("tokenizer " + path_ + ": cannot decode id " + std::to_string(id) + " (vocabulary has " +
+                      std::to_string(v) +
+                      " ids); fix: the model's "
+                      "vocab_size must match the tokenizer's");
+    }
+  }
+  std::string text;
+  const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  ATOLL_CHECK(status.ok()) << "SentencePiece Decode: " << status.ToString();
+  return text;
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+  ATOLL_CHECK(id >= 0 && id < vocab_size()) << id;
+  return sp_->IdToPiece(id);
+}
+
+int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+}  // namespace atl

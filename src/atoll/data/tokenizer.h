@@ -1,0 +1,61 @@
+// The tokenizer: a SentencePiece BPE model (https://github.com/google/sentencepiece).
+//
+// Training settings, chosen so that text survives a round trip and a corpus names one model:
+//   - BPE with byte_fallback: a character outside the vocabulary is spelled as its UTF-8
+//     bytes (<0x..> pieces), so every input is encodable and decode(encode(s)) == s.
+//   - identity normalization, no extra-whitespace removal, no dummy prefix: newlines, tabs
+//     and runs of spaces are kept exactly (the defaults would fold them away).
+//   - character_coverage 0.9995: rare characters fall back to bytes instead of taking
+//     vocabulary slots (byte fallback makes that lossless).
+//   - one training thread: SentencePiece's multi-threaded trainer gives a slightly different
+//     model from run to run (measured on 0.1.97), and one corpus must give one model.
+// Ids: 0 = <unk> (never produced, thanks to byte fallback), 1 = <s> (BOS), 2 = </s> (EOS),
+// then the 256 byte pieces, then the learned pieces. No padding id.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace atl {
+
+class Tokenizer {
+ public:
+  // Trains a model on `docs` (each document is one training sentence; documents longer than
+  // SentencePiece's sentence limit are cut at line breaks) and writes it to `model_path`
+  // (through a temporary file, then renamed). If the corpus has too few distinct merges for
+  // `vocab_size`, training is retried without the hard limit and the model comes out smaller
+  // (logged; read vocab_size() of the loaded model). Throws DataError when `vocab_size` is
+  // below what the corpus needs (256 byte pieces + 3 specials + its characters).
+  static void train(const std::vector<std::string>& docs, int vocab_size, const std::string& model_path);
+
+  // Loads a model file. Throws DataError if it is missing or not a SentencePiece model.
+  static Tokenizer load(const std::string& model_path);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Thread-safe (SentencePiece's Encode/Decode are const).
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;  // ids must be < vocab_size()
+  std::string piece(int32_t id) const;                        // the piece's surface, for debugging
+
+  int vocab_size() const;  // V
+  int bos_id() const;
+  int eos_id() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Tokenizer();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::string path_;
+};
+
+}  // namespace atl

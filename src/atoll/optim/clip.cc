@@ -1,0 +1,51 @@
+#include "atoll/optim/clip.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "atoll/core/check.h"
+
+namespace atl {
+
+// Elements per block of the norm: large enough to amortise a task, small enough that a
+// 10M-element gradient splits into enough blocks for every core.
+static constexpr size_t kBlock = size_t{1} << 16;
+
+// Sum of squares of one block, in double, with four interleaved accumulators so the additions
+// pipeline; the order is fixed, hence deterministic.
+static double block_sumsq(const float* g, size_t n) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; ++k) acc[k] += double(g[i + k]) * double(g[i + k]);
+  for (; i < n; ++i) acc[0] += double(g[i]) * double(g[i]);
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+double global_grad_norm(const float* g, size_t n) {
+  const int64_t blocks = int64_t((n + kBlock - 1) / kBlock);
+  std::vector<double> partial(blocks);  // [blocks]
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t begin = size_t(b) * kBlock;
+    partial[b] = block_sumsq(g + begin, std::min(kBlock, n - begin));
+  }
+  double sumsq = 0.0;
+  for (double p : partial) sumsq += p;
+  return std::sqrt(sumsq);
+}
+
+double clip_grad_norm(float* g, size_t n, double max_norm) {
+  ATOLL_CHECK_GE(max_norm, 0.0);
+  const double norm = global_grad_norm(g, n);
+  if (max_norm == 0.0 || !std::isfinite(norm) || norm <= max_norm) return norm;
+  const float scale = float(max_norm / norm);
+  const int64_t nn = int64_t(n);
+#pragma omp parallel for simd schedule(static) if (n >= kBlock)
+  for (int64_t i = 0; i < nn; ++i) g[i] *= scale;
+  return norm;
+}
+
+}  // namespace atl

@@ -1,0 +1,17 @@
+// Global gradient-norm clipping over the flat gradient buffer (Pascanu et al., 2013).
+#pragma once
+
+#include <cstddef>
+
+namespace atl {
+
+// ||g||_2 over n elements, accumulated in double. Partial sums are taken over fixed blocks and
+// added in block order, so the result is the same for every thread count.
+double global_grad_norm(const float* g, size_t n);
+
+// Scales g by max_norm/norm when norm > max_norm and returns the norm before clipping.
+// max_norm 0 turns clipping off (the norm is still returned). A non-finite norm leaves g as
+// it was, for the caller to skip the step or roll back: scaling would spread the NaN.
+double clip_grad_norm(float* g, size_t n, double max_norm);
+
+}  // namespace atl

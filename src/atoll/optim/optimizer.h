@@ -1,0 +1,59 @@
+// The inner optimizer: walks the layout table and steps every tensor of the flat parameter
+// buffer with AdamW or Muon (DESIGN.md: Muon for hidden 2-D matrices, AdamW for embeddings,
+// head, norms and router), owning the optimizer state as flat buffers of the same layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/model/layout.h"
+#include "atoll/optim/adamw.h"
+#include "atoll/optim/muon.h"
+
+namespace atl {
+
+// Seconds spent in step() since construction, by method.
+struct OptimizerTimes {
+  double adamw_s = 0.0;
+  double muon_s = 0.0;
+  double total_s() const { return adamw_s + muon_s; }
+};
+
+class Optimizer {
+ public:
+  // cfg.name: "adamw" (every tensor AdamW) or "muon" (hidden matrices Muon, the rest AdamW).
+  // The state buffers start at zero and the step count at 0.
+  Optimizer(const OptimConfig& cfg, const ParamLayout& layout);
+
+  // One step at learning rate lr on params [layout.total()], reading grads [layout.total()].
+  // Advances the step count first, so the first step has t = 1.
+  void step(float* params, const float* grads, double lr);
+
+  int64_t step_count() const { return t_; }
+  void set_step_count(int64_t t);  // for resuming from a checkpoint
+
+  // [layout.total()]: AdamW's first moment, and Muon's momentum buffer for hidden matrices.
+  std::vector<float>& m() { return m_; }
+  // [layout.total()]: AdamW's second moment (zero, unused, where Muon applies).
+  std::vector<float>& v() { return v_; }
+  // The state for checkpoints, by the names checkpoints use.
+  std::vector<std::pair<std::string, std::vector<float>*>> state_buffers() {
+    return {{"adam_m", &m_}, {"adam_v", &v_}};
+  }
+
+  const OptimizerTimes& times() const { return times_; }
+
+ private:
+  OptimConfig cfg_;
+  std::vector<ParamEntry> adamw_entries_;  // tensors stepped by AdamW
+  std::vector<MuonMatrix> muon_matrices_;  // matrices stepped by Muon, one per expert
+  std::vector<float> m_, v_;               // [layout.total()] each
+  std::vector<MuonWorkspace> workspaces_;  // one per thread
+  int64_t t_ = 0;
+  OptimizerTimes times_;
+};
+
+}  // namespace atl

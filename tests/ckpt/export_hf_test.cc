@@ -1,0 +1,168 @@
+#include "atoll/ckpt/export_hf.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "atoll/ckpt/file_io.h"
+#include "atoll/ckpt/safetensors.h"
+#include "atoll/core/errors.h"
+#include "ckpt/ckpt_test_util.h"
+
+namespace atl {
+namespace {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<int64_t>;
+using testing::ScratchDir;
+
+// The Mixtral tensors of testing::small_model(), written out by hand from transformers'
+// MixtralForCausalLM (an oracle independent of the mapping under test).
+std::map<std::string, Shape> expected_mixtral(bool tied) {
+  const int64_t V = 64, C = 16, QD = 16, KVD = 8, E = 4, H = 24;
+  std::map<std::string, Shape> want = {{"model.embed_tokens.weight", {V, C}}, {"model.norm.weight", {C}}};
+  if (!tied) want["lm_head.weight"] = {V, C};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    want[p + "input_layernorm.weight"] = {C};
+    want[p + "post_attention_layernorm.weight"] = {C};
+    want[p + "self_attn.q_proj.weight"] = {QD, C};
+    want[p + "self_attn.k_proj.weight"] = {KVD, C};
+    want[p + "self_attn.v_proj.weight"] = {KVD, C};
+    want[p + "self_attn.o_proj.weight"] = {C, QD};
+    want[p + "block_sparse_moe.gate.weight"] = {E, C};
+    for (int e = 0; e < E; ++e) {
+      const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      want[x + "w1.weight"] = {H, C};
+      want[x + "w3.weight"] = {H, C};
+      want[x + "w2.weight"] = {C, H};
+    }
+  }
+  return want;
+}
+
+struct Exported {
+  ModelConfig m;
+  ParamLayout layout;
+  std::vector<float> params;
+  SafetensorsReader file;
+  nlohmann::json config;
+};
+
+Exported export_small(const std::string& out, bool tied) {
+  ModelConfig m = testing::small_model(tied);
+  ParamLayout layout = ParamLayout::build(m);
+  std::vector<float> params = testing::pattern(layout.total(), 3);
+  export_hf(out, m, layout, params.data());
+  return {m, layout, params, SafetensorsReader::open(out + "/model.safetensors"),
+          nlohmann::json::parse(read_text_file(out + "/config.json"))};
+}
+
+void expect_exact_names_and_shapes(const Exported& x, bool tied) {
+  std::map<std::string, Shape> got;
+  for (const auto& t : x.file.header().tensors) {
+    EXPECT_EQ(t.dtype, "F32") << t.name;
+    got[t.name] = t.shape;
+  }
+  EXPECT_EQ(got, expected_mixtral(tied));
+  EXPECT_EQ(x.file.header().metadata.at("format"), "pt");
+}
+
+TEST(ExportHf, UntiedModelHasExactlyTheMixtralTensors) {
+  ScratchDir dir;
+  Exported x = export_small(dir / "hf", /*tied=*/false);
+  expect_exact_names_and_shapes(x, false);
+  EXPECT_EQ(x.config["tie_word_embeddings"], false);
+}
+
+TEST(ExportHf, TiedModelOmitsTheHead) {
+  ScratchDir dir;
+  Exported x = export_small(dir / "hf", /*tied=*/true);
+  expect_exact_names_and_shapes(x, true);
+  EXPECT_EQ(x.config["tie_word_embeddings"], true);
+}
+
+TEST(ExportHf, ConfigJsonDescribesTheModel) {
+  ScratchDir dir;
+  Exported x = export_small(dir / "hf", false);
+  const auto& c = x.config;
+  EXPECT_EQ(c["architectures"], nlohmann::json::array({"MixtralForCausalLM"}));
+  EXPECT_EQ(c["model_type"], "mixtral");
+  EXPECT_EQ(c["vocab_size"], 64);
+  EXPECT_EQ(c["hidden_size"], 16);
+  EXPECT_EQ(c["intermediate_size"], 24);
+  EXPECT_EQ(c["num_hidden_layers"], 2);
+  EXPECT_EQ(c["num_attention_heads"], 2);
+  EXPECT_EQ(c["num_key_value_heads"], 1);
+  EXPECT_EQ(c["head_dim"], 8);
+  EXPECT_EQ(c["num_local_experts"], 4);
+  EXPECT_EQ(c["num_experts_per_tok"], 2);
+  EXPECT_EQ(c["max_position_embeddings"], 32);
+  EXPECT_EQ(c["hidden_act"], "silu");
+  EXPECT_EQ(c["rope_theta"].get<double>(), x.m.rope_theta);
+  EXPECT_EQ(c["rms_norm_eps"].get<double>(), x.m.norm_eps);
+  EXPECT_EQ(c["router_aux_loss_coef"].get<double>(), x.m.aux_loss_coef);
+  EXPECT_EQ(c["initializer_range"].get<double>(), x.m.init_std);
+  EXPECT_TRUE(c["sliding_window"].is_null());
+  EXPECT_EQ(c["torch_dtype"], "float32");
+}
+
+// Element [r][k] of expert e's matrix equals the stacked tensor's [e][r][k]; and the plain
+// tensors are the same bytes as their layout entries.
+TEST(ExportHf, ExpertSlicesAndTensorsHoldTheRightValues) {
+  ScratchDir dir;
+  Exported x = export_small(dir / "hf", false);
+  const ParamEntry& w2 = x.layout.at("layers.1.moe.w2");  // [E, C, H]
+  const int64_t C = w2.shape[1], H = w2.shape[2];
+  std::vector<float> slice(static_cast<size_t>(C * H));
+  x.file.copy_to("model.layers.1.block_sparse_moe.experts.1.w2.weight", "F32", {C, H}, slice.data());
+  for (int64_t r = 0; r < C; ++r)
+    for (int64_t k = 0; k < H; ++k)
+      ASSERT_EQ(slice[r * H + k], x.params[w2.offset + static_cast<size_t>((1 * C + r) * H + k)]) << r << "," << k;
+
+  const ParamEntry& w1 = x.layout.at("layers.0.moe.w1");  // [E, H, C]
+  std::vector<float> last(static_cast<size_t>(w1.shape[1] * w1.shape[2]));
+  x.file.copy_to("model.layers.0.block_sparse_moe.experts.3.w1.weight", "F32", {w1.shape[1], w1.shape[2]}, last.data());
+  EXPECT_EQ(0, std::memcmp(last.data(), x.params.data() + w1.offset + 3 * last.size(), last.size() * 4));
+
+  for (auto [ours, theirs] : std::map<std::string, std::string>{{"embed", "model.embed_tokens.weight"},
+                                                                 {"head", "lm_head.weight"},
+                                                                 {"final_norm", "model.norm.weight"},
+                                                                 {"layers.1.attn.wo", "model.layers.1.self_attn.o_proj.weight"},
+                                                                 {"layers.0.moe.router", "model.layers.0.block_sparse_moe.gate.weight"},
+                                                                 {"layers.1.moe_norm", "model.layers.1.post_attention_layernorm.weight"}}) {
+    const ParamEntry& e = x.layout.at(ours);
+    auto v = x.file.view(theirs);
+    ASSERT_EQ(v.size(), e.numel * 4) << theirs;
+    EXPECT_EQ(0, std::memcmp(v.data(), x.params.data() + e.offset, v.size())) << theirs;
+  }
+}
+
+TEST(ExportHf, ReplacesAPreviousExportButNotOtherData) {
+  ScratchDir dir;
+  export_small(dir / "hf", false);
+  EXPECT_NO_THROW(export_small(dir / "hf", true));  // a previous export is replaced
+  EXPECT_FALSE(SafetensorsReader::open(dir / "hf/model.safetensors").find("lm_head.weight"));
+
+  fs::create_directories(dir / "empty");
+  EXPECT_NO_THROW(export_small(dir / "empty", false));
+
+  fs::create_directories(dir / "mine");
+  std::ofstream(dir / "mine/notes.txt") << "keep me";
+  try {
+    export_small(dir / "mine", false);
+    FAIL() << "overwrote a directory holding other data";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(testing::has(e.what(), "mine")) << e.what();
+  }
+  EXPECT_EQ(read_text_file(dir / "mine/notes.txt"), "keep me");
+  // No temporary directories are left beside the outputs.
+  for (const auto& e : fs::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace atl
