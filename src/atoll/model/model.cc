@@ -6,7 +6,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
-#include "atoll/layers/attention.h"
+#include "atoll/backend/cpu/attention.h"
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
 #include "atoll/layers/expert_mlp.h"
@@ -98,7 +98,7 @@ void Model<T>::forward_block(int l, int B) {
     linear_forward(S.v.data(), S.h1.data(), p + o.wv, N, C, KVD);
     rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
     rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
-    attention_forward(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads,
+    attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads,
                       m.head_dim);
     linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
     for (size_t i = 0; i < size_t(N) * C; ++i) S.xmid[i] = x[i] + A.tmp[i];
@@ -191,7 +191,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
   ScopedTimer t(&times_.attention);
   std::fill(A.datt.begin(), A.datt.begin() + size_t(N) * QD, T(0));
   linear_backward(A.datt.data(), g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
-  attention_backward(A.dq.data(), A.dk.data(), A.dv.data(), A.datt.data(), S.att.data(), S.lse.data(), S.q.data(),
+  attention_backward_blocked(A.dq.data(), A.dk.data(), A.dv.data(), A.datt.data(), S.att.data(), S.lse.data(), S.q.data(),
                      S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
   rope_backward(A.dq.data(), A.rope, B, T_, m.n_heads, m.head_dim);
   rope_backward(A.dk.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
