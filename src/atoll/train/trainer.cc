@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
@@ -57,17 +58,28 @@ struct Loop {
   const Config& cfg;
   Model<float> model;
   Optimizer opt;
-  DataLoader train_data, val_data;
+  DataLoader train_data;
+  std::unique_ptr<DataLoader> val_data;  // absent when the data has no validation split
   int64_t step = 0, tokens = 0;
 
   Loop(const Config& c, const std::string& data_dir)
       : cfg(c),
         model(c.model, micro_batch(c.train)),
         opt(c.optim, model.layout()),
-        train_data(data_dir, "train", {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed)}),
-        val_data(data_dir, "val", {.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false}) {
+        train_data(data_dir, "train", {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed)}) {
     train_data.check_vocab(c.model.vocab_size);
-    val_data.check_vocab(c.model.vocab_size);
+    if (has_val_split(data_dir)) {
+      val_data = std::make_unique<DataLoader>(data_dir, "val",
+                                              LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
+      val_data->check_vocab(c.model.vocab_size);
+    }
+  }
+
+  static bool has_val_split(const std::string& dir) {
+    if (!fs::is_directory(dir)) return true;  // a single .bin file serves both
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().rfind("val_", 0) == 0 && e.path().extension() == ".bin") return true;
+    return false;
   }
 
   std::vector<CheckpointBuffer> buffers() {
@@ -152,8 +164,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
                           {"z_loss", loss.z}, {"lr", lr}, {"grad_norm", grad_norm}, {"batch_size", batch},
                           {"tokens_per_s", batch * T / dt}, {"time_s", now_s() - t_start}};
     const bool last = loop.step == cfg.train.steps;
-    if (cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
-      result.final_val_loss = evaluate(loop.model, loop.val_data, cfg);
+    if (loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
+      result.final_val_loss = evaluate(loop.model, *loop.val_data, cfg);
       row["val_loss"] = result.final_val_loss;
       if (!opts.quiet) {
         char buf[96];
