@@ -9,8 +9,8 @@ namespace atl {
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, int V);
 
-// dwte[V,C] (+=) the rows of dout[N,C] at their tokens. Serial over tokens so repeated
-// tokens add in a fixed order (bit-reproducible), parallel over C.
+// dwte[V,C] (+=) the rows of dout[N,C] at their tokens, serially, so repeated tokens add in
+// a fixed order (bit-reproducible).
 template <typename T>
 void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C);
 
