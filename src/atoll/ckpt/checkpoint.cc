@@ -304,6 +304,17 @@ json load_checkpoint(const std::string& dir, const ModelConfig& expected, const 
   return manifest.at("state");
 }
 
+void verify_checkpoint(const std::string& dir, const ModelConfig& expected) {
+  const json manifest = read_checkpoint_manifest(dir);
+  check_same_model(manifest, expected, dir);
+  std::map<std::string, SafetensorsReader> files;
+  const std::string mpath = join(dir, kManifest);
+  for (const auto& [name, meta] : manifest.at("tensors").items()) {
+    const auto shape = field(meta, "shape", json::value_t::array, mpath + " tensors." + name).get<std::vector<int64_t>>();
+    checked_tensor(files, manifest, dir, name, shape);
+  }
+}
+
 std::string latest_checkpoint(const std::string& run_dir) {
   const std::string ckdir = join(run_dir, "checkpoints");
   const std::string latest = join(ckdir, "latest");

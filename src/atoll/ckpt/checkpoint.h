@@ -70,6 +70,12 @@ std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const Pa
 nlohmann::json load_checkpoint(const std::string& dir, const ModelConfig& expected, const ParamLayout& layout,
                                const std::vector<CheckpointBuffer>& buffers);
 
+// Checks checkpoint `dir` as load_checkpoint does (manifest, [model] against `expected`, and
+// every tensor it lists: its file's size, shape, dtype and xxh3 checksum) without loading it,
+// so a caller can refuse a bad checkpoint before it changes anything. Reads every tensor once.
+// Throws CorruptCheckpoint as load_checkpoint does.
+void verify_checkpoint(const std::string& dir, const ModelConfig& expected);
+
 // The newest complete checkpoint of a run: the directory named by checkpoints/latest if it
 // holds a valid manifest, else the highest step-* directory that does; "" if none.
 std::string latest_checkpoint(const std::string& run_dir);

@@ -159,6 +159,7 @@ struct KeyLister {
 struct Reader {
   const toml::table& root;
   const std::string& origin;
+  const std::map<std::string, std::string>& overridden;  // key -> the --set item that gave it
 
   const toml::node* find(const char* key) const {
     auto [sec, name] = split_key(key);
@@ -166,7 +167,9 @@ struct Reader {
     return t ? t->get(name) : nullptr;
   }
   [[noreturn]] void fail(const char* key, const std::string& problem, const std::string& fix) const {
-    throw ConfigError(origin + ": " + key + ": " + problem + "; fix: " + fix);
+    auto it = overridden.find(key);  // a value from --set is blamed on --set, not on the file
+    throw ConfigError((it == overridden.end() ? origin : "--set " + it->second) + ": " + key + ": " + problem +
+                      "; fix: " + fix);
   }
 
   template <class N>
@@ -332,9 +335,13 @@ Config parse_config(const std::string& text, const std::string& origin, const st
                       ": not valid TOML: " + std::string(e.description()) + " (fix: correct the syntax at that line)");
   }
   check_unknown_keys(root, origin);
-  for (auto& item : overrides) apply_override(root, item);
+  std::map<std::string, std::string> overridden;
+  for (auto& item : overrides) {
+    apply_override(root, item);
+    overridden[item.substr(0, item.find('='))] = item;
+  }
   Config c;
-  Reader r{root, origin};
+  Reader r{root, origin, overridden};
   visit_config(c, r);
   validate_config(c, origin);
   return c;

@@ -80,11 +80,14 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   }
   std::vector<double> sorted = step_s;
   std::sort(sorted.begin(), sorted.end());
-  const double med = sorted[sorted.size() / 2], tok = double(cfg.train.batch_size) * T;
+  const size_t n = sorted.size();
+  const double med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  const double tok = double(cfg.train.batch_size) * T;
   const double fpt = flops_per_token(m), gflops = fpt * tok / med * 1e-9;
   const PhaseTimes& ph = model.phase_times();
   const double per = 1.0 / opts.steps;
-  const double total_s = med * opts.steps;
+  double total_s = 0;
+  for (double x : step_s) total_s += x;
   nlohmann::json phases = {{"attention", ph.attention * per},   {"router_dispatch", ph.router_dispatch * per},
                            {"experts", ph.experts * per},       {"head_loss", ph.head_loss * per},
                            {"embedding", ph.embed * per},       {"optimizer", opt_s * per},

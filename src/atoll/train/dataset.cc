@@ -10,6 +10,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/data/prepare.h"
+#include "atoll/data/shard.h"
 
 namespace atl {
 namespace fs = std::filesystem;
@@ -47,6 +48,29 @@ std::string cache_dir_for(const Config& cfg, int vocab) {
   return dir;
 }
 
+// Opens every train_/val_ shard (or the single .bin file), which checks its header and size:
+// cheap (a mapping, no token is read), and it reports a damaged shard before the caller
+// creates a run directory.
+void check_shard_headers(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    ShardView check(path);
+    return;
+  }
+  if (!fs::is_directory(path, ec)) return;
+  bool has_train = false;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && (name.starts_with("train_") || name.starts_with("val_")) && name.ends_with(".bin")) {
+      ShardView check(e.path().string());
+      has_train = has_train || name.starts_with("train_");
+    }
+  }
+  if (!has_train)
+    throw DataError("no train_*.bin shards in " + path + "; fix: run `atoll data prepare --out " + path +
+                    "`, or point data.dir at a folder of shards or a single .bin file");
+}
+
 }  // namespace
 
 DatasetInfo resolve_dataset(const Config& cfg) {
@@ -77,6 +101,7 @@ DatasetInfo resolve_dataset(const Config& cfg) {
                     " tokens but model.vocab_size is " + std::to_string(cfg.model.vocab_size) +
                     "; fix: set model.vocab_size >= " + std::to_string(info.vocab_size) +
                     " or point data.dir at data prepared with a smaller vocabulary");
+  check_shard_headers(info.dir);
   return info;
 }
 

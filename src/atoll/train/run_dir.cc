@@ -27,6 +27,19 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// The first [model] key whose value differs, as "model.dim is 32 there, 64 here".
+std::string model_difference(const ModelConfig& there, const ModelConfig& here) {
+  std::istringstream a(model_config_to_toml(there)), b(model_config_to_toml(here));
+  std::string la, lb;
+  while (std::getline(a, la) && std::getline(b, lb)) {
+    if (la == lb) continue;
+    const size_t eq = la.find(" = ");
+    if (eq == std::string::npos || lb.compare(0, eq + 3, la, 0, eq + 3) != 0) break;
+    return "model." + la.substr(0, eq) + " is " + la.substr(eq + 3) + " there, " + lb.substr(eq + 3) + " here";
+  }
+  return "[model] differs";
+}
+
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -55,12 +68,16 @@ RunDir open_run_dir(const std::string& path, const Config& cfg, bool resume) {
       throw RunDirConflict(std::string(e.what()) + " (the run directory holds a config this atoll cannot read; fix: choose a new --run-dir)");
     }
     if (model_config_to_toml(old.model) != model_config_to_toml(cfg.model))
-      throw RunDirConflict(path + " holds a run of another model shape ([model] in " + cfg_path +
-                           " differs from this config); fix: choose a new --run-dir, or resume with that run's config");
+      throw RunDirConflict(path + " holds a run of another model shape (" + cfg_path + ": " +
+                           model_difference(old.model, cfg.model) +
+                           "); fix: choose a new --run-dir, or resume with that run's config");
     if (!resume)
       throw RunDirConflict(path + " already holds a run (" + cfg_path + "); fix: pass --resume to continue it, or choose a new --run-dir");
     rd.resumed = true;
     rd.checkpoint = latest_checkpoint(path);
+    // Before config.toml is rewritten: a checkpoint that cannot be resumed (truncated, damaged,
+    // another model) must leave the run as it was. The trainer's load checks it again.
+    if (!rd.checkpoint.empty()) verify_checkpoint(rd.checkpoint, cfg.model);
     const std::string now = config_to_toml(cfg);
     if (now != read_file(cfg_path)) log_warn("resuming " + path + " with changed settings; config.toml updated");
   }

@@ -19,8 +19,9 @@ struct RunDir {
 std::string default_run_dir();
 
 // Creates or opens the run directory and writes config.toml. Throws RunDirConflict when the
-// folder holds a run and `resume` is false, or holds a run of another model shape; the
-// folder is left untouched then.
+// folder holds a run and `resume` is false, or holds a run of another model shape, and
+// CorruptCheckpoint when the checkpoint to resume from fails verify_checkpoint; the folder is
+// left untouched then.
 RunDir open_run_dir(const std::string& path, const Config& cfg, bool resume);
 
 }  // namespace atl
