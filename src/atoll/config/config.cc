@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -343,12 +344,17 @@ Config parse_config(const std::string& text, const std::string& origin, const st
   Config c;
   Reader r{root, origin, overridden};
   visit_config(c, r);
-  validate_config(c, origin);
+  std::string where = origin;  // cross-field errors may come from the file or from --set
+  for (auto& item : overrides) where += (&item == &overrides.front() ? " with --set " : ", --set ") + item;
+  validate_config(c, where);
   return c;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_config("", "default config", overrides);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // would read as empty, i.e. silently the defaults
+    throw ConfigError(path + ": is a folder, not a config file (fix: pass a .toml file to --config)");
   std::ifstream f(path);
   if (!f) throw ConfigError(path + ": cannot open config file (fix: check the path given to --config)");
   std::stringstream ss;

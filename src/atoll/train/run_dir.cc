@@ -51,7 +51,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-RunDir open_run_dir(const std::string& path, const Config& cfg, bool resume) {
+RunDir inspect_run_dir(const std::string& path, const Config& cfg, bool resume) {
   RunDir rd;
   rd.path = path;
   const std::string cfg_path = path + "/config.toml";
@@ -75,15 +75,15 @@ RunDir open_run_dir(const std::string& path, const Config& cfg, bool resume) {
       throw RunDirConflict(path + " already holds a run (" + cfg_path + "); fix: pass --resume to continue it, or choose a new --run-dir");
     rd.resumed = true;
     rd.checkpoint = latest_checkpoint(path);
-    // Before config.toml is rewritten: a checkpoint that cannot be resumed (truncated, damaged,
-    // another model) must leave the run as it was. The trainer's load checks it again.
-    if (!rd.checkpoint.empty()) verify_checkpoint(rd.checkpoint, cfg.model);
-    const std::string now = config_to_toml(cfg);
-    if (now != read_file(cfg_path)) log_warn("resuming " + path + " with changed settings; config.toml updated");
+    rd.config_changed = config_to_toml(cfg) != read_file(cfg_path);
   }
-  fs::create_directories(path + "/checkpoints");
-  write_file_atomic(cfg_path, config_to_toml(cfg));
   return rd;
+}
+
+void write_run_config(const RunDir& rd, const Config& cfg) {
+  if (rd.config_changed) log_warn("resuming " + rd.path + " with changed settings; config.toml updated");
+  fs::create_directories(rd.path + "/checkpoints");
+  write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));
 }
 
 }  // namespace atl

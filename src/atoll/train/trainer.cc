@@ -107,17 +107,20 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   TrainResult result;
   const int threads = configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
-  RunDir rd = open_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg, opts.resume);
+  RunDir rd = inspect_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg, opts.resume);
   result.run_dir = rd.path;
+  // Validate everything (data, vocabulary, the checkpoint) before the run folder is touched.
+  Loop loop(cfg, data.dir);
+  loop.model.init_params(uint64_t(cfg.model.init_seed));
+  if (!rd.checkpoint.empty())
+    loop.restore(load_checkpoint(rd.checkpoint, cfg.model, loop.model.layout(), loop.buffers()));
+  write_run_config(rd, cfg);
   if (!data.tokenizer_path.empty()) {
     fs::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model", fs::copy_options::overwrite_existing);
     result.tokenizer_path = rd.path + "/tokenizer.model";
   }
-  Loop loop(cfg, data.dir);
-  loop.model.init_params(uint64_t(cfg.model.init_seed));
   JsonlWriter events(rd.path + "/events.jsonl");
   if (!rd.checkpoint.empty()) {
-    loop.restore(load_checkpoint(rd.checkpoint, cfg.model, loop.model.layout(), loop.buffers()));
     events.write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", rd.checkpoint}});
     if (!opts.quiet) log_info("resumed " + rd.checkpoint + " at step " + std::to_string(loop.step));
   } else {
