@@ -8,6 +8,7 @@ packages=(
   cmake g++ make pkg-config git
   libopenblas-openmp-dev libtomlplusplus-dev libcli11-dev libxxhash-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev libhiredis-dev redis-server   # dist/: collectives, rendezvous store
   fortunes            # the built-in default corpus (/usr/share/games/fortunes)
   python3             # acceptance and benchmark helpers
 )

@@ -183,7 +183,8 @@ struct Reader {
       if (!i) fail(key, "expected an integer, got " + node_repr(*n), std::string("write a whole number, e.g. ") + key + " = " + std::to_string(field));
       value = static_cast<double>(i->get());
       if (value < lo || value > hi)
-        fail(key, "value " + std::to_string(i->get()) + " is out of range", "use a value in [" + fmt_double(lo) + ", " + fmt_double(hi) + "]");
+        fail(key, "value " + std::to_string(i->get()) + " is out of range",
+             "use a value in [" + std::to_string(int64_t(lo)) + ", " + std::to_string(int64_t(hi)) + "]");
       field = static_cast<N>(i->get());
     } else {
       if (auto* i = n->as_integer()) value = static_cast<double>(i->get());

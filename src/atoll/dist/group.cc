@@ -1,0 +1,296 @@
+// Process groups over Gloo (see group.h).
+#include "atoll/dist/group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/timer.h"
+
+namespace atl {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string seconds_text(Ms d) {
+  std::ostringstream s;
+  s << static_cast<double>(d.count()) / 1000.0 << " s";
+  return s.str();
+}
+
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+// Gloo reports a timed-out wait as an IoException whose text says so; any other transport
+// failure (connection reset, closed by peer) means the peer is gone.
+[[noreturn]] void rethrow_translated(const std::string& context) {
+  try {
+    throw;
+  } catch (const Timeout& e) {
+    throw Timeout(context + ": " + e.what());
+  } catch (const PeerLost& e) {
+    throw PeerLost(context + ": " + e.what());
+  } catch (const gloo::Exception& e) {
+    const std::string msg = e.what();
+    const bool timed_out = msg.find("Timed out") != std::string::npos || msg.find("timeout") != std::string::npos;
+    if (timed_out) throw Timeout(context + ": a peer did not answer in time (" + msg + ")");
+    throw PeerLost(context + ": lost a peer (" + msg + ")");
+  }
+}
+
+void sum_floats(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<float*>(out);
+  auto* x = static_cast<const float*>(a);
+  auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+}  // namespace
+
+void run_parallel(int count, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(std::max(count, 1));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < count; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  try {
+    if (count > 0) fn(0);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
+    : opts_(opts), prefix_(store.group_prefix(opts.name, opts.epoch)), store_url_(store.url()) {
+  ATOLL_CHECK(opts_.size >= 1 && opts_.rank >= 0 && opts_.rank < opts_.size)
+      << "rank " << opts_.rank << " of " << opts_.size;
+  ATOLL_CHECK_GE(opts_.connections, 1);
+  ATOLL_CHECK_GE(opts_.bucket_bytes, sizeof(float));
+  ignore_sigpipe_once();
+  // Each rank announces itself first, so a rendezvous that times out can name who never came.
+  if (!store.set_if_absent(prefix_ + "/arrived/" + std::to_string(opts_.rank), opts_.hostname))
+    throw ConfigError(describe() + ": this rank already joined (store " + store_url_ + ", prefix " + prefix_ +
+                      "); fix: give every process its own rank, and every new group a new epoch or run id");
+  if (opts_.size == 1) return;  // nothing to connect: collectives are local
+  for (int c = 0; c < opts_.connections; ++c) connect(store, c);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::connect(Store& store, int connection) {
+  gloo::transport::tcp::attr attr;
+  if (!opts_.iface.empty())
+    attr.iface = opts_.iface;
+  else
+    attr.hostname = opts_.hostname;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw ConfigError(describe() + ": cannot listen on " +
+                      (opts_.iface.empty() ? "host '" + opts_.hostname : "interface '" + opts_.iface) +
+                      "': " + e.what());
+  }
+  auto context = std::make_shared<gloo::rendezvous::Context>(opts_.rank, opts_.size);
+  context->setTimeout(opts_.timeout);
+  auto view = store.gloo_view(prefix_ + "/c" + std::to_string(connection));
+  try {
+    context->connectFullMesh(*view, device);
+  } catch (const Timeout& e) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < opts_.size; ++r) keys.push_back(prefix_ + "/arrived/" + std::to_string(r));
+    const std::vector<bool> here = store.exists(keys);
+    std::string missing;
+    for (int r = 0; r < opts_.size; ++r)
+      if (!here[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    const Ms limit = std::min(opts_.timeout, store.timeout());
+    if (!missing.empty())
+      throw Timeout(describe() + ": rank(s) " + missing + " of " + std::to_string(opts_.size) +
+                    " did not arrive within " + seconds_text(limit) + " (store " + store_url_ + ", prefix " + prefix_ +
+                    "); fix: start every rank with the same --store and run id, or raise the timeout");
+    throw Timeout(describe() + ": all ranks arrived but connection " + std::to_string(connection) +
+                  " was not set up within " + seconds_text(limit) + " (" + e.what() + ")");
+  } catch (...) {
+    rethrow_translated(describe() + ": rendezvous of connection " + std::to_string(connection));
+  }
+  contexts_.push_back(std::move(context));
+}
+
+std::string ProcessGroup::describe() const {
+  return "group '" + opts_.name + "' epoch " + std::to_string(opts_.epoch) + ", rank " + std::to_string(opts_.rank) +
+         " of " + std::to_string(opts_.size);
+}
+
+const std::shared_ptr<gloo::Context>& ProcessGroup::context(int connection) const {
+  ATOLL_CHECK(connection >= 0 && connection < static_cast<int>(contexts_.size()))
+      << "connection " << connection << " of " << contexts_.size() << " (" << describe() << ")";
+  return contexts_[connection];
+}
+
+void ProcessGroup::record(uint64_t bytes_sent, double seconds) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.bytes_sent += bytes_sent;
+  stats_.seconds += seconds;
+  stats_.ops += 1;
+}
+
+CommStats ProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void ProcessGroup::check_usable(const char* op) const {
+  if (broken_)
+    throw PeerLost(describe() + ": " + op + " on a group broken by an earlier failure; fix: form a new group " +
+                   "with the next membership epoch");
+}
+
+void ProcessGroup::fail(const std::string& op) {
+  broken_ = true;
+  rethrow_translated(describe() + ": " + op);
+}
+
+void ProcessGroup::barrier() {
+  check_usable("barrier");
+  if (size() == 1) return;
+  const double t0 = now_s();
+  try {
+    gloo::BarrierOptions o(contexts_[0]);
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::barrier(o);
+  } catch (...) {
+    fail("barrier");
+  }
+  record(0, now_s() - t0);
+}
+
+void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
+  check_usable("broadcast");
+  ATOLL_CHECK(root >= 0 && root < size()) << "broadcast root " << root << " (" << describe() << ")";
+  if (size() == 1 || bytes == 0) return;
+  const double t0 = now_s();
+  // The root only reads its buffer; the others receive into a copy, kept only on success.
+  std::vector<uint8_t> copy(rank() == root ? 0 : bytes);
+  uint8_t* target = rank() == root ? static_cast<uint8_t*>(data) : copy.data();
+  try {
+    gloo::BroadcastOptions o(contexts_[0]);
+    o.setOutput(target, bytes);
+    o.setRoot(root);
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::broadcast(o);
+  } catch (...) {
+    fail("broadcast");
+  }
+  if (rank() != root) std::memcpy(data, copy.data(), bytes);
+  record(rank() == root ? bytes * (size() - 1) : 0, now_s() - t0);
+}
+
+std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {
+  check_usable("allgather");
+  if (size() == 1) return {blob};
+  const double t0 = now_s();
+  std::vector<uint64_t> sizes(size());
+  uint64_t mine = blob.size();
+  std::vector<char> padded, all;
+  try {
+    gloo::AllgatherOptions s(contexts_[0]);
+    s.setInput(&mine, 1);
+    s.setOutput(sizes.data(), sizes.size());
+    s.setTag(next_tag());
+    s.setTimeout(opts_.timeout);
+    gloo::allgather(s);
+    const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
+    if (longest > 0) {  // blobs padded to the longest, since Gloo's allgather is fixed-size
+      padded.assign(longest, 0);
+      std::copy(blob.begin(), blob.end(), padded.begin());
+      all.resize(longest * size());
+      gloo::AllgatherOptions o(contexts_[0]);
+      o.setInput(padded.data(), longest);
+      o.setOutput(all.data(), all.size());
+      o.setTag(next_tag());
+      o.setTimeout(opts_.timeout);
+      gloo::allgather(o);
+    }
+  } catch (...) {
+    fail("allgather");
+  }
+  std::vector<std::string> out(size());
+  for (int r = 0; r < size(); ++r) out[r].assign(all.data() + r * padded.size(), sizes[r]);
+  record((sizeof(uint64_t) + padded.size()) * (size() - 1), now_s() - t0);
+  return out;
+}
+
+void ProcessGroup::expect_same(const std::string& what, const std::string& value) {
+  const std::vector<std::string> all = allgather(value);
+  for (int r = 1; r < size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto& a = all[0];
+    const auto& b = all[r];
+    size_t at = 0;
+    while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+    const size_t from = at > 20 ? at - 20 : 0;
+    throw ConfigError(describe() + ": rank " + std::to_string(r) + "'s " + what + " differs from rank 0's at byte " +
+                      std::to_string(at) + ": '" + b.substr(from, 40) + "' vs '" + a.substr(from, 40) + "'");
+  }
+}
+
+void ProcessGroup::allreduce_sum(float* data, size_t n) {
+  check_usable("allreduce_sum");
+  if (size() == 1 || n == 0) return;
+  const double t0 = now_s();
+  scratch_.resize(n);
+  const size_t bucket = std::max<size_t>(1, opts_.bucket_bytes / sizeof(float));
+  const size_t buckets = (n + bucket - 1) / bucket;
+  const int streams = static_cast<int>(std::min<size_t>(contexts_.size(), buckets));
+  const uint32_t tag = next_tag();
+  try {
+    run_parallel(streams, [&](int c) {
+      for (size_t b = c; b < buckets; b += streams) {
+        const size_t off = b * bucket, len = std::min(bucket, n - off);
+        gloo::AllreduceOptions o(contexts_[c]);
+        o.setInput(data + off, len);
+        o.setOutput(scratch_.data() + off, len);
+        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        o.setReduceFunction(&sum_floats);
+        o.setTag(tag);
+        o.setTimeout(opts_.timeout);
+        gloo::allreduce(o);
+      }
+    });
+  } catch (...) {
+    fail("allreduce_sum of " + std::to_string(n) + " floats");
+  }
+  std::memcpy(data, scratch_.data(), n * sizeof(float));
+  record(2 * (size() - 1) * n * sizeof(float) / size(), now_s() - t0);
+}
+
+}  // namespace atl

@@ -1,0 +1,125 @@
+// A process group: `size` processes that found each other through the store and hold Gloo TCP
+// connections to one another (Gloo's rendezvous::Context, full mesh). Inside an island the
+// workers form one group and all-reduce gradients every step (allreduce_sum); across islands
+// the workers of the same local rank form another and run the quantized ring (ring_allreduce.h).
+//
+// Layering follows Gloo: the store does rendezvous only (store.h), Gloo's TCP transport moves
+// bytes, algorithms (Gloo's own, or ring_allreduce.h on Gloo unbound buffers) sit on top.
+//
+// Connections: `connections` independent Gloo contexts for the same members, each on its own
+// TCP device (own sockets, own event-loop thread), so bulk transfers can use several TCP streams
+// at once; one stream rarely fills a fast link. Collectives that move little (barrier,
+// broadcast, allgather) use connection 0.
+//
+// Membership epoch: part of every store key of the group ("atoll/<run>/<name>/e<epoch>/...").
+// After a failure (Timeout or PeerLost) the group is broken: its collectives refuse to run, and
+// the survivors form a new group with a higher epoch (elastic membership, a later stage).
+//
+// Timeouts: rendezvous waits at most `timeout` for every peer (capped by the store's timeout);
+// every collective waits at most `timeout` for any one message. Failures raise Timeout (a peer
+// stalled or never came: the message names the missing ranks when it can) or PeerLost (a peer's
+// connection closed or broke). Every collective leaves the caller's buffers unchanged on failure.
+//
+// The constructor ignores SIGPIPE for the process if it had the default action, so writing to
+// a dead peer's socket raises PeerLost instead of killing the process.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "atoll/dist/store.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace atl {
+
+struct GroupOptions {
+  std::string name = "world";  // e.g. "island0" (in-island) or "outer-r0" (across islands)
+  int rank = 0;
+  int size = 1;
+  uint64_t epoch = 0;                  // membership epoch, part of every key prefix
+  std::string hostname = "127.0.0.1";  // address this process listens on (Gloo binds port 0)
+  std::string iface{};                 // or a network interface name, e.g. "eth0" (wins if set)
+  int connections = 1;                 // TCP contexts per group (streams per peer)
+  std::chrono::milliseconds timeout{30000};
+  size_t bucket_bytes = size_t{16} << 20;  // allreduce_sum: fused bucket size (fp32 bytes)
+};
+
+// What a process sent and how long it spent in collectives: comm_bytes and comm_s in
+// metrics.jsonl (DESIGN.md). Gloo's own algorithms count the bytes of their schedule (ring
+// all-reduce: 2(P-1)/P of the buffer per rank); the quantized ring counts exact bytes.
+struct CommStats {
+  uint64_t bytes_sent = 0;
+  double seconds = 0;
+  uint64_t ops = 0;
+};
+
+class ProcessGroup {
+ public:
+  // Rendezvous through `store` (used only while constructing; it need not outlive the group).
+  // Throws Timeout naming the ranks that never arrived, ConfigError if this rank already joined.
+  ProcessGroup(Store& store, const GroupOptions& opts);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return opts_.rank; }
+  int size() const { return opts_.size; }
+  uint64_t epoch() const { return opts_.epoch; }
+  int connections() const { return opts_.connections; }
+  std::chrono::milliseconds timeout() const { return opts_.timeout; }
+  const GroupOptions& options() const { return opts_; }
+  const std::string& prefix() const { return prefix_; }  // "atoll/<run>/<name>/e<epoch>"
+  std::string describe() const;                          // "group 'world' epoch 0, rank 1 of 4"
+
+  // Collectives: every rank calls the same ones in the same order.
+  void barrier();
+  // data[bytes] <- root's data[bytes]; non-root ranks receive into a scratch copy first.
+  void broadcast(void* data, size_t bytes, int root);
+  // Every rank's blob, in rank order (blobs may differ in size).
+  std::vector<std::string> allgather(const std::string& blob);
+  // Throws ConfigError on every rank if some rank's `value` differs from rank 0's, e.g.
+  // expect_same("model config", toml) -> "rank 2's model config differs from rank 0's at ...".
+  void expect_same(const std::string& what, const std::string& value);
+  // data[n] <- sum over ranks, with Gloo's ring all-reduce in buckets of bucket_bytes spread
+  // over the connections. On failure data[n] is unchanged (the sum goes to a scratch copy).
+  void allreduce_sum(float* data, size_t n);
+
+  // For algorithms built on the group's connections (ring_allreduce.h).
+  const std::shared_ptr<gloo::Context>& context(int connection) const;
+  uint32_t next_tag() { return tag_++; }  // same sequence on every rank
+  void record(uint64_t bytes_sent, double seconds);
+  CommStats stats() const;
+  bool broken() const { return broken_; }
+  void check_usable(const char* op) const;  // PeerLost if an earlier collective failed
+  // Inside a catch block: marks the group broken and rethrows the current exception as
+  // Timeout or PeerLost (Gloo's exceptions translated) with `op` and describe() in front.
+  [[noreturn]] void fail(const std::string& op);
+
+ private:
+  void connect(Store& store, int connection);
+
+  GroupOptions opts_;
+  std::string prefix_;
+  std::string store_url_;
+  std::vector<std::shared_ptr<gloo::Context>> contexts_;
+  std::vector<float> scratch_;
+  uint32_t tag_ = 1;
+  std::atomic<bool> broken_{false};
+  mutable std::mutex stats_mu_;
+  CommStats stats_;
+};
+
+// Runs fn(0..count-1) at once, fn(0) on the calling thread and the rest on their own threads;
+// waits for all, then rethrows the first exception (by index) if any failed.
+void run_parallel(int count, const std::function<void(int)>& fn);
+
+}  // namespace atl

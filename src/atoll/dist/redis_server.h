@@ -1,0 +1,65 @@
+// A private redis-server on loopback, for tests and for `atoll launch` when no --store is given
+// (DESIGN.md, "Core decisions": Redis holds rendezvous keys, heartbeats and membership epochs).
+//
+// Start: pick a free port (bind 127.0.0.1:0, read the port, close), run
+//   redis-server --port P --bind HOST --save "" --appendonly no --protected-mode yes
+// with its log in a temporary file, and wait until it answers PING (bounded by
+// start_timeout). Another process can take the port between our probe and redis's bind; then
+// redis exits with "Address already in use" and we try a fresh port (up to `attempts` times),
+// which makes the race harmless. The child gets SIGTERM if the thread that started it exits
+// (PR_SET_PDEATHSIG), so a crashed test leaves no server behind.
+// Stop (destructor or stop()): SIGTERM, wait up to stop_timeout, then SIGKILL.
+//
+// A fixed `port` is used as given: if it is taken, the error says so ("Address already in use").
+//
+// Errors: redis-server missing -> Error with the fix ("apt-get install redis-server"); not
+// answering in time -> Timeout; exiting at start -> Error with the tail of its log.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
+namespace atl {
+
+struct RedisServerOptions {
+  std::string binary = "redis-server";  // looked up on PATH
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: pick a free port; a fixed port that is taken is an error
+  std::chrono::milliseconds start_timeout{10000};
+  std::chrono::milliseconds stop_timeout{5000};
+  int attempts = 5;  // fresh ports tried when the chosen one is taken
+};
+
+class RedisServer {
+ public:
+  explicit RedisServer(const RedisServerOptions& opts = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  const std::string& host() const { return opts_.host; }
+  int port() const { return port_; }
+  std::string url() const;  // "redis://127.0.0.1:PORT", what --store takes
+  pid_t pid() const { return pid_; }
+
+  // Stops the server (idempotent). Safe to call from the process that started it only.
+  void stop();
+
+ private:
+  bool try_start(int port, std::string* failure);
+  std::string log_tail() const;
+
+  RedisServerOptions opts_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  pid_t owner_ = -1;  // the process that started the server; forked children never stop it
+  std::string log_path_;
+};
+
+// True when a Redis server at host:port answers PING within `timeout`; else false, with the
+// reason ("Connection refused") in *error when given.
+bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error = nullptr);
+
+}  // namespace atl

@@ -1,0 +1,202 @@
+// Rendezvous store over Redis (see store.h): Gloo's RedisStore with bounded waits, socket
+// timeouts and a lock, behind Gloo PrefixStores.
+#include "atoll/dist/store.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/redis_store.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "atoll/core/errors.h"
+#include "atoll/dist/redis_server.h"
+
+namespace atl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+std::string seconds_text(Ms d) {
+  std::ostringstream s;
+  s << static_cast<double>(d.count()) / 1000.0 << " s";
+  return s.str();
+}
+
+timeval to_timeval(Ms d) {
+  return timeval{static_cast<time_t>(d.count() / 1000), static_cast<suseconds_t>(d.count() % 1000 * 1000)};
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+std::string join(const std::vector<std::string>& keys) {
+  std::string s;
+  for (auto& k : keys) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+}  // namespace
+
+// Gloo's RedisStore, made bounded and thread-safe. Gloo calls set/get/wait on it through a
+// PrefixStore; Store calls command() directly.
+class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
+ public:
+  BoundedRedisStore(const StoreAddress& addr, Ms timeout)
+      : gloo::rendezvous::RedisStore(addr.host, addr.port), url_(addr.url()), timeout_(timeout) {
+    redisSetTimeout(redis_, to_timeval(timeout));  // no command blocks longer than a wait may
+  }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Reply r = command({"SETNX", key, std::string(data.begin(), data.end())});
+    if (r->integer != 1)
+      throw ConfigError(url_ + ": store key '" + key + "' is already set: another process joined with the same " +
+                        "rank, or the run id is reused (fix: one rank per process, a fresh run id per run)");
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, timeout_);
+    Reply r = command({"GET", key});
+    if (r->type != REDIS_REPLY_STRING) throw IoError(url_ + ": store key '" + key + "' vanished");
+    return std::vector<char>(r->str, r->str + r->len);
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  // Polls EXISTS (Gloo polls too) from 1 ms up to 10 ms apart until `timeout`, capped by the
+  // store's own timeout; then Timeout naming the keys still missing.
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    const Ms limit = timeout.count() > 0 ? std::min(timeout, timeout_) : timeout_;
+    const auto deadline = Clock::now() + limit;
+    Ms pause(1);
+    for (;;) {
+      std::vector<std::string> missing;
+      for (auto& k : keys)
+        if (!exists(k)) missing.push_back(k);
+      if (missing.empty()) return;
+      if (Clock::now() >= deadline)
+        throw Timeout(url_ + ": waited " + seconds_text(limit) + " for store key(s) " + join(missing));
+      std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<Ms>(deadline - Clock::now())));
+      pause = std::min(pause * 2, Ms(10));
+    }
+  }
+
+  bool exists(const std::string& key) { return command({"EXISTS", key})->integer == 1; }
+
+  // One Redis command; throws Timeout (socket timeout) or IoError (connection lost, Redis error).
+  Reply command(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* raw =
+        static_cast<redisReply*>(redisCommandArgv(redis_, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (raw == nullptr) {
+      const bool timed_out = redis_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+      const std::string what = url_ + ": store " + args[0] + " failed: " + redis_->errstr;
+      if (timed_out) throw Timeout(what + " (no answer within " + seconds_text(timeout_) + ")");
+      throw IoError(what + " (store connection lost; fix: check the redis-server given to --store)");
+    }
+    Reply r(raw);
+    if (r->type == REDIS_REPLY_ERROR)
+      throw IoError(url_ + ": store " + args[0] + " error: " + std::string(r->str, r->len));
+    return r;
+  }
+
+ private:
+  std::string url_;
+  Ms timeout_;
+  std::mutex mu_;
+};
+
+std::string StoreAddress::url() const { return "redis://" + host + ":" + std::to_string(port); }
+
+StoreAddress parse_store_url(const std::string& url) {
+  std::string rest = url;
+  const std::string scheme = "redis://";
+  if (rest.rfind(scheme, 0) == 0) rest = rest.substr(scheme.size());
+  if (rest.find("://") != std::string::npos || rest.empty() || rest.find('/') != std::string::npos)
+    throw ConfigError("store '" + url + "' is not redis://HOST:PORT");
+  StoreAddress a;
+  const size_t colon = rest.rfind(':');
+  a.host = rest.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string port = rest.substr(colon + 1);
+    char* end = nullptr;
+    const long p = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
+      throw ConfigError("store '" + url + "': port '" + port + "' is not a number in 1..65535");
+    a.port = static_cast<int>(p);
+  }
+  if (a.host.empty()) throw ConfigError("store '" + url + "' has no host");
+  return a;
+}
+
+Store::Store(const StoreOptions& opts) : opts_(opts), addr_(parse_store_url(opts.url)) {
+  // Probe with PING until the deadline: a store that is still starting is not an error.
+  const auto deadline = Clock::now() + opts_.timeout;
+  Ms pause(10);
+  std::string why;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
+    if (redis_ping(addr_.host, addr_.port, std::clamp(left, Ms(1), Ms(1000)), &why)) break;
+    if (Clock::now() >= deadline)
+      throw Timeout(addr_.url() + ": store unreachable after " + seconds_text(opts_.timeout) + " (" + why +
+                    "); fix: start redis-server or pass --store");
+    std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<Ms>(deadline - Clock::now())));
+    pause = std::min(pause * 2, Ms(200));
+  }
+  try {
+    redis_ = std::make_unique<BoundedRedisStore>(addr_, opts_.timeout);
+  } catch (const gloo::Exception& e) {
+    throw Timeout(addr_.url() + ": store unreachable: " + e.what() + "; fix: start redis-server or pass --store");
+  }
+}
+
+Store::~Store() = default;
+
+std::string Store::run_prefix() const { return "atoll/" + opts_.run_id; }
+
+std::string Store::group_prefix(const std::string& group, uint64_t epoch) const {
+  return run_prefix() + "/" + group + "/e" + std::to_string(epoch);
+}
+
+std::unique_ptr<gloo::rendezvous::Store> Store::gloo_view(const std::string& prefix) {
+  return std::make_unique<gloo::rendezvous::PrefixStore>(prefix, *redis_);
+}
+
+bool Store::set_if_absent(const std::string& key, const std::string& value) {
+  return redis_->command({"SETNX", key, value})->integer == 1;
+}
+
+void Store::set(const std::string& key, const std::string& value) { redis_->command({"SET", key, value}); }
+
+std::optional<std::string> Store::get(const std::string& key) {
+  Reply r = redis_->command({"GET", key});
+  if (r->type != REDIS_REPLY_STRING) return std::nullopt;
+  return std::string(r->str, r->len);
+}
+
+std::vector<bool> Store::exists(const std::vector<std::string>& keys) {
+  std::vector<bool> out;
+  for (auto& k : keys) out.push_back(redis_->exists(k));
+  return out;
+}
+
+int64_t Store::increment(const std::string& key, int64_t by) {
+  return redis_->command({"INCRBY", key, std::to_string(by)})->integer;
+}
+
+void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
+
+}  // namespace atl

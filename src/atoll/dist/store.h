@@ -1,0 +1,85 @@
+// The rendezvous store: one connection to Redis through Gloo's RedisStore, seen through Gloo
+// PrefixStores so that every key of a run lives under "atoll/<run_id>/..." and every key of a
+// process group under "atoll/<run_id>/<group>/e<epoch>/..." (the membership epoch is part of
+// every prefix, so a group re-formed after a failure never meets the keys of the old one).
+//
+// Why a subclass of Gloo's RedisStore rather than the class itself: its waits are bounded by a
+// hard-coded 30 s (get) and its clock counts whole seconds; here every wait is bounded by
+// StoreOptions::timeout (to the millisecond) and ends in atl::Timeout naming the missing keys,
+// every Redis command has a socket timeout, and one mutex makes the connection usable from
+// several threads. Keys are written with SETNX, as Gloo does: a key is written once, so a
+// second process claiming the same rank is caught, and a run id must be unique per run.
+//
+// Errors: unreachable at construction -> Timeout ("redis://127.0.0.1:6399: store unreachable
+// after 5 s (Connection refused); fix: start redis-server or pass --store"); a wait that runs out
+// -> Timeout naming the keys; the connection lost later -> IoError.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace atl {
+
+struct StoreAddress {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string url() const;  // "redis://HOST:PORT"
+};
+
+// "redis://HOST:PORT", "HOST:PORT" or "HOST" (port 6379); anything else throws ConfigError.
+StoreAddress parse_store_url(const std::string& url);
+
+struct StoreOptions {
+  std::string url = "redis://127.0.0.1:6379";
+  std::string run_id = "run";                // first part of every key; unique per run
+  std::chrono::milliseconds timeout{30000};  // connecting, and every wait for a key
+};
+
+class BoundedRedisStore;  // store.cc
+
+class Store {
+ public:
+  // Connects, retrying until options.timeout (the store may still be starting).
+  explicit Store(const StoreOptions& opts);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const StoreOptions& options() const { return opts_; }
+  const StoreAddress& address() const { return addr_; }
+  std::string url() const { return addr_.url(); }
+  std::chrono::milliseconds timeout() const { return opts_.timeout; }
+
+  // "atoll/<run_id>": the prefix of every key of this run.
+  std::string run_prefix() const;
+  // "atoll/<run_id>/<group>/e<epoch>": the prefix of one process group at one epoch.
+  std::string group_prefix(const std::string& group, uint64_t epoch) const;
+
+  // A Gloo store whose keys go under `prefix + "/"` (a gloo::rendezvous::PrefixStore over this
+  // connection), for gloo::rendezvous::Context::connectFullMesh. Valid while *this lives.
+  std::unique_ptr<gloo::rendezvous::Store> gloo_view(const std::string& prefix);
+
+  // Direct operations on absolute keys, for membership and heartbeats.
+  bool set_if_absent(const std::string& key, const std::string& value);  // false if it existed
+  void set(const std::string& key, const std::string& value);            // overwrites
+  std::optional<std::string> get(const std::string& key);                // does not wait
+  std::vector<bool> exists(const std::vector<std::string>& keys);
+  int64_t increment(const std::string& key, int64_t by = 1);  // atomic, returns the new value
+  // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
+
+ private:
+  StoreOptions opts_;
+  StoreAddress addr_;
+  std::unique_ptr<BoundedRedisStore> redis_;
+};
+
+}  // namespace atl

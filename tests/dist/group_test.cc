@@ -1,0 +1,155 @@
+// Process groups, with every rank a real process: barrier, broadcast, allgather of blobs of
+// different sizes, config comparison, Gloo's sum all-reduce over several connections on
+// integer data (exact sums), and the failures: a rank that never arrives, a rank joining twice.
+#include "atoll/dist/group.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "atoll/core/errors.h"
+#include "atoll/dist/redis_server.h"
+#include "dist_test_util.h"
+
+namespace atl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using testing::put;
+using testing::run_processes;
+using testing::take;
+
+class GroupTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void TearDownTestSuite() { delete server_; }
+  static StoreOptions store_options(const std::string& run) {
+    return StoreOptions{.url = server_->url(), .run_id = run, .timeout = milliseconds(20000)};
+  }
+  static RedisServer* server_;
+};
+RedisServer* GroupTest::server_ = nullptr;
+
+TEST_F(GroupTest, SmallCollectivesOnWorldSizes1To4) {
+  for (int size = 1; size <= 4; ++size) {
+    const std::string run = "small" + std::to_string(size);
+    const auto out = run_processes(size, [&](int rank) {
+      Store store(store_options(run));
+      ProcessGroup g(store, GroupOptions{.rank = rank, .size = size, .connections = 2, .timeout = milliseconds(10000)});
+      g.barrier();
+      int64_t value = rank == size - 1 ? 4242 : -1;
+      g.broadcast(&value, sizeof(value), size - 1);
+      const auto blobs = g.allgather(std::string(rank, static_cast<char>('a' + rank)));  // rank 0's is empty
+      std::string result;
+      put(result, value);
+      for (int r = 0; r < size; ++r) result += blobs[r] + "|";
+      g.expect_same("model config", "same everywhere");
+      return result;
+    });
+    std::string expected_blobs;
+    for (int r = 0; r < size; ++r) expected_blobs += std::string(r, static_cast<char>('a' + r)) + "|";
+    for (int r = 0; r < size; ++r) {
+      ASSERT_GE(out[r].size(), 8u) << out[r];
+      size_t at = 0;
+      EXPECT_EQ(take<int64_t>(out[r], at), 4242) << "size " << size << " rank " << r;
+      EXPECT_EQ(out[r].substr(at), expected_blobs) << "size " << size << " rank " << r;
+    }
+  }
+}
+
+TEST_F(GroupTest, ExpectSameNamesTheRankThatDiffers) {
+  const auto out = run_processes(3, [&](int rank) {
+    Store store(store_options("differ"));
+    ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3});
+    g.expect_same("model config", rank == 2 ? "d_model = 64\nlayers = 3\n" : "d_model = 64\nlayers = 2\n");
+    return std::string("no error");
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(out[r].find("rank 2's model config differs from rank 0's"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("layers = 3"), std::string::npos) << out[r];
+  }
+}
+
+// Integer-valued data: every partial sum is exact in fp32, so the result is exact.
+TEST_F(GroupTest, AllreduceSumIsExactOnIntegersForAllSizesAndCounts) {
+  for (int size = 1; size <= 4; ++size) {
+    const std::string run = "sum" + std::to_string(size);
+    const std::vector<size_t> counts = {0, 1, static_cast<size_t>(size - 1), 1000, 1003, size_t{1} << 20};
+    const auto out = run_processes(size, [&](int rank) {
+      Store store(store_options(run));
+      // Small buckets: 1<<20 floats become 16 buckets spread over 3 connections.
+      ProcessGroup g(store, GroupOptions{.rank = rank, .size = size, .connections = 3, .bucket_bytes = 256 << 10});
+      std::string bad;
+      for (size_t n : counts) {
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>((rank + 1) * static_cast<int>(i % 1000));
+        g.allreduce_sum(x.data(), n);
+        const float factor = static_cast<float>(size * (size + 1) / 2);
+        for (size_t i = 0; i < n; ++i)
+          if (x[i] != factor * static_cast<float>(i % 1000)) {
+            bad += "n=" + std::to_string(n) + " i=" + std::to_string(i) + " got " + std::to_string(x[i]) + "; ";
+            break;
+          }
+      }
+      const CommStats s = g.stats();
+      return bad.empty() && (size == 1 || s.bytes_sent > 0) ? std::string("ok") : "bad: " + bad;
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(out[r], "ok") << "size " << size << " rank " << r;
+  }
+}
+
+TEST_F(GroupTest, ARankThatNeverArrivesIsATimeoutNamingIt) {
+  // Ranks 0 and 1 of a group of 3 come; rank 2 never does.
+  const auto out = run_processes(2, [&](int rank) {
+    Store store(store_options("missing"));
+    const auto t0 = Clock::now();
+    try {
+      ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3, .timeout = milliseconds(1000)});
+      return std::string("connected without rank 2");
+    } catch (const Timeout& e) {
+      const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+      return "timeout after " + std::to_string(ms) + " ms: " + e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(out[r].find("rank(s) 2 of 3 did not arrive within 1 s"), std::string::npos) << out[r];
+    EXPECT_NE(out[r].find("atoll/missing/world/e0"), std::string::npos) << out[r];
+    const long ms = std::stol(out[r].substr(std::strlen("timeout after ")));
+    EXPECT_GE(ms, 1000) << out[r];
+    EXPECT_LT(ms, 4000) << out[r];
+  }
+}
+
+TEST_F(GroupTest, ListensOnANamedInterfaceAndRejectsAnUnknownOne) {
+  const auto out = run_processes(2, [&](int rank) {
+    Store store(store_options("iface"));
+    float x = 1.0f + rank;
+    ProcessGroup g(store, GroupOptions{.rank = rank, .size = 2, .iface = "lo"});
+    g.allreduce_sum(&x, 1);
+    std::string bad = "no error";
+    try {
+      ProcessGroup(store, GroupOptions{.name = "other", .rank = rank, .size = 2, .iface = "atoll-no-such-if0"});
+    } catch (const ConfigError& e) {
+      bad = e.what();
+    }
+    return std::to_string(x) + "|" + bad;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[r].rfind("3.0", 0), 0u) << out[r];
+    EXPECT_NE(out[r].find("cannot listen on interface 'atoll-no-such-if0'"), std::string::npos) << out[r];
+  }
+}
+
+TEST_F(GroupTest, TheSameRankTwiceIsAConfigError) {
+  Store store(store_options("twice"));
+  ProcessGroup first(store, GroupOptions{.rank = 0, .size = 1});
+  EXPECT_THROW(ProcessGroup(store, GroupOptions{.rank = 0, .size = 1}), ConfigError);
+  // A new membership epoch is a new group: the same rank may join it.
+  ProcessGroup next(store, GroupOptions{.rank = 0, .size = 1, .epoch = 1});
+  EXPECT_EQ(next.prefix(), "atoll/twice/world/e1");
+}
+
+}  // namespace
+}  // namespace atl

@@ -1,0 +1,116 @@
+// The rendezvous store: URL parsing, key operations, Gloo prefix views, bounded waits, and an
+// unreachable store failing with Timeout within its timeout.
+#include "atoll/dist/store.h"
+
+#include <gloo/rendezvous/store.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "atoll/core/errors.h"
+#include "atoll/dist/redis_server.h"
+
+namespace atl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+class StoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void TearDownTestSuite() { delete server_; }
+  static RedisServer* server_;
+};
+RedisServer* StoreTest::server_ = nullptr;
+
+TEST(StoreUrl, Parses) {
+  EXPECT_EQ(parse_store_url("redis://10.0.0.2:7000").host, "10.0.0.2");
+  EXPECT_EQ(parse_store_url("redis://10.0.0.2:7000").port, 7000);
+  EXPECT_EQ(parse_store_url("localhost").port, 6379);
+  EXPECT_EQ(parse_store_url("h:1").url(), "redis://h:1");
+  for (const char* bad :
+       {"", "http://h:1", "redis://h:port", "redis://h:0", "redis://h:70000", "redis://:5", "redis://h:1/x"})
+    EXPECT_THROW(parse_store_url(bad), ConfigError) << bad;
+}
+
+TEST_F(StoreTest, KeyOperations) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "keys"});
+  EXPECT_EQ(store.run_prefix(), "atoll/keys");
+  EXPECT_EQ(store.group_prefix("island0", 3), "atoll/keys/island0/e3");
+  EXPECT_FALSE(store.get("atoll/keys/a").has_value());
+  EXPECT_TRUE(store.set_if_absent("atoll/keys/a", "1"));
+  EXPECT_FALSE(store.set_if_absent("atoll/keys/a", "2"));
+  EXPECT_EQ(store.get("atoll/keys/a").value(), "1");
+  store.set("atoll/keys/a", std::string("x\0y", 3));  // binary-safe
+  EXPECT_EQ(store.get("atoll/keys/a").value(), std::string("x\0y", 3));
+  EXPECT_EQ(store.increment("atoll/keys/epoch"), 1);
+  EXPECT_EQ(store.increment("atoll/keys/epoch", 5), 6);
+  EXPECT_EQ(store.exists({"atoll/keys/a", "atoll/keys/none"}), (std::vector<bool>{true, false}));
+}
+
+TEST_F(StoreTest, GlooViewPrefixesKeysAndWritesOnce) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "view"});
+  auto view = store.gloo_view(store.group_prefix("g", 0));
+  view->set("0", {'a', 'b'});
+  EXPECT_EQ(store.get("atoll/view/g/e0/0").value(), "ab");
+  EXPECT_EQ(view->get("0"), (std::vector<char>{'a', 'b'}));
+  EXPECT_THROW(view->set("0", {'c'}), ConfigError);  // a second writer of the same key
+}
+
+TEST_F(StoreTest, WaitIsBoundedAndNamesTheMissingKey) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "wait", .timeout = milliseconds(300)});
+  store.set("atoll/wait/here", "1");
+  const auto t0 = Clock::now();
+  try {
+    store.wait({"atoll/wait/here", "atoll/wait/never"});
+    FAIL() << "waited for a key nobody sets";
+  } catch (const Timeout& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("atoll/wait/never"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("atoll/wait/here"), std::string::npos) << msg;
+  }
+  const auto took = Clock::now() - t0;
+  EXPECT_GE(took, milliseconds(300));
+  EXPECT_LT(took, milliseconds(1500));
+  // Gloo's get() waits too, bounded by the same timeout.
+  auto view = store.gloo_view("atoll/wait");
+  EXPECT_THROW(view->get("never"), Timeout);
+}
+
+TEST_F(StoreTest, WaitReturnsWhenAnotherClientSetsTheKey) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "wait2", .timeout = milliseconds(10000)});
+  std::thread writer([&] {
+    Store other(StoreOptions{.url = server_->url(), .run_id = "wait2"});
+    other.set("atoll/wait2/late", "1");
+  });
+  store.wait({"atoll/wait2/late"});
+  writer.join();
+  EXPECT_EQ(store.get("atoll/wait2/late").value(), "1");
+}
+
+TEST(StoreUnreachable, TimesOutWithinTheTimeoutAndNamesTheAddress) {
+  // A port that nothing listens on: start a server, note its port, stop it.
+  int port;
+  {
+    RedisServer gone;
+    port = gone.port();
+  }
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  const auto t0 = Clock::now();
+  try {
+    Store store(StoreOptions{.url = url, .timeout = milliseconds(500)});
+    FAIL() << "connected to a store that is not there";
+  } catch (const Timeout& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(url + ": store unreachable after 0.5 s"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fix: start redis-server or pass --store"), std::string::npos) << msg;
+  }
+  const auto took = Clock::now() - t0;
+  EXPECT_GE(took, milliseconds(500));
+  EXPECT_LT(took, milliseconds(2000));
+}
+
+}  // namespace
+}  // namespace atl
