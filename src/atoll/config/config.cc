@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -96,10 +97,10 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
 
 std::string fmt_double(double x) {
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  std::ostringstream s;
-  s.precision(17);
-  s << x;
-  std::string r = s.str();
+  // Shortest text that reads back to the same double (1e-06, not 9.9999999999999995e-07).
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, x);
+  std::string r(buf, res.ptr);
   if (r.find_first_of(".eEn") == std::string::npos) r += ".0";
   return r;
 }
