@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# atoll against the PyTorch peer (../shared/peer), side by side in one session: the runs
+# alternate (peer, atoll, peer, atoll, ...) so drifting machine load hits both alike.
+#   bench/vs_pytorch.sh small 3            # config name (tiny|small), rounds
+# Needs python3-torch and libopenblas0-pthread (../shared/peer/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+name=${1:-small} rounds=${2:-3}
+peer_dir=$(cd ../shared/peer && pwd)
+out=${ATOLL_BENCH_OUT:-/tmp/atoll-vs-pytorch}
+mkdir -p "$out"
+: >"$out/results.jsonl"
+for r in $(seq 1 "$rounds"); do
+  for who in pytorch-default pytorch-passive atoll-fp32; do
+    case $who in
+      pytorch-default) line=$(cd "$peer_dir" && /usr/bin/python3 bench_train.py --config "$name" --warmup 1 --steps 3 2>&1 | sed -n 's/^RESULT //p') ;;
+      pytorch-passive) line=$(cd "$peer_dir" && OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench_train.py --config "$name" --warmup 1 --steps 3 2>&1 | sed -n 's/^RESULT //p') ;;
+      atoll-fp32) line=$(build/atoll bench --config "configs/$name.toml" --steps 3 2>/dev/null | grep '^{' | tail -1) ;;
+    esac
+    echo "{\"who\": \"$who\", \"round\": $r, \"result\": $line}" >>"$out/results.jsonl"
+    echo "round $r $who done" >&2
+  done
+done
+python3 - "$out/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {}
+for r in rows: by.setdefault(r["who"], []).append(r["result"])
+best = statistics.median(x["tokens_per_s"] for x in by["pytorch-passive"])
+print("| run | tokens/s min / median / max | GFLOP/s (median) | MFU | peak RSS MiB | vs PyTorch PASSIVE |")
+print("|---|---|---:|---:|---:|---:|")
+for who, rs in by.items():
+    t = sorted(x["tokens_per_s"] for x in rs)
+    g = statistics.median(x["gflops"] for x in rs)
+    mfu = statistics.median(x.get("mfu", 0) for x in rs)
+    rss = max(x["peak_rss_mib"] for x in rs)
+    print(f"| {who} | {t[0]:.0f} / {statistics.median(t):.0f} / {t[-1]:.0f} | {g:.1f} | "
+          f"{(f'{100*mfu:.0f}%' if mfu else '-')} | {rss:.0f} | {statistics.median(t)/best:.2f}x |")
+PY
