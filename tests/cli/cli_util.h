@@ -198,6 +198,7 @@ class Background {
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;
 
+  pid_t pid() const { return pid_; }  // -1 once reaped
   bool running() {
     if (pid_ <= 0) return false;
     int status = 0;

@@ -137,7 +137,7 @@ TEST(Optimizer, ResumedEqualsUninterrupted) {
 
 TEST(Optimizer, RejectsUnknownName) {
   const ParamLayout layout = ParamLayout::build(tiny_model());
-  EXPECT_THROW(Optimizer(optim_config("sgd"), layout), CheckError);
+  EXPECT_THROW(Optimizer(optim_config("lion"), layout), CheckError);
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ Runner add_eval(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_data(CLI::App& app);
+Runner add_launch(CLI::App& app);  // cmd_launch.cc
+Runner add_worker(CLI::App& app);  // cmd_launch.cc
 
 // Prints a sample from the model in `checkpoint_dir` (used by `train` at the end and by `generate`).
 std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,

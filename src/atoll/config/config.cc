@@ -56,7 +56,8 @@ void visit_config(Config& c, V&& v) {
   v.str("train.device", t.device, "compute device", {"cpu", "cuda"});
 
   auto& o = c.optim;
-  v.str("optim.name", o.name, "optimizer: adamw, or muon (hidden matrices) + adamw (the rest)", {"adamw", "muon"});
+  v.str("optim.name", o.name, "optimizer: adamw, muon (hidden matrices) + adamw (the rest), or sgd (plain, no momentum)",
+        {"adamw", "muon", "sgd"});
   v.num("optim.lr", o.lr, "peak learning rate", 0.0, kInf);
   v.num("optim.min_lr_ratio", o.min_lr_ratio, "final learning rate as a fraction of the peak", 0.0, 1.0);
   v.str("optim.schedule", o.schedule, "learning-rate schedule after warmup", {"cosine", "wsd", "constant"});
@@ -83,6 +84,9 @@ void visit_config(Config& c, V&& v) {
   v.str("diloco.codec", g.codec, "pseudo-gradient codec", {"fp32", "bf16", "int8", "int4"});
   v.num("diloco.fragments", g.fragments, "streaming fragments (1 = sync everything at once)", 1, 4096);
   v.num("diloco.overlap_steps", g.overlap_steps, "inner steps each fragment exchange overlaps (0 = blocking)", 0, 1 << 20);
+  v.flag("diloco.error_feedback", g.error_feedback, "carry each island's quantization error into its next outer step");
+  v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", 1, 64);
+  v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", 4, 1 << 20);
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", 0, std::numeric_limits<int64_t>::max());
   v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", 1, 1 << 20);

@@ -49,7 +49,7 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";  // adamw | muon (Muon for hidden matrices, AdamW for the rest)
+  std::string name = "adamw";  // adamw | muon (Muon for hidden matrices, AdamW for the rest) | sgd
   double lr = 3e-3;
   double min_lr_ratio = 0.1;    // final lr = lr * min_lr_ratio
   std::string schedule = "cosine";  // cosine | wsd | constant
@@ -78,6 +78,9 @@ struct DilocoConfig {
   std::string codec = "int8";  // fp32 | bf16 | int8 | int4
   int fragments = 1;
   int overlap_steps = 0;
+  bool error_feedback = false;  // keep each island's quantization residual for the next round
+  int connections = 2;          // TCP streams per peer for the outer all-reduce
+  int chunk_kb = 1024;          // fp32 KiB per pipelined chunk of the outer all-reduce
 };
 
 struct CheckpointConfig {

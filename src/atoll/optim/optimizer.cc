@@ -7,7 +7,8 @@ namespace atl {
 
 Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
     : cfg_(cfg), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
-  ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon") << "unknown optim.name '" << cfg.name << "' (adamw | muon)";
+  ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon" || cfg.name == "sgd")
+      << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
   const bool muon = cfg.name == "muon";
   // The grouping is decided once, from the table: Muon takes each 2-D matrix of a hidden
   // tensor (an expert tensor [E, rows, cols] is E independent matrices).
@@ -33,6 +34,14 @@ void Optimizer::set_step_count(int64_t t) {
 
 void Optimizer::step(float* params, const float* grads, double lr) {
   ++t_;
+  if (cfg_.name == "sgd") {  // every tensor plain SGD (sgd.h); m and v stay zero
+    ScopedTimer timer(&times_.adamw_s);
+    for (const ParamEntry& e : adamw_entries_) {
+      const SgdOptions opt{.lr = lr, .weight_decay = e.takes_weight_decay() ? cfg_.weight_decay : 0.0};
+      sgd_update(params + e.offset, grads + e.offset, e.numel, opt);
+    }
+    return;
+  }
   {
     ScopedTimer timer(&times_.adamw_s);
     for (const ParamEntry& e : adamw_entries_) {

@@ -1,6 +1,7 @@
 // The inner optimizer: walks the layout table and steps every tensor of the flat parameter
 // buffer with AdamW or Muon (DESIGN.md: Muon for hidden 2-D matrices, AdamW for embeddings,
-// head, norms and router), owning the optimizer state as flat buffers of the same layout.
+// head, norms and router), or plain SGD everywhere (sgd.h), owning the optimizer state as
+// flat buffers of the same layout.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "atoll/model/layout.h"
 #include "atoll/optim/adamw.h"
 #include "atoll/optim/muon.h"
+#include "atoll/optim/sgd.h"
 
 namespace atl {
 
@@ -24,7 +26,8 @@ struct OptimizerTimes {
 
 class Optimizer {
  public:
-  // cfg.name: "adamw" (every tensor AdamW) or "muon" (hidden matrices Muon, the rest AdamW).
+  // cfg.name: "adamw" (every tensor AdamW), "muon" (hidden matrices Muon, the rest AdamW) or
+  // "sgd" (every tensor plain SGD, sgd.h; its time counts as adamw_s).
   // The state buffers start at zero and the step count at 0.
   Optimizer(const OptimConfig& cfg, const ParamLayout& layout);
 

@@ -20,6 +20,7 @@
 #include "atoll/optim/optimizer.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
+#include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
@@ -33,70 +34,6 @@ int configure_threads(int threads) {
   set_blas_threads(n);
   return n;
 }
-
-namespace {
-
-int micro_batch(const TrainConfig& t) { return t.micro_batch_size ? t.micro_batch_size : t.batch_size; }
-
-// Mean cross-entropy over the first eval_batches micro-batches of the validation split.
-double evaluate(Model<float>& model, DataLoader& val, const Config& cfg) {
-  const int mb = micro_batch(cfg.train), T = cfg.model.seq_len;
-  const int64_t windows = std::min<int64_t>(int64_t(cfg.train.eval_batches) * mb, val.n_windows());
-  std::vector<int32_t> in(size_t(mb) * T), tg(size_t(mb) * T);
-  val.reset();
-  double sum = 0;
-  for (int64_t done = 0; done < windows;) {
-    const int b = int(std::min<int64_t>(mb, windows - done));
-    val.next_batch(b, in.data(), tg.data());
-    sum += model.forward(in.data(), tg.data(), b).ce * b;
-    done += b;
-  }
-  return sum / double(windows);
-}
-
-struct Loop {
-  const Config& cfg;
-  Model<float> model;
-  Optimizer opt;
-  DataLoader train_data;
-  std::unique_ptr<DataLoader> val_data;  // absent when the data has no validation split
-  int64_t step = 0, tokens = 0;
-
-  Loop(const Config& c, const std::string& data_dir)
-      : cfg(c),
-        model(c.model, micro_batch(c.train)),
-        opt(c.optim, model.layout()),
-        train_data(data_dir, "train", {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed)}) {
-    train_data.check_vocab(c.model.vocab_size);
-    if (has_val_split(data_dir)) {
-      val_data = std::make_unique<DataLoader>(data_dir, "val",
-                                              LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
-      val_data->check_vocab(c.model.vocab_size);
-    }
-  }
-
-  static bool has_val_split(const std::string& dir) {
-    if (!fs::is_directory(dir)) return true;  // a single .bin file serves both
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().rfind("val_", 0) == 0 && e.path().extension() == ".bin") return true;
-    return false;
-  }
-
-  std::vector<CheckpointBuffer> buffers() {
-    return {{"param", model.params().data()}, {"adam_m", opt.m().data()}, {"adam_v", opt.v().data()}};
-  }
-  nlohmann::json state() const {
-    return {{"step", step}, {"tokens", tokens}, {"optimizer_step", opt.step_count()}, {"loader", train_data.cursor()}};
-  }
-  void restore(const nlohmann::json& s) {
-    step = s.at("step").get<int64_t>();
-    tokens = s.at("tokens").get<int64_t>();
-    opt.set_step_count(s.at("optimizer_step").get<int64_t>());
-    train_data.set_cursor(s.at("loader").get<Cursor>());
-  }
-};
-
-}  // namespace
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
   if (cfg.train.precision != "fp32")
@@ -132,8 +69,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     log_info("run " + rd.path + ": " + std::to_string(loop.model.layout().n_params()) + " parameters, " +
              std::to_string(threads) + " threads, data " + data.dir);
 
-  const int T = cfg.model.seq_len, mb = micro_batch(cfg.train);
-  std::vector<int32_t> in(size_t(mb) * T), tg(size_t(mb) * T);
+  const int T = cfg.model.seq_len;
   Progress progress("step", cfg.train.steps);
   auto save = [&] {
     result.checkpoint = save_checkpoint({.run_dir = rd.path, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
@@ -144,14 +80,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   while (loop.step < cfg.train.steps) {
     const double t0 = now_s();
     const int batch = batch_at(cfg.train, loop.tokens, T);
-    const int n_micro = batch / mb;
-    loop.model.zero_grads();
-    LossParts loss;
-    for (int i = 0; i < n_micro; ++i) {
-      loop.train_data.next_batch(mb, in.data(), tg.data());
-      LossParts part = loop.model.forward_backward(in.data(), tg.data(), mb, 1.0 / n_micro);
-      loss.ce += part.ce / n_micro, loss.aux += part.aux / n_micro, loss.z += part.z / n_micro;
-    }
+    const LossParts loss = loop.gradients(batch);
     if (!std::isfinite(loss.total()))
       throw Error("loss is " + std::to_string(loss.total()) + " at step " + std::to_string(loop.step + 1) +
                   "; fix: lower optim.lr or raise optim.warmup_steps (checkpoints so far are intact)");

@@ -1,0 +1,80 @@
+// Local process supervision for `atoll launch` (DESIGN.md: supervise/ watches processes from
+// outside): spawn child processes, stream their output and their metrics rows, stop them all.
+//
+// Every child gets
+//   stdin  /dev/null
+//   stdout and stderr  one pipe, read by the supervisor line by line (on_output)
+//   fd 3   the write end of its own metrics pipe, read line by line (on_metrics)
+// and runs in its own process group (a Ctrl-C at the terminal reaches the supervisor only, which
+// then stops the children in order) with PR_SET_PDEATHSIG = SIGKILL, so no child outlives a
+// supervisor that is killed outright.
+//
+// run() returns when every child has exited, or at the first child that fails (a non-zero exit
+// or a signal: the others are stopped), or when the supervisor gets SIGINT or SIGTERM (every
+// child is stopped). Stopping: SIGTERM, then SIGKILL after `stop_grace`; partial lines are
+// flushed to the callbacks, and every child is reaped.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace atl {
+
+struct ChildSpec {
+  std::string name;               // for messages: "island 1 rank 0"
+  std::vector<std::string> argv;  // argv[0]: the executable's path
+  std::vector<std::string> env;   // "KEY=VALUE" added to (or replacing in) the inherited environment
+};
+
+struct ChildExit {
+  bool exited = false;  // reaped
+  int exit_code = -1;   // -1 when ended by a signal
+  int signal = 0;
+  std::string last_error;  // the child's last output line that starts with "atoll: error:"
+  std::string describe() const;  // "exit 1" | "signal 9"
+};
+
+struct SupervisorOutcome {
+  bool interrupted = false;  // SIGINT/SIGTERM to the supervisor stopped the children
+  int signal = 0;            // which one
+  int failed = -1;           // index of the first child that failed, -1 if none
+  std::vector<ChildExit> children;
+};
+
+struct SupervisorOptions {
+  std::chrono::milliseconds stop_grace{5000};
+  std::function<void(int child, const std::string& line)> on_output;   // a whole line, no '\n'
+  std::function<void(int child, const std::string& line)> on_metrics;  // a whole line, no '\n'
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions opts);
+  ~Supervisor();  // stops and reaps any child still running
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts a child; returns its index. Throws Error if fork or pipe fails.
+  int spawn(const ChildSpec& spec);
+  SupervisorOutcome run();
+  void stop_all();  // SIGTERM, grace, SIGKILL; reaps every child
+  pid_t pid(int child) const;
+
+ private:
+  struct Child;
+  bool pump(int timeout_ms);  // reads what is ready; false when a signal arrived
+  void reap(bool block);
+  SupervisorOptions opts_;
+  std::vector<Child> children_;
+  int signal_pipe_[2] = {-1, -1};
+  int signal_ = 0;  // the last SIGINT/SIGTERM received
+};
+
+// The path of the running executable (/proc/self/exe resolved), for spawning itself.
+std::string self_executable();
+
+}  // namespace atl

@@ -1,0 +1,56 @@
+// One worker of a multi-process run (`atoll worker`, started by `atoll launch` or by hand):
+// island I, rank R of M inside it, of N islands (DESIGN.md "DiLoCo").
+//
+// Placement: global worker index w = I*M + R of W = N*M; the worker reads slice w of W of the
+// training data (loader.h). Groups: "island<I>" (the M workers of island I) all-reduces
+// gradients every step; "outer-r<R>" (rank R of every island) runs the DiLoCo outer step
+// (dist/diloco.h) every H = diloco.inner_steps steps and at the last step. Every worker of an
+// island holds the same parameters, so each outer-r<R> group computes the same θ (the M outer
+// rings repeat one another's work; sharding θ over the island's ranks is a later step).
+//
+// Schedule: train.steps counts global steps (every worker takes each of them); train.batch_size
+// is per worker; `tokens` counts the whole run (W workers' batches per step), and the batch
+// ramp and learning rate schedule read those global figures, so every worker agrees on them.
+//
+// Start-up checks, all bounded by fault.timeout_s: the store must answer, every peer must
+// arrive, and every worker's [model] section and resolved config (minus the placement keys
+// train.threads, train.device and data.dir) must equal island 0 rank 0's; else an Error that
+// names the difference. The initial parameters must hash the same on every island.
+//
+// Output: metrics rows (DESIGN.md "Files") with island, rank, comm_bytes, comm_s, compute_s,
+// idle_s (cumulative seconds), and outer_step / theta_hash after every outer step; written to
+// `metrics_fd` (one line per write; the launcher merges them into one metrics.jsonl) or, when
+// -1, appended to RUN_DIR/metrics.jsonl. Worker 0 (island 0, rank 0) evaluates, and writes the
+// checkpoints (params, adam moments, diloco_theta, diloco_momentum; the state holds the step,
+// outer step and its own loader cursor). Resuming a multi-island run is a later stage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "atoll/config/config.h"
+
+namespace atl {
+
+struct WorkerOptions {
+  std::string store_url;             // redis://HOST:PORT
+  std::string run_id = "atoll";      // store key prefix: unique per run
+  int island = 0, rank = 0;          // this worker
+  int islands = 1, workers_per_island = 1;
+  std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0)
+  int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
+  bool quiet = false;                // no log lines
+};
+
+struct WorkerResult {
+  int64_t steps = 0, outer_steps = 0;
+  double first_loss = 0, final_loss = 0;
+  std::string theta_hash;  // after the last outer step
+};
+
+WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
+
+// The resolved config TOML without the placement keys (what workers must agree on).
+std::string shared_config_toml(const Config& cfg);
+
+}  // namespace atl
