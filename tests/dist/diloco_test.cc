@@ -19,16 +19,7 @@ using std::chrono::milliseconds;
 using testing::run_processes;
 using testing::test_value;
 
-class DilocoTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() { delete server_; }
-  static StoreOptions store_options(const std::string& run) {
-    return StoreOptions{.url = server_->url(), .run_id = run, .timeout = milliseconds(20000)};
-  }
-  static RedisServer* server_;
-};
-RedisServer* DilocoTest::server_ = nullptr;
+class DilocoTest : public testing::RedisSuite {};
 
 // Numbers chosen so every intermediate is exact in fp32: the result must match exactly.
 TEST(OuterNesterov, MatchesAHandComputation) {

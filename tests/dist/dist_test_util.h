@@ -16,7 +16,25 @@
 #include <string>
 #include <vector>
 
+#include "atoll/dist/redis_server.h"
+#include "atoll/dist/store.h"
+
 namespace atl::testing {
+
+// A test suite with its own redis-server on loopback, started once for the suite; tests
+// rendezvous under their own run id so they never see each other's keys.
+class RedisSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static StoreOptions store_options(const std::string& run) {
+    return StoreOptions{.url = server_->url(), .run_id = run, .timeout = std::chrono::milliseconds(20000)};
+  }
+  inline static RedisServer* server_ = nullptr;
+};
 
 // Runs fn(rank) for rank 0..size-1, each in its own forked process, and returns what each
 // returned, in rank order. A child that throws sends back "ERROR: <what>" instead (the test

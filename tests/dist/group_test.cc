@@ -21,16 +21,7 @@ using testing::put;
 using testing::run_processes;
 using testing::take;
 
-class GroupTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() { delete server_; }
-  static StoreOptions store_options(const std::string& run) {
-    return StoreOptions{.url = server_->url(), .run_id = run, .timeout = milliseconds(20000)};
-  }
-  static RedisServer* server_;
-};
-RedisServer* GroupTest::server_ = nullptr;
+class GroupTest : public testing::RedisSuite {};
 
 TEST_F(GroupTest, SmallCollectivesOnWorldSizes1To4) {
   for (int size = 1; size <= 4; ++size) {

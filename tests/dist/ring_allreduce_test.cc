@@ -28,16 +28,7 @@ using testing::test_value;
 
 const Codec kCodecs[] = {Codec::kFp32, Codec::kBf16, Codec::kInt8, Codec::kInt4};
 
-class RingTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() { delete server_; }
-  static StoreOptions store_options(const std::string& run) {
-    return StoreOptions{.url = server_->url(), .run_id = run, .timeout = milliseconds(20000)};
-  }
-  static RedisServer* server_;
-};
-RedisServer* RingTest::server_ = nullptr;
+class RingTest : public testing::RedisSuite {};
 
 // Every rank's input, the fp64 mean, and per element the bound A on |x| over all ranks and
 // every element within a codec block of it (blocks start anywhere in a segment).
