@@ -80,14 +80,24 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
   return loss;
 }
 
+namespace {
+// The sizes one block works with, for B sequences (see the legend in config.h).
+struct BlockDims {
+  int T, N, C, E, K, H, QD, KVD;
+};
+BlockDims block_dims(const ModelConfig& m, int B) {
+  return {m.seq_len, B * m.seq_len, m.dim, m.n_experts, m.top_k, m.expert_hidden, m.n_heads * m.head_dim,
+          m.n_kv_heads * m.head_dim};
+}
+}  // namespace
+
 template <typename T>
 void Model<T>::forward_block(int l, int B) {
   Activations& A = *act_;
   typename Activations::Layer& S = A.layers[l];
   const LayerOffsets& o = A.offsets[l];
   const ModelConfig& m = cfg_;
-  const int T_ = m.seq_len, N = B * T_, C = m.dim, E = m.n_experts, K = m.top_k, H = m.expert_hidden;
-  const int QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim;
+  const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
   const T* p = params_.data();
   const T* x = A.x[l].data();
   {
@@ -162,8 +172,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
   typename Activations::Layer& S = A.layers[l];
   const LayerOffsets& o = A.offsets[l];
   const ModelConfig& m = cfg_;
-  const int T_ = m.seq_len, N = B * T_, C = m.dim, E = m.n_experts, K = m.top_k, H = m.expert_hidden;
-  const int QD = m.n_heads * m.head_dim, KVD = m.n_kv_heads * m.head_dim;
+  const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
   const T* p = params_.data();
   T* g = grads_.data();
   const size_t NC = size_t(N) * C;
