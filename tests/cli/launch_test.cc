@@ -1,10 +1,12 @@
 // `atoll launch` and `atoll worker` through the real binary, on the micro model: a 3-island run
-// whose θ hashes agree after every outer step and whose loss falls; the H=1 equivalence of
+// whose θ hashes agree after every outer step and whose loss falls; streaming DiLoCo's fragments
+// agreeing and syncing on schedule, and its bad values refused; the H=1 equivalence of
 // DiLoCo and data parallel with SGD inner steps; a worker with another model refused; a peer
 // that never arrives and an unreachable store ending in a bounded, clear error.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -18,6 +20,9 @@ using Clock = std::chrono::steady_clock;
 
 class LaunchTest : public CliTest {
  protected:
+  static std::string latest_checkpoint_manifest(const std::string& run) {
+    return run + "/checkpoints/" + split_lines(read_file(run + "/checkpoints/latest")).at(0) + "/manifest.json";
+  }
   RunResult launch(const std::string& run, const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"launch", "--config", world().config(), "--run-dir", run,
                                      "--set", "train.eval_every=0", "--set", "checkpoint.every=0"};
@@ -54,6 +59,77 @@ TEST_F(LaunchTest, ThreeIslandsAgreeOnThetaAfterEveryOuterStepAndTheLossFalls) {
   EXPECT_TRUE(manifest["tensors"].contains("diloco_theta/embed")) << manifest["tensors"].dump().substr(0, 300);
   EXPECT_TRUE(manifest["tensors"].contains("diloco_momentum/embed"));
   EXPECT_EQ(manifest["state"]["outer_step"].get<int>(), 4);
+}
+
+// Streaming DiLoCo (dist/streaming.h) through the real binary: 2 fragments of 3 layers and 3 of 5
+// (P not dividing L), blocking and overlapped. Every island logs the same θ hash for every
+// fragment sync (keyed by the run-wide outer_step), each fragment syncs as often as its staggered
+// schedule says, the last step is the full sync of every fragment (fragment -1), and the loss
+// falls.
+TEST_F(LaunchTest, StreamingFragmentsAgreeOnThetaAndSyncOnSchedule) {
+  struct Case {
+    int layers, P, tau;
+    int64_t H, steps;
+  };
+  for (const Case c : {Case{3, 2, 0, 4, 14}, Case{3, 2, 1, 4, 14}, Case{5, 3, 0, 6, 20}, Case{5, 3, 1, 6, 20}}) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "L%dP%dtau%d", c.layers, c.P, c.tau);
+    const std::string name = buf;
+    const std::string run = dir(name);
+    const RunResult r = launch(run, {"--islands", "2", "--set", "model.n_layers=" + std::to_string(c.layers), "--set",
+                                     "train.steps=" + std::to_string(c.steps), "--set",
+                                     "diloco.inner_steps=" + std::to_string(c.H), "--set",
+                                     "diloco.fragments=" + std::to_string(c.P), "--set",
+                                     "diloco.overlap_steps=" + std::to_string(c.tau), "--set", "optim.warmup_steps=0"});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    std::map<int64_t, std::set<std::string>> hashes;  // by outer_step: fragment/hash
+    std::map<int, std::map<int, int>> syncs;           // island -> fragment -> count
+    std::map<int, std::vector<double>> loss;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
+      const int island = row["island"].get<int>();
+      loss[island].push_back(row["loss"].get<double>());
+      if (c.tau > 0) {
+        EXPECT_TRUE(row.contains("overlap_comm_s")) << row.dump();
+      }
+      if (!row.contains("theta_hash")) continue;
+      const int f = row["fragment"].get<int>();
+      hashes[row["outer_step"].get<int64_t>()].insert(std::to_string(f) + "/" + row["theta_hash"].get<std::string>());
+      syncs[island][f]++;
+      if (f < 0) {
+        EXPECT_EQ(row["step"].get<int64_t>(), c.steps) << name;
+      }
+    }
+    for (const auto& [step, h] : hashes) EXPECT_EQ(h.size(), 1u) << name << " outer step " << step;
+    for (const auto& [island, per] : syncs) {
+      EXPECT_EQ(per.at(-1), 1) << name;
+      for (int f = 0; f < c.P; ++f) {
+        // Regular syncs at offset_f + kH (k >= 1) below the last step, offset_f = f*H/P.
+        int expected = 0;
+        for (int64_t t = f * c.H / c.P + c.H; t < c.steps; t += c.H) ++expected;
+        EXPECT_EQ(per.count(f) ? per.at(f) : 0, expected) << name << " island " << island << " fragment " << f;
+      }
+    }
+    for (const auto& [island, l] : loss) {
+      ASSERT_EQ(l.size(), size_t(c.steps));
+      EXPECT_LT(l.back(), l.front()) << name << " island " << island;
+    }
+    // The checkpoint counts every fragment's outer steps, the final full sync included.
+    const auto state = nlohmann::json::parse(read_file(latest_checkpoint_manifest(run)))["state"];
+    ASSERT_EQ(state["fragment_outer_steps"].size(), size_t(c.P)) << state.dump();
+    for (int f = 0; f < c.P; ++f)
+      EXPECT_EQ(state["fragment_outer_steps"][size_t(f)].get<int>(), syncs[0][f] + 1) << name << " fragment " << f;
+  }
+}
+
+TEST_F(LaunchTest, BadStreamingValuesAreClearErrorsNamingTheKey) {
+  RunResult r = launch(dir("p"), {"--islands", "2", "--set", "diloco.fragments=3"});  // the micro model has 2 layers
+  EXPECT_TRUE(fails_clearly(r, {"diloco.fragments", "model.n_layers"}));
+  r = launch(dir("tau"), {"--islands", "2", "--set", "diloco.fragments=2", "--set", "diloco.inner_steps=6", "--set",
+                          "diloco.overlap_steps=3"});
+  EXPECT_TRUE(fails_clearly(r, {"diloco.overlap_steps", "diloco.inner_steps / diloco.fragments", "at most 2"}));
+  r = launch(dir("mix"), {"--islands", "2", "--set", "diloco.mixing=1.5"});
+  EXPECT_TRUE(fails_clearly(r, {"diloco.mixing"}));
+  EXPECT_FALSE(fs::exists(dir("p") + "/config.toml"));
 }
 
 // DiLoCo with H = 1, fp32, outer lr 1 and no momentum averages the islands' parameters after

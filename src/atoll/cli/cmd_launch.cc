@@ -15,6 +15,7 @@
 #include "atoll/cli/commands.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
+#include "atoll/dist/fragments.h"
 #include "atoll/dist/redis_server.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/launcher.h"
@@ -40,6 +41,7 @@ Runner add_worker(CLI::App& app) {
   cmd->add_option("--run-dir", f->run_dir, "run directory (island 0 rank 0 writes checkpoints there)");
   cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)");
   cmd->add_flag("--quiet", f->quiet, "no log lines");
+  cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   return [cmd, f, config]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->island >= f->islands)
@@ -66,6 +68,7 @@ struct LaunchFlags {
   std::string store;
   std::string run_dir;
   double stop_grace_s = 5.0;
+  bool resume = false;
 };
 
 // A unique store prefix for this run: the store may be shared with other runs.
@@ -134,18 +137,28 @@ Runner add_launch(CLI::App& app) {
   cmd->add_option("--store", f->store, "use this Redis store, redis://HOST:PORT (default: start redis-server on loopback)");
   cmd->add_option("--run-dir", f->run_dir, "run directory (default: runs/<date-time>)");
   cmd->add_option("--stop-grace", f->stop_grace_s, "seconds a stopped worker gets before SIGKILL")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--resume", f->resume, "continue the run in --run-dir from its newest checkpoint (same --islands and --workers-per-island)");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->config.path.empty()) f->config.path = default_config_path();
     const Config cfg = f->config.load();
     if (cfg.train.precision != "fp32")
       throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
+    validate_streaming(cfg.diloco, cfg.model.n_layers);
     const int N = f->islands, M = f->workers_per_island, W = N * M;
     std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),
                 config_to_toml(cfg).c_str());
     const double t_start = now_s();
     resolve_dataset(cfg);  // prepared once here, so the workers find it ready
-    RunDir rd = inspect_run_dir(f->run_dir.empty() ? default_run_dir() : f->run_dir, cfg, false);
+    if (f->resume && f->run_dir.empty())
+      throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
+    RunDir rd = inspect_run_dir(f->run_dir.empty() ? default_run_dir() : f->run_dir, cfg, f->resume);
+    int64_t resume_step = 0;
+    if (!rd.checkpoint.empty()) {  // refused here, before any worker starts, if it cannot resume
+      const nlohmann::json state = read_checkpoint_manifest(rd.checkpoint).at("state");
+      check_resume(state, rd.checkpoint, cfg, N, M);
+      resume_step = state.at("step").get<int64_t>();
+    }
     const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
     std::unique_ptr<RedisServer> redis;
     std::string store = f->store;
@@ -161,9 +174,12 @@ Runner add_launch(CLI::App& app) {
       store = a.url();
     }
     write_run_config(rd, cfg);
+    // Rows after the checkpoint are logged again by the resumed run.
+    if (!rd.checkpoint.empty()) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
     JsonlWriter events(rd.path + "/events.jsonl");
     JsonlWriter metrics(rd.path + "/metrics.jsonl");
     events.write({{"event", "launch"}, {"islands", N}, {"workers_per_island", M}, {"store", store}});
+    if (!rd.checkpoint.empty()) events.write({{"event", "resume"}, {"step", resume_step}, {"checkpoint", rd.checkpoint}});
 
     // Cores shared out when train.threads = 0 (all cores), so W workers do not oversubscribe.
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -178,12 +194,12 @@ Runner add_launch(CLI::App& app) {
     for (int i = 0; i < N; ++i)
       for (int r = 0; r < M; ++r) {
         names.push_back("island " + std::to_string(i) + " rank " + std::to_string(r));
-        sup.spawn({.name = names.back(),
-                   .argv = {exe, "worker", "--store", store, "--island", std::to_string(i), "--rank", std::to_string(r),
+        std::vector<std::string> argv = {exe, "worker", "--store", store, "--island", std::to_string(i), "--rank", std::to_string(r),
                             "--islands", std::to_string(N), "--workers-per-island", std::to_string(M), "--config",
                             rd.path + "/config.toml", "--set", "train.threads=" + std::to_string(threads),
-                            "--run-dir", rd.path, "--run-id", run_id, "--metrics-fd", "3", "--quiet"},
-                   .env = {"OMP_WAIT_POLICY=passive"}});
+                            "--run-dir", rd.path, "--run-id", run_id, "--metrics-fd", "3", "--quiet"};
+        if (!rd.checkpoint.empty()) argv.insert(argv.end(), {"--resume-from", rd.checkpoint});
+        sup.spawn({.name = names.back(), .argv = argv, .env = {"OMP_WAIT_POLICY=passive"}});
       }
     const SupervisorOutcome out = sup.run();
     view.finish();

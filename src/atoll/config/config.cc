@@ -84,7 +84,9 @@ void visit_config(Config& c, V&& v) {
   v.str("diloco.codec", g.codec, "pseudo-gradient codec", {"fp32", "bf16", "int8", "int4"});
   v.num("diloco.fragments", g.fragments, "streaming fragments (1 = sync everything at once)", 1, 4096);
   v.num("diloco.overlap_steps", g.overlap_steps, "inner steps each fragment exchange overlaps (0 = blocking)", 0, 1 << 20);
+  v.num("diloco.mixing", g.mixing, "alpha: after an overlapped exchange local <- alpha*local + (1-alpha)*global (unused when overlap_steps = 0)", 0.0, 1.0);
   v.flag("diloco.error_feedback", g.error_feedback, "carry each island's quantization error into its next outer step");
+  v.str("diloco.compress", g.compress, "lossless zstd over the codec's bytes on the wire (int8: ~5% fewer bytes)", {"zstd", "none"});
   v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", 1, 64);
   v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", 4, 1 << 20);
 

@@ -78,7 +78,9 @@ struct DilocoConfig {
   std::string codec = "int8";  // fp32 | bf16 | int8 | int4
   int fragments = 1;
   int overlap_steps = 0;
+  double mixing = 0.5;          // α: θ_local ← α·θ_local + (1−α)·θ after an overlapped exchange
   bool error_feedback = false;  // keep each island's quantization residual for the next round
+  std::string compress = "zstd";  // zstd | none: lossless entropy coding of the codec bytes
   int connections = 2;          // TCP streams per peer for the outer all-reduce
   int chunk_kb = 1024;          // fp32 KiB per pipelined chunk of the outer all-reduce
 };

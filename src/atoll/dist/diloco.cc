@@ -4,20 +4,28 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "atoll/core/check.h"
 #include "atoll/core/timer.h"
 
 namespace atl {
 
-DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts)
-    : opts_(opts), ring_(outer, opts.ring), theta_(theta0, theta0 + n), momentum_(n, 0.0f), delta_(n, 0.0f) {
-  ATOLL_CHECK_GE(opts.inner_steps, 1);
+DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan)
+    : opts_(opts), plan_(plan.ranges.empty() ? whole_plan(n) : std::move(plan)), theta_(theta0, theta0 + n),
+      momentum_(n, 0.0f) {
+  ATOLL_CHECK_EQ(plan_.total, n);
+  const int P = plan_.count();
+  const int rings = opts.ring.error_feedback ? P : 1;
+  for (int r = 0; r < rings; ++r) rings_.push_back(std::make_unique<RingAllreduce>(outer, opts.ring));
+  delta_.resize(size_t(P));
+  for (int f = 0; f < P; ++f) delta_[size_t(f)].resize(plan_.size(f));
+  sent_.assign(size_t(P), 0);
+  exchange_s_.assign(size_t(P), 0.0);
+  outer_steps_.assign(size_t(P), 0);
 }
 
-bool DilocoSync::due(int64_t step, int64_t last_step) const {
-  return step > 0 && (step % opts_.inner_steps == 0 || step == last_step);
-}
+DilocoSync::~DilocoSync() = default;
 
 void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta, size_t n, double lr,
                          double momentum_coef) {
@@ -30,19 +38,71 @@ void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta,
   }
 }
 
+void DilocoSync::snapshot(int f, const float* theta_local) {
+  float* d = delta_[size_t(f)].data();
+  for (const ElementRange& r : plan_.ranges[size_t(f)])
+    for (size_t i = r.begin; i < r.end; ++i) *d++ = theta_[i] - theta_local[i];
+}
+
+double DilocoSync::exchange(int f) {
+  const double t0 = now_s();
+  RingAllreduce& ring = ring_of(f);
+  const uint64_t sent_before = ring.stats().bytes_sent;
+  ring.mean(delta_[size_t(f)].data(), delta_[size_t(f)].size());  // throws before anything of ours changed
+  sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
+  exchange_s_[size_t(f)] = now_s() - t0;
+  return exchange_s_[size_t(f)];
+}
+
+SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
+  const float* d = delta_[size_t(f)].data();
+  const float a = float(mixing), b = float(1.0 - mixing);
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    outer_nesterov_step(theta_.data() + r.begin, momentum_.data() + r.begin, d, r.size(), opts_.outer_lr,
+                        opts_.outer_momentum);
+    d += r.size();
+    if (mixing < 0) {
+      std::memcpy(theta_local + r.begin, theta_.data() + r.begin, r.size() * sizeof(float));
+    } else {  // the paper's merge: a·θ_local + (1 − a)·θ, one rounding per product (fma)
+      for (size_t i = r.begin; i < r.end; ++i) theta_local[i] = std::fma(a, theta_local[i], b * theta_[i]);
+    }
+  }
+  ++outer_steps_[size_t(f)];
+  return {.outer_step = outer_step(),
+          .fragment = f,
+          .theta_hash = fragment_hash(f),
+          .bytes_sent = sent_[size_t(f)],
+          .seconds = exchange_s_[size_t(f)]};
+}
+
 SyncResult DilocoSync::sync(float* theta_local) {
   const double t0 = now_s();
-  const uint64_t sent_before = ring_.stats().bytes_sent;
-  const size_t n = theta_.size();
-  for (size_t i = 0; i < n; ++i) delta_[i] = theta_[i] - theta_local[i];
-  ring_.mean(delta_.data(), n);  // throws before anything of ours changed
-  outer_nesterov_step(theta_.data(), momentum_.data(), delta_.data(), n, opts_.outer_lr, opts_.outer_momentum);
-  std::copy(theta_.begin(), theta_.end(), theta_local);
-  ++outer_step_;
-  return {.outer_step = outer_step_,
-          .theta_hash = theta_hash(),
-          .bytes_sent = ring_.stats().bytes_sent - sent_before,
-          .seconds = now_s() - t0};
+  SyncResult res;
+  uint64_t sent = 0;
+  for (int f = 0; f < fragments(); ++f) {
+    snapshot(f, theta_local);
+    exchange(f);
+    res = apply(f, theta_local, -1.0);
+    sent += res.bytes_sent;
+  }
+  if (fragments() > 1) {
+    res.fragment = -1;
+    res.theta_hash = theta_hash();
+  }
+  res.bytes_sent = sent;
+  res.seconds = now_s() - t0;
+  return res;
+}
+
+int64_t DilocoSync::outer_step() const {
+  int64_t s = 0;
+  for (int64_t x : outer_steps_) s += x;
+  return s;
+}
+
+void DilocoSync::set_fragment_outer_steps(const std::vector<int64_t>& s) {
+  ATOLL_CHECK_EQ(s.size(), outer_steps_.size());
+  outer_steps_ = s;
 }
 
 std::string hash_floats(const float* x, size_t n) {
@@ -52,5 +112,19 @@ std::string hash_floats(const float* x, size_t n) {
 }
 
 std::string DilocoSync::theta_hash() const { return hash_floats(theta_.data(), theta_.size()); }
+
+std::string DilocoSync::fragment_hash(int f) const {
+  // Streaming xxh3 over the ranges equals the one-shot hash of their concatenation, so with one
+  // fragment this is theta_hash().
+  XXH3_state_t* s = XXH3_createState();
+  ATOLL_CHECK(s != nullptr);
+  XXH3_64bits_reset(s);
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) XXH3_64bits_update(s, theta_.data() + r.begin, r.size() * sizeof(float));
+  const unsigned long long h = XXH3_64bits_digest(s);
+  XXH3_freeState(s);
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", h);
+  return buf;
+}
 
 }  // namespace atl

@@ -1,6 +1,6 @@
 // The DiLoCo outer loop across islands (DESIGN.md "DiLoCo"; Douillard et al. 2023,
 // https://arxiv.org/abs/2311.08105). Every island keeps the global parameters θ and the outer
-// momentum m, flat arrays laid out like the parameters. Every H inner steps, each island:
+// momentum m, flat arrays laid out like the parameters. At an outer step, each island:
 //
 //   Δ  = θ − θ_local                         its pseudo-gradient
 //   Δ̄  = mean over islands of Δ              RingAllreduce with the run's codec (bit-identical
@@ -18,63 +18,91 @@
 // With lr = 1 and μ = 0 this is θ − Δ̄ = mean of the islands' θ_local (to one rounding): plain
 // parameter averaging, which for H = 1 and a linear inner optimizer (SGD) is data parallel.
 //
-// After each sync the hash of θ (xxh3 of its bytes, 16 hex digits) is returned; islands log it
-// and compare. The outer step count is part of the state (checkpoints).
+// Fragments (streaming DiLoCo, fragments.h): θ is cut into fragments of whole tensors, and the
+// outer step above also runs on one fragment at a time, in three parts so that the exchange can
+// run on another thread (streaming.h): snapshot (Δ_f from the live θ_local), exchange (the ring
+// on Δ_f; touches only fragment f's buffer, its ring and the outer group) and apply (the outer
+// step on θ_f and m_f, then the merge into θ_local_f). θ and m stay the same flat arrays; each
+// fragment counts its own outer steps. With one fragment (whole_plan) this is plain DiLoCo.
+//
+// After each sync the hash of θ (xxh3 of its bytes, 16 hex digits; of a fragment, of its ranges
+// in order) is returned; islands log it and compare.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/ring_allreduce.h"
 
 namespace atl {
 
 struct DilocoOptions {
-  int64_t inner_steps = 100;  // H
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   RingOptions ring{};
 };
 
 struct SyncResult {
-  int64_t outer_step = 0;  // outer steps done, this one included
-  std::string theta_hash;  // hex xxh3 of θ after the step
-  uint64_t bytes_sent = 0; // by this call
-  double seconds = 0;      // wall time of this call
+  int64_t outer_step = 0;  // fragment outer steps done in the run (all fragments), this one included
+  int fragment = 0;        // the fragment synced; -1 for a sync of every fragment when there are several
+  std::string theta_hash;  // hex xxh3 of that fragment's θ (of all of θ for fragment -1)
+  uint64_t bytes_sent = 0; // by this sync
+  double seconds = 0;      // wall time of the exchange (and the whole call for sync())
 };
 
 class DilocoSync {
  public:
   // θ starts as theta0[n] (every island must pass the same values; the caller checks with
   // theta_hash() if it wants), the momentum at zero. `outer` is the group across islands.
-  DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts);
+  // `plan` cuts [0, n) into fragments; empty: one fragment (plain DiLoCo).
+  DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan = {});
+  ~DilocoSync();
 
-  // True when an outer step follows inner step `step` (1-based): every H steps, and at
-  // `last_step` so a run always ends on the global parameters.
-  bool due(int64_t step, int64_t last_step) const;
-
-  // One outer step (see above); theta_local[n] <- θ. On failure (Timeout, PeerLost) θ, the
-  // momentum and theta_local are unchanged.
+  // One blocking outer step of every fragment in turn; theta_local[n] <- θ. On failure
+  // (Timeout, PeerLost) the fragments not yet applied are unchanged, in θ, m and theta_local.
   SyncResult sync(float* theta_local);
 
-  std::string theta_hash() const;
+  // The parts of one fragment's outer step. snapshot: Δ_f = θ_f − theta_local_f. exchange:
+  // Δ̄_f = mean over islands (may run on another thread while the caller changes theta_local;
+  // throws Timeout/PeerLost with θ and m unchanged). apply: the outer step on θ_f and m_f, then
+  // theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy).
+  void snapshot(int f, const float* theta_local);
+  double exchange(int f);  // returns its wall time
+  SyncResult apply(int f, float* theta_local, double mixing);
+
+  int fragments() const { return plan_.count(); }
+  const FragmentPlan& plan() const { return plan_; }
+  std::string theta_hash() const;           // all of θ
+  std::string fragment_hash(int f) const;   // fragment f's ranges of θ, in order
   std::vector<float>& theta() { return theta_; }
   std::vector<float>& momentum() { return momentum_; }
-  int64_t outer_step() const { return outer_step_; }
-  void set_outer_step(int64_t s) { outer_step_ = s; }
-  const RingAllreduce& ring() const { return ring_; }
+  int64_t outer_step() const;  // sum over fragments
+  const std::vector<int64_t>& fragment_outer_steps() const { return outer_steps_; }
+  void set_fragment_outer_steps(const std::vector<int64_t>& s);
+  // Error-feedback residuals, one ring per fragment when diloco.error_feedback is on.
+  const RingAllreduce& ring(int f) const { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
 
  private:
+  RingAllreduce& ring_of(int f) { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
+
   DilocoOptions opts_;
-  RingAllreduce ring_;
-  std::vector<float> theta_, momentum_, delta_;
-  int64_t outer_step_ = 0;
+  FragmentPlan plan_;
+  // With error feedback each fragment needs its own residual, hence its own ring; without, the
+  // fragments share one (a ring holds a few MiB of wire buffers per connection).
+  std::vector<std::unique_ptr<RingAllreduce>> rings_;
+  std::vector<float> theta_, momentum_;
+  std::vector<std::vector<float>> delta_;  // per fragment: Δ_f gathered contiguously
+  std::vector<uint64_t> sent_;             // per fragment: bytes of its last exchange
+  std::vector<double> exchange_s_;         // per fragment: wall time of its last exchange
+  std::vector<int64_t> outer_steps_;       // per fragment
 };
 
-// The outer Nesterov update on n elements (the formulas above), for tests and for sync().
+// The outer Nesterov update on n elements (the formulas above), for tests and for apply().
 void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta, size_t n, double lr,
                          double momentum_coef);
 

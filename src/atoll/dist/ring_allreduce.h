@@ -31,6 +31,13 @@
 // World size 1 still encodes and decodes (and keeps the residual), so a one-island run rounds
 // exactly as a many-island run does.
 //
+// Entropy coding (optional, `compress`): every message's codec bytes go through zstd (level 1)
+// when that makes them smaller. Quantized pseudo-gradients are not uniform over their 256 (or
+// 16) levels, so int8 shrinks by ~5% (measured on tiny's: 7.5 bits of entropy per byte).
+// Lossless, so the result stays bit-identical; all-gather hops forward the compressed bytes as
+// received. Wire format with compression: [uint32 LE: bit 31 = compressed, bits 0-30 = payload
+// length][payload]; without it, the codec bytes alone.
+//
 // Failures: a peer that stalls for `timeout` on any message -> Timeout; a closed connection ->
 // PeerLost. Either way the caller's buffer and the residual are left as they were (the ring
 // works on a copy), the other connections' waits are aborted at once, and the group is broken.
@@ -52,6 +59,7 @@ struct RingOptions {
   int connections = 0;                   // TCP streams used at once; 0 = all of the group's
   std::chrono::milliseconds timeout{0};  // per message; 0 = the group's
   bool error_feedback = false;
+  bool compress = false;  // zstd over the codec bytes (above)
 };
 
 struct RingStats {

@@ -7,15 +7,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/fragments.h"
+#include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
 #include "atoll/optim/clip.h"
@@ -66,7 +70,106 @@ void expect_same(ProcessGroup& group, const std::string& who, const std::string&
   }
 }
 
+// The fragment plan of the model's layout (dist/fragments.h).
+FragmentPlan model_fragments(const ParamLayout& layout, int fragments) {
+  std::vector<TensorSpan> spans;
+  for (const ParamEntry& e : layout.entries()) spans.push_back({e.name, e.offset, e.numel, e.layer});
+  return plan_fragments(spans, layout.total(), fragments);
+}
+
+// Checkpoint kinds of island i's own buffers: island 0 uses the plain names ("param", "adam_m",
+// ...), so `atoll eval` / `export` read island 0's parameters; island i > 0 saves
+// "island<i>_param", "island<i>_adam_m", ...
+std::string island_kind(int island, const std::string& kind) {
+  return island == 0 ? kind : "island" + std::to_string(island) + "_" + kind;
+}
+
+// Every worker's training state into one checkpoint written by worker 0, following the
+// checkpoint contract (ckpt/checkpoint.h: one writing rank, tensors by name, the state in the
+// manifest). Ranks of an island hold bit-identical parameters and moments, so each island's rank
+// 0 sends its own (param, adam_m, ...) to worker 0 over outer-r0, saved as island_kind(i, kind);
+// the loader cursors of all W workers are gathered (island group, then outer-r0) into
+// state["loaders"][w]. Until the sharded writer exists this costs every island's rank 0 a copy
+// of N islands' buffers. Returns the checkpoint's directory on worker 0, "" elsewhere.
+std::string save_worker(const Config& cfg, const std::string& run_dir, int island, int rank, int N, int M,
+                        ProcessGroup& inner, ProcessGroup& outer, Loop& loop, DilocoSync& diloco) {
+  const size_t n = loop.model.layout().total();
+  const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
+  if (rank != 0) return "";
+  std::string island_cursors = nlohmann::json(cursors).dump(), island_buffers;
+  const std::vector<CheckpointBuffer> own = loop.buffers();
+  if (N > 1)
+    for (const CheckpointBuffer& b : own) island_buffers.append(reinterpret_cast<const char*>(b.data), n * sizeof(float));
+  const std::vector<std::string> all_cursors = outer.allgather(island_cursors);
+  const std::vector<std::string> all_buffers = N > 1 ? outer.allgather(island_buffers) : std::vector<std::string>{};
+  if (island != 0) return "";
+
+  std::vector<CheckpointBuffer> buffers = own;
+  std::vector<std::vector<float>> copies;  // other islands' buffers, aligned
+  copies.reserve(size_t(N) * own.size());
+  for (int i = 1; i < N; ++i)
+    for (size_t j = 0; j < own.size(); ++j) {
+      const std::string& blob = all_buffers[size_t(i)];
+      ATOLL_CHECK_EQ(blob.size(), own.size() * n * sizeof(float));
+      copies.emplace_back(n);
+      std::memcpy(copies.back().data(), blob.data() + j * n * sizeof(float), n * sizeof(float));
+      buffers.push_back({island_kind(i, own[j].kind), copies.back().data()});
+    }
+  buffers.push_back({"diloco_theta", diloco.theta().data()});
+  buffers.push_back({"diloco_momentum", diloco.momentum().data()});
+  nlohmann::json state = loop.state();  // its "loader" is worker 0's, as `atoll train` writes it
+  nlohmann::json loaders = nlohmann::json::array();
+  for (int i = 0; i < N; ++i) {
+    const auto island_list = nlohmann::json::parse(all_cursors[size_t(i)]);
+    ATOLL_CHECK_EQ(island_list.size(), size_t(M));
+    for (const auto& c : island_list) loaders.push_back(nlohmann::json::parse(c.get<std::string>()));
+  }
+  state["loaders"] = loaders;  // by global worker index w = island * M + rank
+  state["islands"] = N;
+  state["workers_per_island"] = M;
+  state["outer_step"] = diloco.outer_step();
+  state["fragments"] = diloco.fragments();
+  state["fragment_outer_steps"] = diloco.fragment_outer_steps();
+  return save_checkpoint({.run_dir = run_dir, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
+                         loop.model.layout(), buffers, state);
+}
+
+// Worker w of island `island` takes its island's parameters and moments, θ, the outer momentum,
+// its own loader cursor and the outer step counts from checkpoint `dir`.
+void restore_worker(const std::string& dir, const Config& cfg, int island, int w, Loop& loop, DilocoSync& diloco) {
+  std::vector<CheckpointBuffer> buffers;
+  for (const CheckpointBuffer& b : loop.buffers()) buffers.push_back({island_kind(island, b.kind), b.data});
+  buffers.push_back({"diloco_theta", diloco.theta().data()});
+  buffers.push_back({"diloco_momentum", diloco.momentum().data()});
+  nlohmann::json state = load_checkpoint(dir, cfg.model, loop.model.layout(), buffers);
+  state["loader"] = state.at("loaders").at(size_t(w));
+  loop.restore(state);
+  diloco.set_fragment_outer_steps(state.at("fragment_outer_steps").get<std::vector<int64_t>>());
+  // The ring keeps its error-feedback residual in memory only (dist/ring_allreduce.h has no way
+  // to set it), so a resumed run starts it from zero and is no longer bit-identical.
+  if (cfg.diloco.error_feedback && w == 0)
+    log_warn("resuming with diloco.error_feedback: the quantization residual restarts from zero");
+}
+
 }  // namespace
+
+void check_resume(const nlohmann::json& state, const std::string& dir, const Config& cfg, int islands,
+                  int workers_per_island) {
+  if (!state.contains("islands") || !state.contains("workers_per_island") || !state.contains("loaders"))
+    throw ConfigError("checkpoint " + dir + " was not written by a multi-island run (`atoll launch`); fix: resume it "
+                      "with `atoll train --resume`, or start a new --run-dir");
+  const int n = state["islands"].get<int>(), m = state["workers_per_island"].get<int>();
+  if (n != islands || m != workers_per_island)
+    throw ConfigError("checkpoint " + dir + " holds a run of " + std::to_string(n) + " islands x " + std::to_string(m) +
+                      " workers, not --islands " + std::to_string(islands) + " --workers-per-island " +
+                      std::to_string(workers_per_island) + "; fix: resume with --islands " + std::to_string(n) +
+                      " --workers-per-island " + std::to_string(m));
+  const int p = state.value("fragments", 1);
+  if (p != cfg.diloco.fragments)
+    throw ConfigError("checkpoint " + dir + " was written with diloco.fragments = " + std::to_string(p) + ", not " +
+                      std::to_string(cfg.diloco.fragments) + "; fix: resume with --set diloco.fragments=" +
+                      std::to_string(p));
+}
 
 std::string shared_config_toml(const Config& cfg) {
   Config c = cfg;
@@ -80,14 +183,12 @@ std::string shared_config_toml(const Config& cfg) {
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   if (cfg.train.precision != "fp32")
     throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
-  if (cfg.diloco.fragments != 1 || cfg.diloco.overlap_steps != 0)
-    throw ConfigError("diloco.fragments = " + std::to_string(cfg.diloco.fragments) + ", diloco.overlap_steps = " +
-                      std::to_string(cfg.diloco.overlap_steps) +
-                      ": streaming DiLoCo is not available yet; fix: use fragments = 1 and overlap_steps = 0");
+  validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   const int w = opts.island * M + opts.rank;
+  const bool resume = !opts.resume_from.empty();
   const std::string who = "island " + std::to_string(opts.island) + " rank " + std::to_string(opts.rank);
   const double t_start = now_s();
   const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
@@ -97,11 +198,16 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // Without a launcher, worker 0 owns the run folder: checked before any peer can write to it.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, false);
+  if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, resume);
 
   Loop loop(cfg, data.dir, w, W);
   loop.model.init_params(uint64_t(cfg.model.init_seed));
   const size_t n = loop.model.layout().total();
+  nlohmann::json resume_state;
+  if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
+    resume_state = read_checkpoint_manifest(opts.resume_from).at("state");
+    check_resume(resume_state, opts.resume_from, cfg, N, M);
+  }
 
   // Rendezvous, bounded by fault.timeout_s: the store must answer and every peer arrive.
   std::unique_ptr<Store> store;
@@ -129,44 +235,42 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
     expect_same(*g, who, "config", shared_config_toml(cfg));
     expect_same(*g, who, "initial parameters (xxh3)", hash_floats(loop.model.params().data(), n));
+    expect_same(*g, who, "step resumed from", resume ? resume_state.at("step").dump() : "none (a fresh start)");
   }
   DilocoSync diloco(outer, loop.model.params().data(), n,
-                    {.inner_steps = cfg.diloco.inner_steps,
-                     .outer_lr = cfg.diloco.outer_lr,
+                    {.outer_lr = cfg.diloco.outer_lr,
                      .outer_momentum = cfg.diloco.outer_momentum,
                      .ring = {.codec = parse_codec(cfg.diloco.codec),
                               .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
                               .timeout = timeout,
-                              .error_feedback = cfg.diloco.error_feedback}});
-  if (w == 0 && opts.metrics_fd < 0) write_run_config(rd, cfg);
+                              .error_feedback = cfg.diloco.error_feedback,
+                              .compress = cfg.diloco.compress == "zstd"}},
+                    model_fragments(loop.model.layout(), cfg.diloco.fragments));
+  StreamingDiloco streaming(diloco, outer,
+                            {.inner_steps = cfg.diloco.inner_steps,
+                             .overlap_steps = cfg.diloco.overlap_steps,
+                             .mixing = cfg.diloco.mixing});
+  if (resume) restore_worker(opts.resume_from, cfg, opts.island, w, loop, diloco);
+  if (w == 0 && opts.metrics_fd < 0) {
+    write_run_config(rd, cfg);
+    if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
+  }
   std::filesystem::create_directories(run_dir);
   RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");
   std::unique_ptr<JsonlWriter> events;
   if (w == 0) events = std::make_unique<JsonlWriter>(run_dir + "/events.jsonl");
+  if (w == 0 && resume && opts.metrics_fd < 0)
+    events->write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", opts.resume_from}});
   if (!opts.quiet)
     log_info(who + ": " + std::to_string(loop.model.layout().n_params()) + " parameters, data slice " +
-             std::to_string(w) + " of " + std::to_string(W));
-
-  auto buffers = [&] {
-    auto b = loop.buffers();
-    b.push_back({"diloco_theta", diloco.theta().data()});
-    b.push_back({"diloco_momentum", diloco.momentum().data()});
-    return b;
-  };
-  auto save = [&] {
-    nlohmann::json state = loop.state();
-    state["outer_step"] = diloco.outer_step();
-    state["islands"] = N;
-    state["workers_per_island"] = M;
-    const std::string dir = save_checkpoint({.run_dir = run_dir, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
-                                            loop.model.layout(), buffers(), state);
-    events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
-  };
+             std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
+             " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
   WorkerResult result;
   const int T = cfg.model.seq_len;
   const double inv_m = 1.0 / M;
-  double compute_s = 0, comm_s = 0, idle_s = 0;
+  double compute_s = 0, comm_s = 0, idle_s = 0, overlap_s = 0;
+  bool checkpoint_due = false;
   float* params = loop.model.params().data();
   float* grads = loop.model.grads().data();
   while (loop.step < cfg.train.steps) {
@@ -195,17 +299,16 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     nlohmann::json row = {{"step", loop.step}, {"tokens", loop.tokens}, {"loss", loss.ce}, {"aux_loss", loss.aux},
                           {"z_loss", loss.z}, {"lr", lr}, {"grad_norm", grad_norm}, {"batch_size", batch},
                           {"island", opts.island}, {"rank", opts.rank}};
-    if (diloco.due(loop.step, cfg.train.steps)) {
-      // Waiting for the slowest island is idle time; the exchange itself is communication.
-      const double b0 = now_s();
-      outer.barrier();
-      const double b1 = now_s();
-      const SyncResult s = diloco.sync(params);
-      idle_s += b1 - b0;
-      comm_s += s.seconds;
-      row["outer_step"] = s.outer_step;
-      row["theta_hash"] = s.theta_hash;
-      result.theta_hash = s.theta_hash;
+    // The outer steps due after this step (dist/streaming.h): blocking, started, or finished.
+    const StreamStep st = streaming.after_step(loop.step, cfg.train.steps, params);
+    comm_s += st.comm_s;
+    idle_s += st.idle_s;
+    overlap_s += st.overlap_s;
+    if (st.synced) {
+      row["outer_step"] = st.synced->outer_step;
+      row["fragment"] = st.synced->fragment;
+      row["theta_hash"] = st.synced->theta_hash;
+      result.theta_hash = st.synced->theta_hash;
     }
     const bool last = loop.step == cfg.train.steps;
     if (w == 0 && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last))
@@ -215,17 +318,26 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     row["comm_s"] = comm_s;
     row["compute_s"] = compute_s;
     row["idle_s"] = idle_s;
+    if (cfg.diloco.overlap_steps > 0) row["overlap_comm_s"] = overlap_s;
     row["tokens_per_s"] = double(batch) * T * W / dt;
     row["time_s"] = now_s() - t_start;
     if (loop.step == 1) result.first_loss = loss.ce;
     result.final_loss = loss.ce;
     if (loop.step % cfg.train.log_every == 0 || last || row.contains("theta_hash") || row.contains("val_loss"))
       rows.write(row);
-    if (w == 0 && ((cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last)) save();
+    // A checkpoint waits until no exchange is in flight (the state then holds no half-done outer
+    // step, and the gathers below may use the outer group); every worker takes part.
+    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last;
+    if (checkpoint_due && !streaming.in_flight()) {
+      const std::string dir = save_worker(cfg, run_dir, opts.island, opts.rank, N, M, inner, outer, loop, diloco);
+      if (w == 0) events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
+      checkpoint_due = false;
+    }
   }
   if (w == 0) events->write({{"event", "end"}, {"step", loop.step}});
   result.steps = loop.step;
   result.outer_steps = diloco.outer_step();
+  if (result.theta_hash.empty()) result.theta_hash = diloco.theta_hash();
   return result;
 }
 

@@ -17,16 +17,26 @@
 // train.threads, train.device and data.dir) must equal island 0 rank 0's; else an Error that
 // names the difference. The initial parameters must hash the same on every island.
 //
+// DiLoCo may be streaming (diloco.fragments, diloco.overlap_steps: dist/streaming.h): θ is cut
+// into fragments of whole layers that sync in turn, each exchange optionally overlapped with the
+// next inner steps.
+//
 // Output: metrics rows (DESIGN.md "Files") with island, rank, comm_bytes, comm_s, compute_s,
-// idle_s (cumulative seconds), and outer_step / theta_hash after every outer step; written to
-// `metrics_fd` (one line per write; the launcher merges them into one metrics.jsonl) or, when
-// -1, appended to RUN_DIR/metrics.jsonl. Worker 0 (island 0, rank 0) evaluates, and writes the
-// checkpoints (params, adam moments, diloco_theta, diloco_momentum; the state holds the step,
-// outer step and its own loader cursor). Resuming a multi-island run is a later stage.
+// idle_s (cumulative seconds; overlap_comm_s too when exchanges overlap), and outer_step /
+// fragment / theta_hash after every outer step; written to `metrics_fd` (one line per write; the
+// launcher merges them into one metrics.jsonl) or, when -1, appended to RUN_DIR/metrics.jsonl.
+// Worker 0 (island 0, rank 0) evaluates. Checkpoints hold the whole run: every island's
+// parameters and optimizer moments (island 0's under the plain names, island i's under
+// "island<i>_param", ...), diloco_theta, diloco_momentum, and in the state every worker's loader
+// cursor ("loaders", by global index w), the island shape and the per-fragment outer step
+// counts; every worker takes part (gathers to worker 0, which writes). A checkpoint waits until
+// no exchange is in flight. `resume_from` restarts every worker from such a checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "atoll/config/config.h"
 
@@ -40,6 +50,7 @@ struct WorkerOptions {
   std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0)
   int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
   bool quiet = false;                // no log lines
+  std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
 };
 
 struct WorkerResult {
@@ -49,6 +60,11 @@ struct WorkerResult {
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
+
+// Throws ConfigError (naming the checkpoint and the fix) unless checkpoint `dir`, whose manifest
+// state is `state`, was written by a multi-island run of this shape and diloco.fragments.
+void check_resume(const nlohmann::json& state, const std::string& dir, const Config& cfg, int islands,
+                  int workers_per_island);
 
 // The resolved config TOML without the placement keys (what workers must agree on).
 std::string shared_config_toml(const Config& cfg);
