@@ -1,0 +1,98 @@
+#include "atoll/backend/cuda/router.h"
+
+#include "atoll/backend/cuda/check.h"
+#include "atoll/backend/cuda/common.cuh"
+#include "atoll/core/check.h"
+
+namespace atl::gpu {
+namespace {
+
+__global__ void router_forward_kernel(float* probs, float* lse, int32_t* topk_idx, float* topk_w, const float* logits,
+                                      int N, int E, int K) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* x = logits + size_t(n) * E;
+  float* p = probs + size_t(n) * E;
+  float m = x[0];
+  for (int e = 1; e < E; ++e) m = x[e] > m ? x[e] : m;
+  float sum = 0.f;
+  for (int e = 0; e < E; ++e) sum += (p[e] = expf(x[e] - m));
+  for (int e = 0; e < E; ++e) p[e] /= sum;
+  lse[n] = m + logf(sum);
+  // Repeated selection; strict > keeps the lower index on ties (as the CPU).
+  int32_t* idx = topk_idx + size_t(n) * K;
+  float* w = topk_w + size_t(n) * K;
+  float wsum = 0.f;
+  for (int j = 0; j < K; ++j) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken |= idx[i] == e;
+      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+    }
+    idx[j] = best;
+    wsum += (w[j] = p[best]);
+  }
+  for (int j = 0; j < K; ++j) w[j] /= wsum;
+}
+
+// counts[e] = number of routed slots to expert e (integers: exact in any order).
+__global__ void expert_counts_kernel(int32_t* counts, const int32_t* topk_idx, size_t R, int E) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < R && topk_idx[i] >= 0 && topk_idx[i] < E) atomicAdd(counts + topk_idx[i], 1);
+}
+
+// One thread per token. The CPU keeps dp[E] in a vector; here dp_e is formed twice on the fly
+// (once for Σ p·dp, once per output) since a thread has no room for E doubles:
+//   dp_e = aux_g f_e + Σ_{j: idx_j = e} (dw_j − Σ_l w_l dw_l) / S.
+__global__ void router_backward_kernel(float* dlogits, const float* dtopk_w, const float* probs, const float* lse,
+                                       const int32_t* topk_idx, const float* topk_w, const int32_t* counts, int N,
+                                       int E, int K, double aux_g, double z_g, double slots) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* p = probs + size_t(n) * E;
+  const int32_t* idx = topk_idx + size_t(n) * K;
+  const float* w = topk_w + size_t(n) * K;
+  const float* dw = dtopk_w + size_t(n) * K;
+  double S = 0.0, wdw = 0.0;
+  for (int j = 0; j < K; ++j) S += p[idx[j]], wdw += double(w[j]) * dw[j];
+  auto dp = [&](int e) {
+    double g = aux_g * (counts[e] / slots);  // f_e, formed as the CPU forms it
+    for (int j = 0; j < K; ++j)
+      if (idx[j] == e) g += (dw[j] - wdw) / S;
+    return g;
+  };
+  double pdp = 0.0;
+  for (int e = 0; e < E; ++e) pdp += p[e] * dp(e);
+  float* dl = dlogits + size_t(n) * E;
+  const double zl = z_g * lse[n];
+  for (int e = 0; e < E; ++e) dl[e] = float(p[e] * (dp(e) - pdp) + zl * p[e]);
+}
+
+}  // namespace
+
+void router_forward(float* probs, float* lse, int32_t* topk_idx, float* topk_w, const float* logits, int N, int E,
+                    int K, cudaStream_t stream) {
+  ATOLL_CHECK(E >= 1 && K >= 1 && K <= E) << "router E=" << E << " K=" << K;
+  if (N <= 0) return;
+  router_forward_kernel<<<grid_for(N, 128), 128, 0, stream>>>(probs, lse, topk_idx, topk_w, logits, N, E, K);
+  ATOLL_CUDA_CHECK_LAUNCH();
+}
+
+void router_backward(float* dlogits, const float* dtopk_w, const float* probs, const float* lse,
+                     const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef, double z_coef,
+                     double loss_scale, int32_t* scratch, cudaStream_t stream) {
+  ATOLL_CHECK(E >= 1 && K >= 1 && K <= E) << "router E=" << E << " K=" << K;
+  if (N <= 0) return;
+  const size_t R = size_t(N) * K;
+  ATOLL_CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(int32_t) * E, stream));
+  expert_counts_kernel<<<grid_for(R), kBlock, 0, stream>>>(scratch, topk_idx, R, E);
+  ATOLL_CUDA_CHECK_LAUNCH();
+  const double aux_g = loss_scale * aux_coef * E / N;  // d aux / d p_ni = coef * E * f_i / N
+  const double z_g = loss_scale * z_coef * 2.0 / N;    // d z / d lse_n = 2 coef lse_n / N
+  router_backward_kernel<<<grid_for(N, 128), 128, 0, stream>>>(dlogits, dtopk_w, probs, lse, topk_idx, topk_w, scratch,
+                                                               N, E, K, aux_g, z_g, double(R));
+  ATOLL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace atl::gpu

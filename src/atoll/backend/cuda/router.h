@@ -1,0 +1,23 @@
+// MoE router on the device; semantics of layers/router.h: p = softmax(logits), the top K by
+// probability with ties to the lower index, weights renormalised to sum to 1. Device pointers.
+#pragma once
+
+#include <cstdint>
+
+#include "atoll/backend/cuda/vendor.h"
+
+namespace atl::gpu {
+
+// probs[N,E], lse[N], topk_idx[N,K], topk_w[N,K] (all =). One thread per token: E and K are
+// small (tens to hundreds), and a thread doing the CPU's loops makes the same choices.
+void router_forward(float* probs, float* lse, int32_t* topk_idx, float* topk_w, const float* logits, int N, int E,
+                    int K, cudaStream_t stream = nullptr);
+
+// dlogits[N,E] (=) from dtopk_w[N,K] plus loss_scale times the gradients of the Switch
+// load-balancing loss (aux_coef) and the z-loss (z_coef), as layers/router.cc (in double per
+// token, like the CPU). scratch: E int32 (the per-expert routed counts f_i).
+void router_backward(float* dlogits, const float* dtopk_w, const float* probs, const float* lse,
+                     const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef, double z_coef,
+                     double loss_scale, int32_t* scratch, cudaStream_t stream = nullptr);
+
+}  // namespace atl::gpu

@@ -1,0 +1,82 @@
+// backend/cuda/moe_dispatch.cu against layers/moe_dispatch.cc.
+#include "atoll/backend/cuda/moe_dispatch.h"
+
+#include "atoll/layers/moe_dispatch.h"
+#include "gpu_test_util.h"
+
+namespace atl {
+namespace {
+
+using test::DeviceVec;
+using test::randn_f;
+
+struct Size {
+  int N, C, E, K;
+};
+// One token; E not dividing the tokens; more rows than the sort's 256 threads; experts that
+// receive nothing (E = 64 > R for the small case, and by chance for the large one); C longer
+// than a block and not a multiple of it.
+constexpr Size kSizes[] = {{1, 1, 1, 1}, {7, 5, 3, 2}, {10, 3, 64, 2}, {300, 33, 8, 3}, {1000, 257, 64, 2}};
+
+// K distinct experts per token, as the router makes them.
+std::vector<int32_t> make_topk(Rng& rng, const Size& s) {
+  std::vector<int32_t> idx(size_t(s.N) * s.K);
+  for (int n = 0; n < s.N; ++n)
+    for (int j = 0; j < s.K; ++j) {
+      int32_t e;
+      bool dup;
+      do {
+        e = int32_t(rng.below(uint64_t(s.E)));
+        dup = false;
+        for (int i = 0; i < j; ++i) dup |= idx[size_t(n) * s.K + i] == e;
+      } while (dup && s.K <= s.E);
+      idx[size_t(n) * s.K + j] = e;
+    }
+  return idx;
+}
+
+// Routing and the copies are exact. dispatch_backward adds the same rows in the same order,
+// so it is exact too. combine: K products summed, the GPU possibly fusing: 1e-6 absolute;
+// dtopk_w is a dot of C terms in a tree: 1e-5 absolute + 1e-5 relative.
+TEST(CudaMoeDispatch, RoutingDispatchAndCombineMatchCpu) {
+  ATOLL_SKIP_WITHOUT_GPU();
+  for (const Size s : kSizes) {
+    SCOPED_TRACE(testing::Message() << "N=" << s.N << " C=" << s.C << " E=" << s.E << " K=" << s.K);
+    Rng rng(s.N * 11 + s.E);
+    const size_t R = size_t(s.N) * s.K;
+    const auto topk = make_topk(rng, s);
+    ExpertRouting routing;
+    build_routing(routing, topk.data(), s.N, s.E, s.K);
+    const auto x = randn_f(rng, size_t(s.N) * s.C), dxe = randn_f(rng, R * s.C), ye = randn_f(rng, R * s.C);
+    const auto w = randn_f(rng, R), dout = randn_f(rng, size_t(s.N) * s.C), dx0 = randn_f(rng, x.size());
+    std::vector<float> xe(R * s.C), dx = dx0, out(x.size()), dye(R * s.C), dw(R);
+    dispatch_forward(xe.data(), x.data(), routing, s.N, s.C, s.K);
+    dispatch_backward(dx.data(), dxe.data(), routing, s.N, s.C, s.K);
+    combine_forward(out.data(), ye.data(), w.data(), routing, s.N, s.C, s.K);
+    combine_backward(dye.data(), dw.data(), dout.data(), ye.data(), w.data(), routing, s.N, s.C, s.K);
+
+    DeviceVec<int32_t> d_topk(topk), d_offsets(s.E + 1), d_row_token(R), d_slot_row(R),
+        d_scratch(gpu::routing_scratch_ints(s.N, s.K));
+    const gpu::DeviceRouting dr{d_offsets.get(), d_row_token.get(), d_slot_row.get()};
+    gpu::build_routing(dr, d_topk.get(), s.N, s.E, s.K, d_scratch.get());
+    EXPECT_EQ(d_offsets.host(), routing.offsets);
+    EXPECT_EQ(d_row_token.host(), routing.row_token);
+    EXPECT_EQ(d_slot_row.host(), routing.slot_row);
+
+    DeviceVec<float> d_x(x), d_dxe(dxe), d_ye(ye), d_w(w), d_dout(dout), d_xe(xe.size()), d_dx(dx0), d_out(out.size()),
+        d_dye(dye.size()), d_dw(R);
+    for (auto* d : {&d_xe, &d_out, &d_dye, &d_dw}) d->fill_nan();
+    gpu::dispatch_forward(d_xe.get(), d_x.get(), dr, s.N, s.C, s.K);
+    gpu::dispatch_backward(d_dx.get(), d_dxe.get(), dr, s.N, s.C, s.K);
+    gpu::combine_forward(d_out.get(), d_ye.get(), d_w.get(), dr, s.N, s.C, s.K);
+    gpu::combine_backward(d_dye.get(), d_dw.get(), d_dout.get(), d_ye.get(), d_w.get(), dr, s.N, s.C, s.K);
+    test::expect_equal(d_xe.host(), xe, "xe");
+    test::expect_equal(d_dx.host(), dx, "dx");
+    test::expect_near(d_out.host(), out, 1e-6, 1e-6, "out");
+    test::expect_equal(d_dye.host(), dye, "dye");
+    test::expect_near(d_dw.host(), dw, 1e-5, 1e-5, "dtopk_w");
+  }
+}
+
+}  // namespace
+}  // namespace atl
