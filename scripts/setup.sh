@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   cmake g++ make pkg-config git
-  libopenblas-openmp-dev libtomlplusplus-dev libcli11-dev libxxhash-dev libzstd-dev nlohmann-json3-dev
+  libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev libcli11-dev libxxhash-dev libzstd-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libhiredis-dev redis-server   # dist/: collectives, rendezvous store
   fortunes            # the built-in default corpus (/usr/share/games/fortunes)

@@ -142,8 +142,6 @@ Runner add_launch(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     if (f->config.path.empty()) f->config.path = default_config_path();
     const Config cfg = f->config.load();
-    if (cfg.train.precision != "fp32")
-      throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
     validate_streaming(cfg.diloco, cfg.model.n_layers);
     const int N = f->islands, M = f->workers_per_island, W = N * M;
     std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),

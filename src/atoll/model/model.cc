@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "atoll/core/check.h"
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
 #include "atoll/backend/cpu/attention.h"
+#include "atoll/backend/cpu/expert_mlp_bf16.h"
+#include "atoll/backend/cpu/linear_bf16.h"
+#include "atoll/core/errors.h"
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
 #include "atoll/layers/expert_mlp.h"
@@ -19,13 +23,26 @@
 
 namespace atl {
 
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  throw ConfigError(std::string("train.precision = \"").append(name).append("\" is not one of fp32, bf16"));
+}
+
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+
+// Only Model<float> has the bf16 path; the branches below compile away for double.
 template <typename T>
-Model<T>::Model(const ModelConfig& cfg, int max_batch)
-    : cfg_(cfg), layout_(ParamLayout::build(cfg)), max_batch_(max_batch) {
+constexpr bool kFloat = std::is_same_v<T, float>;
+
+template <typename T>
+Model<T>::Model(const ModelConfig& cfg, int max_batch, Precision precision)
+    : cfg_(cfg), layout_(ParamLayout::build(cfg)), max_batch_(max_batch), precision_(precision) {
   ATOLL_CHECK_GE(max_batch, 1);
+  ATOLL_CHECK(kFloat<T> || precision == Precision::kFp32) << "bf16 products need Model<float>";
   params_.assign(layout_.total(), T(0));
   grads_.assign(layout_.total(), T(0));
-  act_ = std::make_unique<Activations>(cfg, max_batch);
+  act_ = std::make_unique<Activations>(cfg, max_batch, is_bf16());
 }
 
 template <typename T>
@@ -62,6 +79,12 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
   Activations& A = *act_;
   const int N = B * cfg_.seq_len, C = cfg_.dim;
   std::memcpy(A.tokens.data(), inputs, sizeof(int32_t) * N);
+  if constexpr (kFloat<T>)
+    if (is_bf16()) {  // the parameters may have changed since the last call (optimizer, checkpoint, sync)
+      ScopedTimer t(&times_.weights_bf16);
+      to_bf16(A.head16.data(), params_.data() + A.head_offset, A.head16.size());
+      A.w16_block = -1;
+    }
   {
     ScopedTimer t(&times_.embed);
     embedding_forward(A.x[0].data(), inputs, param("embed"), N, C, cfg_.vocab_size);
@@ -78,6 +101,19 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
   ScopedTimer t(&times_.embed);
   embedding_backward(grads_.data() + layout_.at("embed").offset, A.dx.data(), A.tokens.data(), N, C);
   return loss;
+}
+
+template <typename T>
+typename Model<T>::BlockWeights16 Model<T>::block_weights16(int l) {
+  Activations& A = *act_;
+  const LayerOffsets& o = A.offsets[l];
+  if constexpr (kFloat<T>)
+    if (A.w16_block != l) {
+      ScopedTimer t(&times_.weights_bf16);
+      to_bf16(A.w16.data(), params_.data() + o.attn_norm, o.end - o.attn_norm);
+      A.w16_block = l;
+    }
+  return {A.w16.data(), o.attn_norm};
 }
 
 namespace {
@@ -100,32 +136,56 @@ void Model<T>::forward_block(int l, int B) {
   const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
   const T* p = params_.data();
   const T* x = A.x[l].data();
+  const BlockWeights16 w16 = is_bf16() ? block_weights16(l) : BlockWeights16{nullptr, 0};
   {
     ScopedTimer t(&times_.attention);
-    rmsnorm_forward(S.h1.data(), S.rstd1.data(), x, p + o.attn_norm, N, C, m.norm_eps);
-    linear_forward(S.q.data(), S.h1.data(), p + o.wq, N, C, QD);
-    linear_forward(S.k.data(), S.h1.data(), p + o.wk, N, C, KVD);
-    linear_forward(S.v.data(), S.h1.data(), p + o.wv, N, C, KVD);
+    T* h1 = A.hn.data();  // [N,C], recomputed in backward
+    rmsnorm_forward(h1, S.rstd1.data(), x, p + o.attn_norm, N, C, m.norm_eps);
+    if constexpr (kFloat<T>)
+      if (is_bf16()) {
+        to_bf16(A.in16.data(), h1, size_t(N) * C);
+        linear_forward_bf16(S.q.data(), A.in16.data(), w16.at(o.wq), N, C, QD);
+        linear_forward_bf16(S.k.data(), A.in16.data(), w16.at(o.wk), N, C, KVD);
+        linear_forward_bf16(S.v.data(), A.in16.data(), w16.at(o.wv), N, C, KVD);
+      }
+    if (!is_bf16()) {
+      linear_forward(S.q.data(), h1, p + o.wq, N, C, QD);
+      linear_forward(S.k.data(), h1, p + o.wk, N, C, KVD);
+      linear_forward(S.v.data(), h1, p + o.wv, N, C, KVD);
+    }
     rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
     rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
     attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads,
                       m.head_dim);
-    linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
+    if constexpr (kFloat<T>)
+      if (is_bf16()) {
+        to_bf16(A.in16.data(), S.att.data(), size_t(N) * QD);
+        linear_forward_bf16(A.tmp.data(), A.in16.data(), w16.at(o.wo), N, QD, C);
+      }
+    if (!is_bf16()) linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
     for (size_t i = 0; i < size_t(N) * C; ++i) S.xmid[i] = x[i] + A.tmp[i];
   }
   {
     ScopedTimer t(&times_.router_dispatch);
-    rmsnorm_forward(S.h2.data(), S.rstd2.data(), S.xmid.data(), p + o.moe_norm, N, C, m.norm_eps);
-    linear_forward(A.rlogits.data(), S.h2.data(), p + o.router, N, C, E);
+    const T* h2 = A.hn.data();  // [N,C], recomputed in backward
+    rmsnorm_forward(A.hn.data(), S.rstd2.data(), S.xmid.data(), p + o.moe_norm, N, C, m.norm_eps);
+    linear_forward(A.rlogits.data(), h2, p + o.router, N, C, E);
     router_forward(S.probs.data(), S.rlse.data(), S.topk_idx.data(), S.topk_w.data(), A.rlogits.data(), N, E, K);
     S.losses = router_losses(S.probs.data(), S.rlse.data(), S.topk_idx.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef);
     build_routing(S.routing, S.topk_idx.data(), N, E, K);
-    dispatch_forward(A.xe.data(), S.h2.data(), S.routing, N, C, K);
+    dispatch_forward(A.xe.data(), h2, S.routing, N, C, K);
   }
   {
     ScopedTimer t(&times_.experts);
-    expert_mlp_forward(S.ye.data(), S.a.data(), S.b.data(), A.g.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
-                       S.routing.offsets.data(), E, C, H);
+    if constexpr (kFloat<T>)
+      if (is_bf16()) {
+        to_bf16(A.xe16.data(), A.xe.data(), size_t(N) * K * C);
+        expert_mlp_forward_bf16(S.ye.data(), S.ab.data(), S.bb.data(), A.g16.data(), A.xe16.data(), w16.at(o.w1),
+                                w16.at(o.w3), w16.at(o.w2), S.routing.offsets.data(), E, C, H);
+      }
+    if (!is_bf16())
+      expert_mlp_forward(S.ye.data(), S.a.data(), S.b.data(), A.g.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
+                         S.routing.offsets.data(), E, C, H);
   }
   ScopedTimer t(&times_.router_dispatch);
   combine_forward(A.tmp.data(), S.ye.data(), S.topk_w.data(), S.routing, N, C, K);
@@ -145,17 +205,28 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
   T* dw_head = grads_.data() + A.head_offset;
   rmsnorm_forward(A.hf.data(), A.rstdf.data(), A.x[L].data(), params_.data() + A.final_norm_offset, N, C,
                   cfg_.norm_eps);
+  const bf16* w16_head = A.head16.data();
+  if constexpr (kFloat<T>)
+    if (is_bf16()) to_bf16(A.in16.data(), A.hf.data(), size_t(N) * C);
   if (backward) std::fill(A.dh.begin(), A.dh.begin() + size_t(N) * C, T(0));
   double ce_sum = 0.0;
   for (int r0 = 0; r0 < N; r0 += Activations::kHeadChunk) {
     const int n = std::min(Activations::kHeadChunk, N - r0);
     const T* h = A.hf.data() + size_t(r0) * C;
-    linear_forward(A.logits.data(), h, w_head, n, C, V);
+    const bf16* h16 = is_bf16() ? A.in16.data() + size_t(r0) * C : nullptr;
+    if constexpr (kFloat<T>)
+      if (is_bf16()) linear_forward_bf16(A.logits.data(), h16, w16_head, n, C, V);
+    if (!is_bf16()) linear_forward(A.logits.data(), h, w_head, n, C, V);
     ce_sum += cross_entropy_forward(A.logits_lse.data(), A.logits.data(), targets + r0, n, V);
     if (!backward) continue;
     cross_entropy_backward(A.logits.data(), A.logits.data(), A.logits_lse.data(), targets + r0, n, V,
                            T(loss_scale / N));
-    linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits.data(), h, w_head, n, C, V);
+    if constexpr (kFloat<T>)
+      if (is_bf16()) {
+        to_bf16(A.logits16.data(), A.logits.data(), size_t(n) * V);
+        linear_backward_bf16(A.dh.data() + size_t(r0) * C, dw_head, A.logits16.data(), h16, w16_head, n, C, V);
+      }
+    if (!is_bf16()) linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits.data(), h, w_head, n, C, V);
   }
   if (backward) {
     std::fill(A.dx.begin(), A.dx.begin() + size_t(N) * C, T(0));
@@ -174,18 +245,31 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
   const ModelConfig& m = cfg_;
   const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
   const T* p = params_.data();
+  const BlockWeights16 w16 = is_bf16() ? block_weights16(l) : BlockWeights16{nullptr, 0};
   T* g = grads_.data();
   const size_t NC = size_t(N) * C;
   {  // x_next = xmid + combine(experts(dispatch(h2)))
     ScopedTimer t(&times_.router_dispatch);
     combine_backward(A.dye.data(), A.dtopk_w.data(), A.dx.data(), S.ye.data(), S.topk_w.data(), S.routing, N, C, K);
-    dispatch_forward(A.xe.data(), S.h2.data(), S.routing, N, C, K);  // re-gathered rather than kept
+    // h2 = rmsnorm(xmid) and its dispatched rows are recomputed rather than kept.
+    rmsnorm_forward(A.hn.data(), S.rstd2.data(), S.xmid.data(), p + o.moe_norm, N, C, m.norm_eps);
+    dispatch_forward(A.xe.data(), A.hn.data(), S.routing, N, C, K);
   }
   {
     ScopedTimer t(&times_.experts);
-    expert_mlp_backward(A.dxe.data(), g + o.w1, g + o.w3, g + o.w2, A.g.data(), A.da.data(), A.db.data(),
-                        A.dye.data(), S.a.data(), S.b.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
-                        S.routing.offsets.data(), E, C, H);
+    if constexpr (kFloat<T>)
+      if (is_bf16()) {
+        const size_t RC = size_t(N) * K * C;
+        to_bf16(A.xe16.data(), A.xe.data(), RC);
+        to_bf16(A.dye16.data(), A.dye.data(), RC);
+        expert_mlp_backward_bf16(A.dxe.data(), g + o.w1, g + o.w3, g + o.w2, A.g16.data(), A.g.data(), A.da16.data(),
+                                 A.db16.data(), A.dye16.data(), S.ab.data(), S.bb.data(), A.xe16.data(), w16.at(o.w1),
+                                 w16.at(o.w3), w16.at(o.w2), S.routing.offsets.data(), E, C, H);
+      }
+    if (!is_bf16())
+      expert_mlp_backward(A.dxe.data(), g + o.w1, g + o.w3, g + o.w2, A.g.data(), A.da.data(), A.db.data(),
+                          A.dye.data(), S.a.data(), S.b.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
+                          S.routing.offsets.data(), E, C, H);
   }
   {
     ScopedTimer t(&times_.router_dispatch);
@@ -193,21 +277,41 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
     dispatch_backward(A.dh.data(), A.dxe.data(), S.routing, N, C, K);
     router_backward(A.drlogits.data(), A.dtopk_w.data(), S.probs.data(), S.rlse.data(), S.topk_idx.data(),
                     S.topk_w.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef, loss_scale);
-    linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), S.h2.data(), p + o.router, N, C, E);
+    linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), A.hn.data(), p + o.router, N, C, E);
     rmsnorm_backward(A.dx.data(), g + o.moe_norm, A.dh.data(), S.xmid.data(), S.rstd2.data(), p + o.moe_norm, N, C);
   }
   // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
   ScopedTimer t(&times_.attention);
   std::fill(A.datt.begin(), A.datt.begin() + size_t(N) * QD, T(0));
-  linear_backward(A.datt.data(), g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
+  if constexpr (kFloat<T>)
+    if (is_bf16()) {
+      to_bf16(A.dout16.data(), A.dx.data(), NC);
+      to_bf16(A.in16.data(), S.att.data(), size_t(N) * QD);
+      linear_backward_bf16(A.datt.data(), g + o.wo, A.dout16.data(), A.in16.data(), w16.at(o.wo), N, QD, C);
+    }
+  if (!is_bf16()) linear_backward(A.datt.data(), g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
   attention_backward_blocked(A.dq.data(), A.dk.data(), A.dv.data(), A.datt.data(), S.att.data(), S.lse.data(), S.q.data(),
                      S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
   rope_backward(A.dq.data(), A.rope, B, T_, m.n_heads, m.head_dim);
   rope_backward(A.dk.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
   std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
-  linear_backward(A.dh.data(), g + o.wq, A.dq.data(), S.h1.data(), p + o.wq, N, C, QD);
-  linear_backward(A.dh.data(), g + o.wk, A.dk.data(), S.h1.data(), p + o.wk, N, C, KVD);
-  linear_backward(A.dh.data(), g + o.wv, A.dv.data(), S.h1.data(), p + o.wv, N, C, KVD);
+  T* h1 = A.hn.data();  // recomputed: rmsnorm(x) as in forward
+  rmsnorm_forward(h1, S.rstd1.data(), A.x[l].data(), p + o.attn_norm, N, C, m.norm_eps);
+  if constexpr (kFloat<T>)
+    if (is_bf16()) {
+      to_bf16(A.in16.data(), h1, NC);
+      const struct { const T* d; size_t w; int out; } proj[] = {{A.dq.data(), o.wq, QD}, {A.dk.data(), o.wk, KVD},
+                                                                {A.dv.data(), o.wv, KVD}};
+      for (const auto& pr : proj) {
+        to_bf16(A.dout16.data(), pr.d, size_t(N) * pr.out);
+        linear_backward_bf16(A.dh.data(), g + pr.w, A.dout16.data(), A.in16.data(), w16.at(pr.w), N, C, pr.out);
+      }
+    }
+  if (!is_bf16()) {
+    linear_backward(A.dh.data(), g + o.wq, A.dq.data(), h1, p + o.wq, N, C, QD);
+    linear_backward(A.dh.data(), g + o.wk, A.dk.data(), h1, p + o.wk, N, C, KVD);
+    linear_backward(A.dh.data(), g + o.wv, A.dv.data(), h1, p + o.wv, N, C, KVD);
+  }
   rmsnorm_backward(A.dx.data(), g + o.attn_norm, A.dh.data(), A.x[l].data(), S.rstd1.data(), p + o.attn_norm, N, C);
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "atoll/backend/cpu/bf16.h"
 #include "atoll/config/config.h"
 #include "atoll/model/layout.h"
 
@@ -22,16 +23,24 @@ struct LossParts {
   double total() const { return ce + aux + z; }
 };
 
+// The precision of the matrix products (train.precision). kBf16: inputs and weights rounded to
+// bf16, products accumulated in fp32 through oneDNN (backend/cpu/gemm_bf16.h); parameters,
+// gradients, optimizer state and every other operation stay fp32. Model<float> only.
+enum class Precision { kFp32, kBf16 };
+Precision parse_precision(const std::string& name);  // "fp32" | "bf16"; ConfigError otherwise
+const char* precision_name(Precision p);
+
 // Seconds spent per phase, accumulated until reset (for `atoll bench`).
 struct PhaseTimes {
   double embed = 0, attention = 0, router_dispatch = 0, experts = 0, head_loss = 0;
-  double total() const { return embed + attention + router_dispatch + experts + head_loss; }
+  double weights_bf16 = 0;  // rounding the parameters to bf16 once per forward (bf16 products)
+  double total() const { return embed + attention + router_dispatch + experts + head_loss + weights_bf16; }
 };
 
 template <typename T>
 class Model {
  public:
-  Model(const ModelConfig& cfg, int max_batch);
+  Model(const ModelConfig& cfg, int max_batch, Precision precision = Precision::kFp32);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -39,6 +48,7 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   int max_batch() const { return max_batch_; }
+  Precision precision() const { return precision_; }
   std::vector<T>& params() { return params_; }
   std::vector<T>& grads() { return grads_; }
   const std::vector<T>& params() const { return params_; }
@@ -63,10 +73,21 @@ class Model {
   void forward_block(int l, int B);
   void backward_block(int l, int B, double loss_scale);
   double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale);
+  // Block l's weights in bf16 (converted unless already held): `at(offset)` maps a flat
+  // parameter offset of the block to its bf16 copy.
+  struct BlockWeights16 {
+    const bf16* base;
+    size_t begin;
+    const bf16* at(size_t offset) const { return base + (offset - begin); }
+  };
+  BlockWeights16 block_weights16(int l);
+
+  bool is_bf16() const { return precision_ == Precision::kBf16; }
 
   ModelConfig cfg_;
   ParamLayout layout_;
   int max_batch_;
+  Precision precision_;
   std::vector<T> params_, grads_;
   std::unique_ptr<Activations> act_;
   PhaseTimes times_;

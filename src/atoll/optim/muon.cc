@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/backend/cpu/gemm_bf16.h"
 #include "atoll/core/check.h"
 
 namespace atl {
@@ -84,6 +86,93 @@ void newton_schulz(double* out, const double* in, int rows, int cols, int steps)
   newton_schulz_impl(out, in, rows, cols, steps, &scratch);
 }
 
+void newton_schulz_bf16(float* out, const float* in, int count, int rows, int cols, int steps, MuonWorkspace* ws) {
+  ATOLL_CHECK(rows > 0 && cols > 0 && count >= 0) << count << "x" << rows << "x" << cols;
+  ATOLL_CHECK_GE(steps, 0);
+  const bool tall = rows > cols;
+  const int m = tall ? cols : rows, n = tall ? rows : cols;
+  const size_t mn = size_t(m) * n, mm = size_t(m) * m, all_mn = count * mn, all_mm = count * mm;
+  ws->bx.resize(all_mn), ws->bx16.resize(all_mn);
+  ws->ba.resize(all_mm), ws->bb.resize(all_mm), ws->ba16.resize(all_mm), ws->bb16.resize(all_mm);
+  float *x = ws->bx.data(), *a = ws->ba.data(), *b = ws->bb.data();
+  bf16 *x16 = ws->bx16.data(), *a16 = ws->ba16.data(), *b16 = ws->bb16.data();
+
+  // X_i = in_i / (||in_i||_F + 1e-7), on the wide orientation.
+  std::vector<double> scale(count);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < count; ++i) {
+    double sumsq = 0.0;
+    const float* src = in + i * mn;
+    for (size_t k = 0; k < mn; ++k) sumsq += double(src[k]) * double(src[k]);
+    scale[i] = 1.0 / (std::sqrt(sumsq) + 1e-7);
+  }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < count; ++i)
+    for (int r = 0; r < rows; ++r) {
+      const float* src = in + i * mn + size_t(r) * cols;
+      float* dst = x + i * mn;
+      const float sc = float(scale[i]);
+      for (int c = 0; c < cols; ++c) dst[tall ? size_t(c) * n + r : size_t(r) * n + c] = src[c] * sc;
+    }
+  to_bf16(x16, x, all_mn);
+
+  for (int s = 0; s < steps; ++s) {
+    // A = X Xt;  B = b A + c A A;  X = a X + B X (fp32 X updated in place: the products read
+    // only the bf16 copies).
+    gemm_bf16_batched(count, false, true, m, m, n, 1.0f, x16, n, mn, x16, n, mn, 0.0f, a, m, mm);
+    to_bf16(a16, a, all_mm);
+    std::memcpy(b, a, all_mm * sizeof(float));
+    gemm_bf16_batched(count, false, false, m, m, m, float(kNsC), a16, m, mm, a16, m, mm, float(kNsB), b, m, mm);
+    to_bf16(b16, b, all_mm);
+    gemm_bf16_batched(count, false, false, m, n, m, 1.0f, b16, m, mm, x16, n, mn, float(kNsA), x, n, mn);
+    to_bf16(x16, x, all_mn);
+  }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < count; ++i)
+    for (int r = 0; r < rows; ++r) {
+      const float* src = x + i * mn;
+      float* dst = out + i * mn + size_t(r) * cols;
+      for (int c = 0; c < cols; ++c) dst[c] = src[tall ? size_t(c) * n + r : size_t(r) * n + c];
+    }
+}
+
+namespace {
+
+// Muon on `count` consecutive-in-the-list matrices of one shape with the batched bf16
+// Newton-Schulz: momentum and look-ahead into packed U, one newton_schulz_bf16, then the
+// update. Every loop is over whole matrices' elements in a fixed order, so results do not
+// depend on the thread count beyond oneDNN's own summation order.
+void muon_update_group_bf16(float* params, float* momentum, const float* grads, const MuonMatrix* mats, int count,
+                            const MuonOptions& opt, MuonWorkspace* ws) {
+  const int rows = mats[0].rows, cols = mats[0].cols;
+  const size_t n = size_t(rows) * cols;
+  ws->bu.resize(count * n);
+  float* u = ws->bu.data();
+  const float mu = float(opt.momentum);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < count; ++i)
+    for (int r = 0; r < rows; ++r) {
+      const size_t o = mats[i].offset + size_t(r) * cols;
+      float* ui = u + i * n + size_t(r) * cols;
+      for (int c = 0; c < cols; ++c) {
+        momentum[o + c] = mu * momentum[o + c] + grads[o + c];
+        ui[c] = grads[o + c] + mu * momentum[o + c];
+      }
+    }
+  newton_schulz_bf16(u, u, count, rows, cols, opt.ns_steps, ws);
+  const float scale = float(opt.lr * 0.2 * std::sqrt(double(std::max(rows, cols))));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < count; ++i)
+    for (int r = 0; r < rows; ++r) {
+      const float decay = float(1.0 - opt.lr * (mats[i].decay ? opt.weight_decay : 0.0));
+      float* p = params + mats[i].offset + size_t(r) * cols;
+      const float* ui = u + i * n + size_t(r) * cols;
+      for (int c = 0; c < cols; ++c) p[c] = p[c] * decay - scale * ui[c];
+    }
+}
+
+}  // namespace
+
 void muon_update(float* param, float* momentum, const float* grad, int rows, int cols, const MuonOptions& opt,
                  MuonWorkspace* ws) {
   const size_t n = size_t(rows) * cols;
@@ -109,6 +198,24 @@ void muon_update_many(float* params, float* momentum, const float* grads, std::s
   for (const MuonMatrix& mat : mats) ATOLL_CHECK(mat.rows > 0 && mat.cols > 0) << mat.offset;
   const int threads = omp_get_max_threads();
   if (ws->size() < size_t(threads)) ws->resize(threads);
+  if (opt.bf16) {
+    // Same shapes side by side (stable: layout order within a shape), so that e.g. every
+    // layer's wq..wo, or all experts' w1 and w3, share batches.
+    std::vector<MuonMatrix> sorted(mats.begin(), mats.end());
+    std::stable_sort(sorted.begin(), sorted.end(), [](const MuonMatrix& a, const MuonMatrix& b) {
+      return a.rows != b.rows ? a.rows < b.rows : a.cols < b.cols;
+    });
+    mats = sorted;
+    for (size_t i = 0; i < mats.size();) {
+      const size_t per = size_t(mats[i].rows) * mats[i].cols;
+      const size_t max_count = std::max<size_t>(1, kMuonBatchElements / per);
+      size_t j = i + 1;
+      while (j < mats.size() && j - i < max_count && mats[j].rows == mats[i].rows && mats[j].cols == mats[i].cols) ++j;
+      muon_update_group_bf16(params, momentum, grads, mats.data() + i, int(j - i), opt, &(*ws)[0]);
+      i = j;
+    }
+    return;
+  }
   auto one = [&](const MuonMatrix& mat, MuonWorkspace* w) {
     MuonOptions o = opt;
     if (!mat.decay) o.weight_decay = 0.0;

@@ -56,7 +56,8 @@ void Optimizer::step(float* params, const float* grads, double lr) {
   if (!muon_matrices_.empty()) {
     ScopedTimer timer(&times_.muon_s);
     const MuonOptions opt{
-        .lr = lr, .momentum = cfg_.muon_momentum, .weight_decay = cfg_.weight_decay, .ns_steps = cfg_.ns_steps};
+        .lr = lr, .momentum = cfg_.muon_momentum, .weight_decay = cfg_.weight_decay, .ns_steps = cfg_.ns_steps,
+        .bf16 = muon_bf16_};
     muon_update_many(params, m_.data(), grads, muon_matrices_, opt, &workspaces_);
   }
 }

@@ -35,6 +35,10 @@ class Optimizer {
   // Advances the step count first, so the first step has t = 1.
   void step(float* params, const float* grads, double lr);
 
+  // Muon's Newton-Schulz in batched bf16 products (muon.h newton_schulz_bf16); set for
+  // train.precision = bf16.
+  void set_muon_bf16(bool on) { muon_bf16_ = on; }
+
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t);  // for resuming from a checkpoint
 
@@ -56,6 +60,7 @@ class Optimizer {
   std::vector<float> m_, v_;               // [layout.total()] each
   std::vector<MuonWorkspace> workspaces_;  // one per thread
   int64_t t_ = 0;
+  bool muon_bf16_ = false;
   OptimizerTimes times_;
 };
 

@@ -181,8 +181,6 @@ std::string shared_config_toml(const Config& cfg) {
 }
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
-  if (cfg.train.precision != "fp32")
-    throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)

@@ -36,13 +36,14 @@ bool has_val_split(const std::string& dir) {
 
 Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_workers)
     : cfg(c),
-      model(c.model, micro_batch(c.train)),
+      model(c.model, micro_batch(c.train), parse_precision(c.train.precision)),
       opt(c.optim, model.layout()),
       train_data(data_dir, "train",
                  {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed), .worker = worker, .n_workers = n_workers}),
       in(size_t(micro_batch(c.train)) * c.model.seq_len),
       tg(size_t(micro_batch(c.train)) * c.model.seq_len) {
   train_data.check_vocab(c.model.vocab_size);
+  opt.set_muon_bf16(model.precision() == Precision::kBf16);
   if (has_val_split(data_dir)) {
     val_data = std::make_unique<DataLoader>(data_dir, "val",
                                             LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});

@@ -36,8 +36,7 @@ int configure_threads(int threads) {
 }
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
-  if (cfg.train.precision != "fp32")
-    throw ConfigError("train.precision = \"" + cfg.train.precision + "\" is not available in this build yet; fix: use fp32");
+  parse_precision(cfg.train.precision);  // fp32 | bf16 (model.h); anything else is a ConfigError
   if (cfg.train.device != "cpu")
     throw ConfigError("train.device = \"" + cfg.train.device + "\" is not available in this build; fix: use cpu");
   const double t_start = now_s();
