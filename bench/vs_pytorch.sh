@@ -10,12 +10,14 @@ peer_dir=$(cd ../shared/peer && pwd)
 out=${ATOLL_BENCH_OUT:-/tmp/atoll-vs-pytorch}
 mkdir -p "$out"
 : >"$out/results.jsonl"
+atoll=${ATOLL:-build/atoll}
 for r in $(seq 1 "$rounds"); do
-  for who in pytorch-default pytorch-passive atoll-fp32; do
+  for who in pytorch-default pytorch-passive atoll-fp32 atoll-bf16; do
     case $who in
       pytorch-default) line=$(cd "$peer_dir" && /usr/bin/python3 bench_train.py --config "$name" --warmup 1 --steps 3 2>&1 | sed -n 's/^RESULT //p') ;;
       pytorch-passive) line=$(cd "$peer_dir" && OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench_train.py --config "$name" --warmup 1 --steps 3 2>&1 | sed -n 's/^RESULT //p') ;;
-      atoll-fp32) line=$(build/atoll bench --config "configs/$name.toml" --steps 3 2>/dev/null | grep '^{' | tail -1) ;;
+      atoll-fp32) line=$("$atoll" bench --config "configs/$name.toml" --steps 3 2>/dev/null | grep '^{' | tail -1) ;;
+      atoll-bf16) line=$("$atoll" bench --config "configs/$name.toml" --steps 3 --set train.precision=bf16 2>/dev/null | grep '^{' | tail -1) ;;
     esac
     echo "{\"who\": \"$who\", \"round\": $r, \"result\": $line}" >>"$out/results.jsonl"
     echo "round $r $who done" >&2

@@ -38,7 +38,7 @@ PeakResult measure_matmul_peak(int n, int reps) {
   }
   PeakResult p;
   p.gflops = 2.0 * n * n * n / best * 1e-9;
-  p.method = "best of " + std::to_string(reps) + " fp32 BLAS sgemm " + std::to_string(n) + "x" + std::to_string(n) +
+  p.method = "best of " + std::to_string(reps) + " fp32 oneDNN sgemm " + std::to_string(n) + "x" + std::to_string(n) +
              "x" + std::to_string(n);
   return p;
 }

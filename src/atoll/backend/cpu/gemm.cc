@@ -1,8 +1,11 @@
 #include "atoll/backend/cpu/gemm.h"
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <cstddef>
+
+#include "atoll/core/check.h"
 
 namespace atl {
 namespace {
@@ -23,8 +26,8 @@ template <>
 void gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
                  float beta, float* C, int ldc) {
   if (handle_empty(M, N, K, beta, C, ldc)) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
+  const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  ATOLL_CHECK(status == dnnl_success) << "dnnl_sgemm " << M << "x" << N << "x" << K << " status " << int(status);
 }
 
 template <>
