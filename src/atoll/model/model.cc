@@ -8,12 +8,12 @@
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
 #include "atoll/backend/cpu/attention.h"
+#include "atoll/backend/cpu/expert_mlp.h"
 #include "atoll/backend/cpu/expert_mlp_bf16.h"
 #include "atoll/backend/cpu/linear_bf16.h"
 #include "atoll/core/errors.h"
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
-#include "atoll/layers/expert_mlp.h"
 #include "atoll/layers/linear.h"
 #include "atoll/layers/moe_dispatch.h"
 #include "atoll/layers/rmsnorm.h"
@@ -142,55 +142,62 @@ void Model<T>::forward_block(int l, int B) {
     T* h1 = A.hn.data();  // [N,C], recomputed in backward
     rmsnorm_forward(h1, S.rstd1.data(), x, p + o.attn_norm, N, C, m.norm_eps);
     if constexpr (kFloat<T>)
-      if (is_bf16()) {
+      if (is_bf16()) {  // q, k, v in fp32 scratch for RoPE, then kept in bf16
         to_bf16(A.in16.data(), h1, size_t(N) * C);
-        linear_forward_bf16(S.q.data(), A.in16.data(), w16.at(o.wq), N, C, QD);
-        linear_forward_bf16(S.k.data(), A.in16.data(), w16.at(o.wk), N, C, KVD);
-        linear_forward_bf16(S.v.data(), A.in16.data(), w16.at(o.wv), N, C, KVD);
+        linear_forward_bf16(A.dq, A.in16.data(), w16.at(o.wq), N, C, QD);
+        linear_forward_bf16(A.dk, A.in16.data(), w16.at(o.wk), N, C, KVD);
+        linear_forward_bf16(A.dv, A.in16.data(), w16.at(o.wv), N, C, KVD);
+        rope_forward(A.dq, A.rope, B, T_, m.n_heads, m.head_dim);
+        rope_forward(A.dk, A.rope, B, T_, m.n_kv_heads, m.head_dim);
+        to_bf16(S.q16.data(), A.dq, size_t(N) * QD);
+        to_bf16(S.k16.data(), A.dk, size_t(N) * KVD);
+        to_bf16(S.v16.data(), A.dv, size_t(N) * KVD);
+        attention_forward_blocked_bf16(S.att16.data(), S.lse.data(), S.q16.data(), S.k16.data(), S.v16.data(), B, T_,
+                                       m.n_heads, m.n_kv_heads, m.head_dim);
+        linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
       }
     if (!is_bf16()) {
       linear_forward(S.q.data(), h1, p + o.wq, N, C, QD);
       linear_forward(S.k.data(), h1, p + o.wk, N, C, KVD);
       linear_forward(S.v.data(), h1, p + o.wv, N, C, KVD);
+      rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
+      rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
+      attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads,
+                                m.n_kv_heads, m.head_dim);
+      linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
     }
-    rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
-    rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
-    attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads,
-                      m.head_dim);
-    if constexpr (kFloat<T>)
-      if (is_bf16()) {
-        to_bf16(A.in16.data(), S.att.data(), size_t(N) * QD);
-        linear_forward_bf16(A.tmp.data(), A.in16.data(), w16.at(o.wo), N, QD, C);
-      }
-    if (!is_bf16()) linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
-    for (size_t i = 0; i < size_t(N) * C; ++i) S.xmid[i] = x[i] + A.tmp[i];
+    T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
+    for (size_t i = 0; i < size_t(N) * C; ++i) xmid[i] = x[i] + A.tmp[i];
   }
+  const T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
   {
     ScopedTimer t(&times_.router_dispatch);
     const T* h2 = A.hn.data();  // [N,C], recomputed in backward
-    rmsnorm_forward(A.hn.data(), S.rstd2.data(), S.xmid.data(), p + o.moe_norm, N, C, m.norm_eps);
+    rmsnorm_forward(A.hn.data(), S.rstd2.data(), xmid, p + o.moe_norm, N, C, m.norm_eps);
     linear_forward(A.rlogits.data(), h2, p + o.router, N, C, E);
     router_forward(S.probs.data(), S.rlse.data(), S.topk_idx.data(), S.topk_w.data(), A.rlogits.data(), N, E, K);
     S.losses = router_losses(S.probs.data(), S.rlse.data(), S.topk_idx.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef);
     build_routing(S.routing, S.topk_idx.data(), N, E, K);
-    dispatch_forward(A.xe.data(), h2, S.routing, N, C, K);
+    // Each row's combine weight, for the fused dispatch-experts-combine.
+    const int32_t* slot_row = S.routing.slot_row.data();
+    for (size_t i = 0; i < size_t(N) * K; ++i) A.wrow[slot_row[i]] = S.topk_w[i];
   }
   {
-    ScopedTimer t(&times_.experts);
+    ScopedTimer t(&times_.experts);  // dispatch, experts and combine in one, into tmp
     if constexpr (kFloat<T>)
       if (is_bf16()) {
-        to_bf16(A.xe16.data(), A.xe.data(), size_t(N) * K * C);
-        expert_mlp_forward_bf16(S.ye.data(), S.ab.data(), S.bb.data(), A.g16.data(), A.xe16.data(), w16.at(o.w1),
-                                w16.at(o.w3), w16.at(o.w2), S.routing.offsets.data(), E, C, H);
+        to_bf16(A.in16.data(), A.hn.data(), size_t(N) * C);
+        expert_mlp_forward_bf16(A.tmp.data(), S.ab.data(), S.bb.data(), A.expert_chunk, A.in16.data(),
+                                S.routing.row_token.data(), A.wrow.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
+                                S.routing.offsets.data(), N, E, C, H);
       }
     if (!is_bf16())
-      expert_mlp_forward(S.ye.data(), S.a.data(), S.b.data(), A.g.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
-                         S.routing.offsets.data(), E, C, H);
+      expert_mlp_forward_fused(A.tmp.data(), S.a.data(), S.b.data(), A.expert_chunk32, A.hn.data(),
+                               S.routing.row_token.data(), A.wrow.data(), p + o.w1, p + o.w3, p + o.w2,
+                               S.routing.offsets.data(), N, E, C, H);
   }
-  ScopedTimer t(&times_.router_dispatch);
-  combine_forward(A.tmp.data(), S.ye.data(), S.topk_w.data(), S.routing, N, C, K);
   T* x_next = A.x[l + 1].data();
-  for (size_t i = 0; i < size_t(N) * C; ++i) x_next[i] = S.xmid[i] + A.tmp[i];
+  for (size_t i = 0; i < size_t(N) * C; ++i) x_next[i] = xmid[i] + A.tmp[i];
 }
 
 // Final norm, LM head and cross-entropy, in chunks of rows so the [N,V] logits never exist
@@ -203,30 +210,31 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
   const int N = B * cfg_.seq_len, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
   const T* w_head = params_.data() + A.head_offset;
   T* dw_head = grads_.data() + A.head_offset;
-  rmsnorm_forward(A.hf.data(), A.rstdf.data(), A.x[L].data(), params_.data() + A.final_norm_offset, N, C,
+  T* hf = A.tmp.data();  // final norm output [N,C]
+  rmsnorm_forward(hf, A.rstdf.data(), A.x[L].data(), params_.data() + A.final_norm_offset, N, C,
                   cfg_.norm_eps);
   const bf16* w16_head = A.head16.data();
   if constexpr (kFloat<T>)
-    if (is_bf16()) to_bf16(A.in16.data(), A.hf.data(), size_t(N) * C);
+    if (is_bf16()) to_bf16(A.in16.data(), hf, size_t(N) * C);
   if (backward) std::fill(A.dh.begin(), A.dh.begin() + size_t(N) * C, T(0));
   double ce_sum = 0.0;
   for (int r0 = 0; r0 < N; r0 += Activations::kHeadChunk) {
     const int n = std::min(Activations::kHeadChunk, N - r0);
-    const T* h = A.hf.data() + size_t(r0) * C;
+    const T* h = hf + size_t(r0) * C;
     const bf16* h16 = is_bf16() ? A.in16.data() + size_t(r0) * C : nullptr;
     if constexpr (kFloat<T>)
-      if (is_bf16()) linear_forward_bf16(A.logits.data(), h16, w16_head, n, C, V);
-    if (!is_bf16()) linear_forward(A.logits.data(), h, w_head, n, C, V);
-    ce_sum += cross_entropy_forward(A.logits_lse.data(), A.logits.data(), targets + r0, n, V);
+      if (is_bf16()) linear_forward_bf16(A.logits, h16, w16_head, n, C, V);
+    if (!is_bf16()) linear_forward(A.logits, h, w_head, n, C, V);
+    ce_sum += cross_entropy_forward(A.logits_lse.data(), A.logits, targets + r0, n, V);
     if (!backward) continue;
-    cross_entropy_backward(A.logits.data(), A.logits.data(), A.logits_lse.data(), targets + r0, n, V,
+    cross_entropy_backward(A.logits, A.logits, A.logits_lse.data(), targets + r0, n, V,
                            T(loss_scale / N));
     if constexpr (kFloat<T>)
       if (is_bf16()) {
-        to_bf16(A.logits16.data(), A.logits.data(), size_t(n) * V);
+        to_bf16(A.logits16.data(), A.logits, size_t(n) * V);
         linear_backward_bf16(A.dh.data() + size_t(r0) * C, dw_head, A.logits16.data(), h16, w16_head, n, C, V);
       }
-    if (!is_bf16()) linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits.data(), h, w_head, n, C, V);
+    if (!is_bf16()) linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits, h, w_head, n, C, V);
   }
   if (backward) {
     std::fill(A.dx.begin(), A.dx.begin() + size_t(N) * C, T(0));
@@ -248,69 +256,84 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
   const BlockWeights16 w16 = is_bf16() ? block_weights16(l) : BlockWeights16{nullptr, 0};
   T* g = grads_.data();
   const size_t NC = size_t(N) * C;
+  const T* xmid = S.xmid.data();
+  if constexpr (kFloat<T>)
+    if (is_bf16()) {  // xmid = x + wo(att), exactly as in forward
+      ScopedTimer t(&times_.attention);
+      linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
+      const T* x = A.x[l].data();
+      for (size_t i = 0; i < NC; ++i) A.xmid[i] = x[i] + A.tmp[i];
+      xmid = A.xmid.data();
+    }
   {  // x_next = xmid + combine(experts(dispatch(h2)))
     ScopedTimer t(&times_.router_dispatch);
-    combine_backward(A.dye.data(), A.dtopk_w.data(), A.dx.data(), S.ye.data(), S.topk_w.data(), S.routing, N, C, K);
-    // h2 = rmsnorm(xmid) and its dispatched rows are recomputed rather than kept.
-    rmsnorm_forward(A.hn.data(), S.rstd2.data(), S.xmid.data(), p + o.moe_norm, N, C, m.norm_eps);
-    dispatch_forward(A.xe.data(), A.hn.data(), S.routing, N, C, K);
+    // Each row's combine weight; the weight gradient comes back from the expert backward.
+    const int32_t* slot_row = S.routing.slot_row.data();
+    for (size_t i = 0; i < size_t(N) * K; ++i) A.wrow[slot_row[i]] = S.topk_w[i];
+    // h2 = rmsnorm(xmid) is recomputed rather than kept.
+    rmsnorm_forward(A.hn.data(), S.rstd2.data(), xmid, p + o.moe_norm, N, C, m.norm_eps);
   }
   {
-    ScopedTimer t(&times_.experts);
+    ScopedTimer t(&times_.experts);  // d(expert inputs) go straight to their tokens in dh
+    std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
     if constexpr (kFloat<T>)
       if (is_bf16()) {
-        const size_t RC = size_t(N) * K * C;
-        to_bf16(A.xe16.data(), A.xe.data(), RC);
-        to_bf16(A.dye16.data(), A.dye.data(), RC);
-        expert_mlp_backward_bf16(A.dxe.data(), g + o.w1, g + o.w3, g + o.w2, A.g16.data(), A.g.data(), A.da16.data(),
-                                 A.db16.data(), A.dye16.data(), S.ab.data(), S.bb.data(), A.xe16.data(), w16.at(o.w1),
-                                 w16.at(o.w3), w16.at(o.w2), S.routing.offsets.data(), E, C, H);
+        to_bf16(A.in16.data(), A.hn.data(), NC);
+        to_bf16(A.dout16.data(), A.dx.data(), NC);
+        expert_mlp_backward_bf16(A.dh.data(), g + o.w1, g + o.w3, g + o.w2, A.dwrow.data(), A.expert_chunk,
+                                 A.dout16.data(), A.in16.data(), S.routing.row_token.data(), A.wrow.data(),
+                                 S.ab.data(), S.bb.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
+                                 S.routing.offsets.data(), E, C, H);
       }
     if (!is_bf16())
-      expert_mlp_backward(A.dxe.data(), g + o.w1, g + o.w3, g + o.w2, A.g.data(), A.da.data(), A.db.data(),
-                          A.dye.data(), S.a.data(), S.b.data(), A.xe.data(), p + o.w1, p + o.w3, p + o.w2,
-                          S.routing.offsets.data(), E, C, H);
+      expert_mlp_backward_fused(A.dh.data(), g + o.w1, g + o.w3, g + o.w2, A.dwrow.data(), A.expert_chunk32,
+                                A.dx.data(), A.hn.data(), S.routing.row_token.data(), A.wrow.data(), S.a.data(),
+                                S.b.data(), p + o.w1, p + o.w3, p + o.w2, S.routing.offsets.data(), E, C, H);
+    const int32_t* slot_row = S.routing.slot_row.data();
+    for (size_t i = 0; i < size_t(N) * K; ++i) A.dtopk_w[i] = A.dwrow[slot_row[i]];
   }
   {
     ScopedTimer t(&times_.router_dispatch);
-    std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
-    dispatch_backward(A.dh.data(), A.dxe.data(), S.routing, N, C, K);
     router_backward(A.drlogits.data(), A.dtopk_w.data(), S.probs.data(), S.rlse.data(), S.topk_idx.data(),
                     S.topk_w.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef, loss_scale);
     linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), A.hn.data(), p + o.router, N, C, E);
-    rmsnorm_backward(A.dx.data(), g + o.moe_norm, A.dh.data(), S.xmid.data(), S.rstd2.data(), p + o.moe_norm, N, C);
+    rmsnorm_backward(A.dx.data(), g + o.moe_norm, A.dh.data(), xmid, S.rstd2.data(), p + o.moe_norm, N, C);
   }
   // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
   ScopedTimer t(&times_.attention);
-  std::fill(A.datt.begin(), A.datt.begin() + size_t(N) * QD, T(0));
+  std::fill(A.datt, A.datt + size_t(N) * QD, T(0));
   if constexpr (kFloat<T>)
     if (is_bf16()) {
       to_bf16(A.dout16.data(), A.dx.data(), NC);
-      to_bf16(A.in16.data(), S.att.data(), size_t(N) * QD);
-      linear_backward_bf16(A.datt.data(), g + o.wo, A.dout16.data(), A.in16.data(), w16.at(o.wo), N, QD, C);
+      linear_backward_bf16(A.datt, g + o.wo, A.dout16.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
+      to_bf16(A.dout16.data(), A.datt, size_t(N) * QD);
+      attention_backward_blocked_bf16(A.dq, A.dk, A.dv, A.dout16.data(), S.att16.data(), S.lse.data(), S.q16.data(),
+                                      S.k16.data(), S.v16.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
     }
-  if (!is_bf16()) linear_backward(A.datt.data(), g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
-  attention_backward_blocked(A.dq.data(), A.dk.data(), A.dv.data(), A.datt.data(), S.att.data(), S.lse.data(), S.q.data(),
-                     S.k.data(), S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
-  rope_backward(A.dq.data(), A.rope, B, T_, m.n_heads, m.head_dim);
-  rope_backward(A.dk.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
+  if (!is_bf16()) {
+    linear_backward(A.datt, g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
+    attention_backward_blocked(A.dq, A.dk, A.dv, A.datt, S.att.data(), S.lse.data(), S.q.data(), S.k.data(),
+                               S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
+  }
+  rope_backward(A.dq, A.rope, B, T_, m.n_heads, m.head_dim);
+  rope_backward(A.dk, A.rope, B, T_, m.n_kv_heads, m.head_dim);
   std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
   T* h1 = A.hn.data();  // recomputed: rmsnorm(x) as in forward
   rmsnorm_forward(h1, S.rstd1.data(), A.x[l].data(), p + o.attn_norm, N, C, m.norm_eps);
   if constexpr (kFloat<T>)
     if (is_bf16()) {
       to_bf16(A.in16.data(), h1, NC);
-      const struct { const T* d; size_t w; int out; } proj[] = {{A.dq.data(), o.wq, QD}, {A.dk.data(), o.wk, KVD},
-                                                                {A.dv.data(), o.wv, KVD}};
+      const struct { const T* d; size_t w; int out; } proj[] = {{A.dq, o.wq, QD}, {A.dk, o.wk, KVD},
+                                                                {A.dv, o.wv, KVD}};
       for (const auto& pr : proj) {
         to_bf16(A.dout16.data(), pr.d, size_t(N) * pr.out);
         linear_backward_bf16(A.dh.data(), g + pr.w, A.dout16.data(), A.in16.data(), w16.at(pr.w), N, C, pr.out);
       }
     }
   if (!is_bf16()) {
-    linear_backward(A.dh.data(), g + o.wq, A.dq.data(), h1, p + o.wq, N, C, QD);
-    linear_backward(A.dh.data(), g + o.wk, A.dk.data(), h1, p + o.wk, N, C, KVD);
-    linear_backward(A.dh.data(), g + o.wv, A.dv.data(), h1, p + o.wv, N, C, KVD);
+    linear_backward(A.dh.data(), g + o.wq, A.dq, h1, p + o.wq, N, C, QD);
+    linear_backward(A.dh.data(), g + o.wk, A.dk, h1, p + o.wk, N, C, KVD);
+    linear_backward(A.dh.data(), g + o.wv, A.dv, h1, p + o.wv, N, C, KVD);
   }
   rmsnorm_backward(A.dx.data(), g + o.attn_norm, A.dh.data(), A.x[l].data(), S.rstd1.data(), p + o.attn_norm, N, C);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/backend/cpu/gemm_bf16.h"
 
 namespace atl {
 namespace {
@@ -26,8 +27,11 @@ inline HeadView head(int b, int h, int T_, int heads, int HD) {
 // its log-sum-exp written to lse_out; otherwise the saved one is used (backward).
 template <typename T>
 void block_probs(T* s, int rows, int n, int t0, const T* qb, size_t ldq, const T* k0, size_t ldk, int HD, T scale,
-                 const T* lse_in, T* lse_out) {
-  gemm<T>(false, true, rows, n, HD, scale, qb, int(ldq), k0, int(ldk), T(0), s, n);
+                 const T* lse_in, T* lse_out);
+
+// The softmax part of block_probs on scores already in s.
+template <typename T>
+void block_softmax(T* s, int rows, int n, int t0, const T* lse_in, T* lse_out) {
   for (int r = 0; r < rows; ++r) {
     T* row = s + size_t(r) * n;
     const int valid = t0 + r + 1;  // keys 0..t0+r
@@ -45,6 +49,13 @@ void block_probs(T* s, int rows, int n, int t0, const T* qb, size_t ldq, const T
     for (int j = 0; j < valid; ++j) row[j] = std::exp(row[j] - l);
     for (int j = valid; j < n; ++j) row[j] = 0;
   }
+}
+
+template <typename T>
+void block_probs(T* s, int rows, int n, int t0, const T* qb, size_t ldq, const T* k0, size_t ldk, int HD, T scale,
+                 const T* lse_in, T* lse_out) {
+  gemm<T>(false, true, rows, n, HD, scale, qb, int(ldq), k0, int(ldk), T(0), s, n);
+  block_softmax(s, rows, n, t0, lse_in, lse_out);
 }
 
 }  // namespace
@@ -109,6 +120,78 @@ void attention_backward_blocked(T* dq, T* dk, T* dv, const T* dout, const T* out
                     dq + hq.base + t0 * hq.ld, int(hq.ld));                                              // dQ = dS K
             gemm<T>(true, false, n, HD, rows, T(1), dp.data(), n, qb, int(hq.ld), T(1), dk + hk.base, int(hk.ld));  // dK += dSᵀ Q
             gemm<T>(true, false, n, HD, rows, T(1), p.data(), n, dob, int(hq.ld), T(1), dv + hk.base, int(hk.ld));  // dV += Pᵀ dO
+          }
+      }
+  }
+}
+
+void attention_forward_blocked_bf16(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T_,
+                                    int NH, int NKV, int HD) {
+  const float scale = float(1.0 / std::sqrt(double(HD)));
+  const int group = NH / NKV, n_blocks = (T_ + kBlock - 1) / kBlock;
+#pragma omp parallel
+  {
+    std::vector<float> s(size_t(kBlock) * T_);
+    std::vector<bf16> p16(size_t(kBlock) * T_);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int blk = 0; blk < n_blocks; ++blk) {
+          const int t0 = blk * kBlock, rows = std::min(kBlock, T_ - t0), n = t0 + rows;
+          const HeadView hq = head(b, h, T_, NH, HD), hk = head(b, h / group, T_, NKV, HD);
+          gemm_bf16(false, true, rows, n, HD, scale, q + hq.base + t0 * hq.ld, int(hq.ld), k + hk.base, int(hk.ld),
+                    0.0f, s.data(), n);
+          block_softmax(s.data(), rows, n, t0, static_cast<const float*>(nullptr), lse + (size_t(b) * NH + h) * T_ + t0);
+          to_bf16(p16.data(), s.data(), size_t(rows) * n);
+          gemm_bf16_out(false, false, rows, HD, n, 1.0f, p16.data(), n, v + hk.base, int(hk.ld),
+                        out + hq.base + t0 * hq.ld, int(hq.ld));
+        }
+  }
+}
+
+void attention_backward_blocked_bf16(float* dq, float* dk, float* dv, const bf16* dout, const bf16* out,
+                                     const float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T_,
+                                     int NH, int NKV, int HD) {
+  const float scale = float(1.0 / std::sqrt(double(HD)));
+  const int group = NH / NKV, n_blocks = (T_ + kBlock - 1) / kBlock;
+#pragma omp parallel
+  {
+    std::vector<float> p(size_t(kBlock) * T_), dp(size_t(kBlock) * T_), D(kBlock);
+    std::vector<bf16> p16(size_t(kBlock) * T_), ds16(size_t(kBlock) * T_);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; ++b)
+      for (int kh = 0; kh < NKV; ++kh) {
+        const HeadView hk = head(b, kh, T_, NKV, HD);
+        for (int t = 0; t < T_; ++t)
+          for (int d = 0; d < HD; ++d) dk[hk.base + t * hk.ld + d] = dv[hk.base + t * hk.ld + d] = 0;
+        for (int h = kh * group; h < (kh + 1) * group; ++h)
+          for (int blk = 0; blk < n_blocks; ++blk) {
+            const int t0 = blk * kBlock, rows = std::min(kBlock, T_ - t0), n = t0 + rows;
+            const HeadView hq = head(b, h, T_, NH, HD);
+            const bf16* qb = q + hq.base + t0 * hq.ld;
+            const bf16* dob = dout + hq.base + t0 * hq.ld;
+            gemm_bf16(false, true, rows, n, HD, scale, qb, int(hq.ld), k + hk.base, int(hk.ld), 0.0f, p.data(), n);
+            block_softmax(p.data(), rows, n, t0, lse + (size_t(b) * NH + h) * T_ + t0, static_cast<float*>(nullptr));
+            // dP = dO Vᵀ; dS = P ∘ (dP − D) · scale with D_r = dO_r · O_r.
+            gemm_bf16(false, true, rows, n, HD, 1.0f, dob, int(hq.ld), v + hk.base, int(hk.ld), 0.0f, dp.data(), n);
+            for (int r = 0; r < rows; ++r) {
+              const bf16* o = out + hq.base + (t0 + r) * hq.ld;
+              const bf16* g = dob + r * hq.ld;
+              float acc = 0;
+              for (int d = 0; d < HD; ++d) acc += bf16_to_float(g[d]) * bf16_to_float(o[d]);
+              D[r] = acc;
+            }
+            for (int r = 0; r < rows; ++r)
+              for (int j = 0; j < n; ++j) {
+                const size_t i = size_t(r) * n + j;
+                dp[i] = p[i] * (dp[i] - D[r]) * scale;
+              }
+            to_bf16(ds16.data(), dp.data(), size_t(rows) * n);
+            to_bf16(p16.data(), p.data(), size_t(rows) * n);
+            gemm_bf16(false, false, rows, HD, n, 1.0f, ds16.data(), n, k + hk.base, int(hk.ld), 0.0f,
+                      dq + hq.base + t0 * hq.ld, int(hq.ld));                                                     // dQ = dS K
+            gemm_bf16(true, false, n, HD, rows, 1.0f, ds16.data(), n, qb, int(hq.ld), 1.0f, dk + hk.base, int(hk.ld));  // dK += dSᵀ Q
+            gemm_bf16(true, false, n, HD, rows, 1.0f, p16.data(), n, dob, int(hq.ld), 1.0f, dv + hk.base, int(hk.ld));  // dV += Pᵀ dO
           }
       }
   }
