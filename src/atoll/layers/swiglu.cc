@@ -1,28 +1,17 @@
 #include "atoll/layers/swiglu.h"
 
-#include <cmath>
+#include "atoll/backend/cpu/swiglu_kernel.h"
 
 namespace atl {
 
 template <typename T>
 void swiglu_forward(T* out, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-a[i]));
-    out[i] = a[i] * s * b[i];
-  }
+  swiglu_forward_kernel(out, a, b, n);
 }
 
 template <typename T>
 void swiglu_backward(T* da, T* db, const T* dout, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T g = dout[i];
-    const T s = T(1) / (T(1) + std::exp(-a[i]));
-    const T silu = a[i] * s;
-    db[i] = g * silu;
-    da[i] = g * b[i] * s * (T(1) + a[i] * (T(1) - s));
-  }
+  swiglu_backward_kernel(da, db, dout, a, b, n);
 }
 
 template void swiglu_forward<float>(float*, const float*, const float*, size_t);

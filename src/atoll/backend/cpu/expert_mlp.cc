@@ -4,31 +4,10 @@
 #include <cstring>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/backend/cpu/swiglu_kernel.h"
 
 namespace atl {
 namespace {
-
-// layers/swiglu.cc, restated here: the backend library sits below the layers and does not
-// link against them. out = silu(a) * b; da, db from dout (da may not alias dout here).
-template <typename T>
-void swiglu_forward(T* out, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T s = T(1) / (T(1) + std::exp(-a[i]));
-    out[i] = a[i] * s * b[i];
-  }
-}
-
-template <typename T>
-void swiglu_backward(T* da, T* db, const T* dout, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const T g = dout[i];
-    const T s = T(1) / (T(1) + std::exp(-a[i]));
-    db[i] = g * a[i] * s;
-    da[i] = g * b[i] * s * (T(1) + a[i] * (T(1) - s));
-  }
-}
 
 template <typename T>
 void gather(T* out, const T* in, const int32_t* row_token, int n, int C) {
@@ -51,7 +30,7 @@ void expert_mlp_forward_fused(T* out, T* a, T* b, const ExpertChunk<T>& s, const
       T* be = b + size_t(r0) * H;
       gemm<T>(false, true, n, H, C, T(1), s.x, C, w1 + e * WH, C, T(0), ae, H);  // a = x W1ᵀ
       gemm<T>(false, true, n, H, C, T(1), s.x, C, w3 + e * WH, C, T(0), be, H);  // b = x W3ᵀ
-      swiglu_forward(s.g, ae, be, size_t(n) * H);
+      swiglu_forward_kernel(s.g, ae, be, size_t(n) * H);
       gemm<T>(false, true, n, C, H, T(1), s.g, H, w2 + e * WH, H, T(0), s.y, C);  // y = g W2ᵀ
 #pragma omp parallel for schedule(static)
       for (int r = 0; r < n; ++r) {  // combine: out[token] += w y
@@ -74,7 +53,7 @@ void expert_mlp_backward_fused(T* dx, T* dw1, T* dw3, T* dw2, T* dw_row, const E
       const T* be = b + size_t(r0) * H;
       gather(s.x, x, row_token + r0, n, C);
       gather(s.dy, dout, row_token + r0, n, C);
-      swiglu_forward(s.g, ae, be, size_t(n) * H);  // recomputed rather than kept
+      swiglu_forward_kernel(s.g, ae, be, size_t(n) * H);  // recomputed rather than kept
       gemm<T>(false, false, n, H, C, T(1), s.dy, C, w2 + e * WH, H, T(0), s.dg, H);  // dout W2
       // The combine's weight gradient g_r · (dout W2)_r, then the rows' weights into g and dg.
 #pragma omp parallel for schedule(static)
@@ -89,7 +68,7 @@ void expert_mlp_backward_fused(T* dx, T* dw1, T* dw3, T* dw2, T* dw_row, const E
       }
       gemm<T>(true, false, C, H, n, T(1), s.dy, C, s.g, H, T(1), dw2 + e * WH, H);  // dW2 += doutᵀ (w g)
       T* da = s.g;  // g is dead from here
-      swiglu_backward(da, s.db, s.dg, ae, be, size_t(n) * H);
+      swiglu_backward_kernel(da, s.db, s.dg, ae, be, size_t(n) * H);
       gemm<T>(true, false, H, C, n, T(1), da, H, s.x, C, T(1), dw1 + e * WH, C);    // dW1 += daᵀ x
       gemm<T>(true, false, H, C, n, T(1), s.db, H, s.x, C, T(1), dw3 + e * WH, C);  // dW3 += dbᵀ x
       gemm<T>(false, false, n, C, H, T(1), da, H, w1 + e * WH, C, T(0), s.y, C);    // dxe = da W1
