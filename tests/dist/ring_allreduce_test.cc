@@ -287,8 +287,9 @@ TEST_F(RingTest, AStalledPeerIsATimeoutWithinTheBoundAndTheInputIsUnchanged) {
     RingAllreduce ring(g, RingOptions{.codec = Codec::kBf16, .timeout = milliseconds(1000)});
     std::vector<float> data(5000, 1.0f);
     ring.mean(data.data(), data.size());
-    if (rank == 2) {  // alive but silent until the others have given up
-      store.wait({store.run_prefix() + "/release"});
+    if (rank == 2) {  // alive but silent until both others have given up (exiting earlier
+                      // would close its connections: PeerLost, not Timeout, for a slow rank)
+      store.wait({store.run_prefix() + "/done0", store.run_prefix() + "/done1"});
       return std::string("released");
     }
     const std::vector<float> before = data;
@@ -302,7 +303,7 @@ TEST_F(RingTest, AStalledPeerIsATimeoutWithinTheBoundAndTheInputIsUnchanged) {
       what = std::string("PeerLost: ") + e.what();
     }
     const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
-    if (rank == 0) store.set(store.run_prefix() + "/release", "1");
+    store.set(store.run_prefix() + "/done" + std::to_string(rank), "1");
     return what + "|ms=" + std::to_string(ms) + "|unchanged=" + std::to_string(data == before);
   });
   EXPECT_EQ(out[2], "released");
