@@ -32,13 +32,7 @@ void expert_mlp_forward_fused(T* out, T* a, T* b, const ExpertChunk<T>& s, const
       gemm<T>(false, true, n, H, C, T(1), s.x, C, w3 + e * WH, C, T(0), be, H);  // b = x W3ᵀ
       swiglu_forward_kernel(s.g, ae, be, size_t(n) * H);
       gemm<T>(false, true, n, C, H, T(1), s.g, H, w2 + e * WH, H, T(0), s.y, C);  // y = g W2ᵀ
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < n; ++r) {  // combine: out[token] += w y
-        T* o = out + size_t(row_token[r0 + r]) * C;
-        const T* y = s.y + size_t(r) * C;
-        const T w = w_row[r0 + r];
-        for (int c = 0; c < C; ++c) o[c] += w * y[c];
-      }
+      scatter_add_rows(out, s.y, row_token + r0, w_row + r0, n, C);  // combine: out[token] += w y
     });
 }
 
@@ -73,12 +67,7 @@ void expert_mlp_backward_fused(T* dx, T* dw1, T* dw3, T* dw2, T* dw_row, const E
       gemm<T>(true, false, H, C, n, T(1), s.db, H, s.x, C, T(1), dw3 + e * WH, C);  // dW3 += dbᵀ x
       gemm<T>(false, false, n, C, H, T(1), da, H, w1 + e * WH, C, T(0), s.y, C);    // dxe = da W1
       gemm<T>(false, false, n, C, H, T(1), s.db, H, w3 + e * WH, C, T(1), s.y, C);  //     + db W3
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < n; ++r) {  // dispatch backward: dx[token] += dxe
-        T* d = dx + size_t(row_token[r0 + r]) * C;
-        const T* y = s.y + size_t(r) * C;
-        for (int c = 0; c < C; ++c) d[c] += y[c];
-      }
+      scatter_add_rows<T>(dx, s.y, row_token + r0, nullptr, n, C);  // dispatch backward: dx[token] += dxe
     });
 }
 

@@ -17,6 +17,19 @@
 
 namespace atl {
 
+// dst[row_token[r]] += w[r] * rows[r] for r < n (w null: weight 1): the combine, and the
+// dispatch backward. Rows of one chunk belong to distinct tokens, so the loop is race-free.
+template <typename T>
+inline void scatter_add_rows(T* dst, const T* rows, const int32_t* row_token, const T* w, int n, int C) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < n; ++r) {
+    T* d = dst + size_t(row_token[r]) * C;
+    const T* y = rows + size_t(r) * C;
+    const T wr = w ? w[r] : T(1);
+    for (int c = 0; c < C; ++c) d[c] += wr * y[c];
+  }
+}
+
 template <typename T>
 struct ExpertChunk {
   int rows;       // capacity in dispatched rows

@@ -57,13 +57,7 @@ void expert_mlp_forward_bf16(float* out, bf16* a, bf16* b, const ExpertChunkBf16
       gemm_bf16_out(false, true, np, H, C, 1.0f, s.x, C, w3 + e * WH, C, be, H);  // b = x W3ᵀ
       swiglu_forward_bf16(s.g, ae, be, size_t(np) * H);
       gemm_bf16(false, true, np, C, H, 1.0f, s.g, H, w2 + e * WH, H, 0.0f, s.y, C);  // y = g W2ᵀ
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < n; ++r) {  // combine: out[token] += w y
-        float* o = out + size_t(row_token[r0 + r]) * C;
-        const float* y = s.y + size_t(r) * C;
-        const float w = w_row[r0 + r];
-        for (int c = 0; c < C; ++c) o[c] += w * y[c];
-      }
+      scatter_add_rows(out, s.y, row_token + r0, w_row + r0, n, C);  // combine: out[token] += w y
     });
 }
 
@@ -101,12 +95,7 @@ void expert_mlp_backward_bf16(float* dx, float* dw1, float* dw3, float* dw2, flo
       gemm_bf16(true, false, H, C, np, 1.0f, s.db, H, s.x, C, 1.0f, dw3 + e * WH, C);  // dW3 += dbᵀ x
       gemm_bf16(false, false, np, C, H, 1.0f, da, H, w1 + e * WH, C, 0.0f, s.y, C);    // dxe = da W1
       gemm_bf16(false, false, np, C, H, 1.0f, s.db, H, w3 + e * WH, C, 1.0f, s.y, C);  //     + db W3
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < n; ++r) {  // dispatch backward: dx[token] += dxe
-        float* d = dx + size_t(row_token[r0 + r]) * C;
-        const float* y = s.y + size_t(r) * C;
-        for (int c = 0; c < C; ++c) d[c] += y[c];
-      }
+      scatter_add_rows<float>(dx, s.y, row_token + r0, nullptr, n, C);  // dispatch backward: dx[token] += dxe
     });
 }
 
