@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "atoll/backend/cpu/vector_math.h"
 #include "atoll/core/check.h"
 
 namespace atl {
@@ -16,9 +17,12 @@ double cross_entropy_forward(T* lse, const T* logits, const int32_t* targets, in
   for (int n = 0; n < N; ++n) {
     const T* x = logits + size_t(n) * V;
     T m = x[0];
+#pragma omp simd reduction(max : m)
     for (int v = 1; v < V; ++v) m = x[v] > m ? x[v] : m;
+    // Each term in T (vector exp, x - m <= 0 so no overflow), the sum in double.
     double sum = 0.0;
-    for (int v = 0; v < V; ++v) sum += std::exp(double(x[v] - m));
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; ++v) sum += double(std::exp(x[v] - m));
     const double l = double(m) + std::log(sum);
     if (lse) lse[n] = T(l);
     total += l - double(x[targets[n]]);
@@ -33,6 +37,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int
     const T* x = logits + size_t(n) * V;
     T* d = dlogits + size_t(n) * V;
     const T l = lse[n];
+#pragma omp simd
     for (int v = 0; v < V; ++v) d[v] = scale * std::exp(x[v] - l);
     d[targets[n]] -= scale;
   }

@@ -8,6 +8,7 @@
 
 #include "atoll/backend/cpu/gemm.h"
 #include "atoll/backend/cpu/gemm_bf16.h"
+#include "atoll/backend/cpu/vector_math.h"
 
 namespace atl {
 namespace {
@@ -40,12 +41,15 @@ void block_softmax(T* s, int rows, int n, int t0, const T* lse_in, T* lse_out) {
       l = lse_in[r];
     } else {
       T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
       for (int j = 0; j < valid; ++j) m = std::max(m, row[j]);
       T sum = 0;
+#pragma omp simd reduction(+ : sum)
       for (int j = 0; j < valid; ++j) sum += std::exp(row[j] - m);
       l = m + std::log(sum);
       lse_out[r] = l;
     }
+#pragma omp simd
     for (int j = 0; j < valid; ++j) row[j] = std::exp(row[j] - l);
     for (int j = valid; j < n; ++j) row[j] = 0;
   }

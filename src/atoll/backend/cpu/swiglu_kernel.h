@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "atoll/backend/cpu/vector_math.h"
+
 namespace atl {
 
 template <typename T>
