@@ -187,7 +187,7 @@ void Model<T>::forward_block(int l, int B) {
     if constexpr (kFloat<T>)
       if (is_bf16()) {
         to_bf16(A.in16.data(), A.hn.data(), size_t(N) * C);
-        expert_mlp_forward_bf16(A.tmp.data(), S.ab.data(), S.bb.data(), A.expert_chunk, A.in16.data(),
+        expert_mlp_forward_bf16(A.tmp.data(), S.ab.data(), A.expert_chunk, A.in16.data(),
                                 S.routing.row_token.data(), A.wrow.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
                                 S.routing.offsets.data(), N, E, C, H);
       }
@@ -282,7 +282,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
         to_bf16(A.dout16.data(), A.dx.data(), NC);
         expert_mlp_backward_bf16(A.dh.data(), g + o.w1, g + o.w3, g + o.w2, A.dwrow.data(), A.expert_chunk,
                                  A.dout16.data(), A.in16.data(), S.routing.row_token.data(), A.wrow.data(),
-                                 S.ab.data(), S.bb.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
+                                 S.ab.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
                                  S.routing.offsets.data(), E, C, H);
       }
     if (!is_bf16())

@@ -39,7 +39,7 @@ struct Model<T>::Activations {
     std::vector<int32_t> topk_idx;  // [N,K]
     std::vector<T> topk_w;          // [N,K]
     std::vector<T> a, b;            // expert pre-activations [R,H] (fp32 products)
-    std::vector<bf16> ab, bb;       // the same in bf16 (bf16 products)
+    std::vector<bf16> ab;           // a in bf16 (bf16 products; b is recomputed in backward)
     ExpertRouting routing;
     RouterLosses losses;
   };
@@ -57,7 +57,7 @@ struct Model<T>::Activations {
       s.topk_idx.resize(N * K), s.topk_w.resize(N * K);
       if (use_bf16) {
         s.q16.resize(N * QD), s.k16.resize(N * KVD), s.v16.resize(N * KVD), s.att16.resize(N * QD);
-        s.ab.resize((R + kExpertRowPad) * H), s.bb.resize((R + kExpertRowPad) * H);
+        s.ab.resize((R + kExpertRowPad) * H);
       } else {
         s.q.resize(N * QD), s.k.resize(N * KVD), s.v.resize(N * KVD), s.att.resize(N * QD), s.xmid.resize(N * C);
         s.a.resize(R * H), s.b.resize(R * H);

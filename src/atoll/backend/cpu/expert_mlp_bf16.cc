@@ -43,7 +43,7 @@ int padded(int n) { return (n + kExpertRowPad - 1) / kExpertRowPad * kExpertRowP
 
 }  // namespace
 
-void expert_mlp_forward_bf16(float* out, bf16* a, bf16* b, const ExpertChunkBf16& s, const bf16* x16,
+void expert_mlp_forward_bf16(float* out, bf16* a, const ExpertChunkBf16& s, const bf16* x16,
                              const int32_t* row_token, const float* w_row, const bf16* w1, const bf16* w3,
                              const bf16* w2, const int32_t* offsets, int N, int E, int C, int H) {
   const size_t WH = size_t(H) * C;
@@ -53,7 +53,7 @@ void expert_mlp_forward_bf16(float* out, bf16* a, bf16* b, const ExpertChunkBf16
       const int np = padded(n);  // the pad rows of a, b land on the next chunk's, written after
       gather(s.x, x16, row_token + r0, n, np, C);
       bf16* ae = a + size_t(r0) * H;
-      bf16* be = b + size_t(r0) * H;
+      bf16* be = s.db;  // b is not kept: recomputed in backward
       gemm_bf16_out(false, true, np, H, C, 1.0f, s.x, C, w1 + e * WH, C, ae, H);  // a = x W1ᵀ
       gemm_bf16_out(false, true, np, H, C, 1.0f, s.x, C, w3 + e * WH, C, be, H);  // b = x W3ᵀ
       swiglu_forward_bf16(s.g, ae, be, size_t(np) * H);
@@ -64,17 +64,18 @@ void expert_mlp_forward_bf16(float* out, bf16* a, bf16* b, const ExpertChunkBf16
 
 void expert_mlp_backward_bf16(float* dx, float* dw1, float* dw3, float* dw2, float* dw_row, const ExpertChunkBf16& s,
                               const bf16* dout16, const bf16* x16, const int32_t* row_token, const float* w_row,
-                              const bf16* a, const bf16* b, const bf16* w1, const bf16* w3, const bf16* w2,
+                              const bf16* a, const bf16* w1, const bf16* w3, const bf16* w2,
                               const int32_t* offsets, int E, int C, int H) {
   const size_t WH = size_t(H) * C;
   for (int e = 0; e < E; ++e)
     for_expert_chunks(offsets, e, s.rows, [&](int r0, int n) {
       const bf16* ae = a + size_t(r0) * H;
-      const bf16* be = b + size_t(r0) * H;
+      bf16* be = s.db;  // b, recomputed; becomes db in place
       // Pad rows: x and dout zero, so d(gate), da, db are zero there and add nothing to dW.
       const int np = padded(n);
       gather(s.x, x16, row_token + r0, n, np, C);
       gather(s.dy, dout16, row_token + r0, n, np, C);
+      gemm_bf16_out(false, true, np, H, C, 1.0f, s.x, C, w3 + e * WH, C, be, H);  // b = x W3ᵀ, as in forward
       swiglu_forward_bf16(s.g, ae, be, size_t(np) * H);  // recomputed rather than kept
       gemm_bf16(false, false, np, H, C, 1.0f, s.dy, C, w2 + e * WH, H, 0.0f, s.dg, H);  // dout W2
       // The combine's weight gradient g_r · (dout W2)_r, then the rows' weights into g and dg.
