@@ -93,8 +93,8 @@ void newton_schulz_bf16(float* out, const float* in, int count, int rows, int co
   const int m = tall ? cols : rows, n = tall ? rows : cols;
   const size_t mn = size_t(m) * n, mm = size_t(m) * m, all_mn = count * mn, all_mm = count * mm;
   ws->bx.resize(all_mn), ws->bx16.resize(all_mn);
-  ws->ba.resize(all_mm), ws->bb.resize(all_mm), ws->ba16.resize(all_mm), ws->bb16.resize(all_mm);
-  float *x = ws->bx.data(), *a = ws->ba.data(), *b = ws->bb.data();
+  ws->ba16.resize(all_mm), ws->bb16.resize(all_mm);
+  float* x = ws->bx.data();
   bf16 *x16 = ws->bx16.data(), *a16 = ws->ba16.data(), *b16 = ws->bb16.data();
 
   // X_i = in_i / (||in_i||_F + 1e-7), on the wide orientation.
@@ -117,13 +117,13 @@ void newton_schulz_bf16(float* out, const float* in, int count, int rows, int co
   to_bf16(x16, x, all_mn);
 
   for (int s = 0; s < steps; ++s) {
-    // A = X Xt;  B = b A + c A A;  X = a X + B X (fp32 X updated in place: the products read
-    // only the bf16 copies).
-    gemm_bf16_batched(count, false, true, m, m, n, 1.0f, x16, n, mn, x16, n, mn, 0.0f, a, m, mm);
-    to_bf16(a16, a, all_mm);
-    std::memcpy(b, a, all_mm * sizeof(float));
-    gemm_bf16_batched(count, false, false, m, m, m, float(kNsC), a16, m, mm, a16, m, mm, float(kNsB), b, m, mm);
-    to_bf16(b16, b, all_mm);
+    // A = X Xt;  B = b A + c A A;  X = a X + B X. A and B exist only in bf16 (each rounded
+    // once, straight from the fp32 accumulator; as in Keller Jordan's all-bf16 iteration); X
+    // stays fp32, updated in place (the products read only its bf16 copy), so its rounding
+    // does not compound across steps.
+    gemm_bf16_batched_out(count, false, true, m, m, n, 1.0f, x16, n, mn, x16, n, mn, 0.0f, a16, m, mm);
+    std::memcpy(b16, a16, all_mm * sizeof(bf16));
+    gemm_bf16_batched_out(count, false, false, m, m, m, float(kNsC), a16, m, mm, a16, m, mm, float(kNsB), b16, m, mm);
     gemm_bf16_batched(count, false, false, m, n, m, 1.0f, b16, m, mm, x16, n, mn, float(kNsA), x, n, mn);
     to_bf16(x16, x, all_mn);
   }

@@ -30,9 +30,9 @@ struct MuonOptions {
 struct MuonWorkspace {
   std::vector<float> update;  // U, then O: [rows, cols]
   std::vector<float> ns;      // Newton-Schulz: X, X' [m, n] and A, B [m, m], m = min(rows, cols)
-  // Batched bf16 Newton-Schulz: X [count, m, n], A and B [count, m, m] in fp32 and bf16, and
-  // the packed updates U [count, rows, cols] of muon_update_many.
-  std::vector<float> bx, ba, bb, bu;
+  // Batched bf16 Newton-Schulz: X [count, m, n] in fp32 and bf16, A and B [count, m, m] in
+  // bf16, and the packed updates U [count, rows, cols] of muon_update_many.
+  std::vector<float> bx, bu;
   std::vector<uint16_t> bx16, ba16, bb16;
 };
 
@@ -51,8 +51,8 @@ void newton_schulz(double* out, const double* in, int rows, int cols, int steps)
 
 // Newton-Schulz on `count` matrices of one shape at once: in, out [count, rows, cols] (out may
 // be in). Each product is one batched oneDNN bf16 matmul over all matrices (fp32
-// accumulation); X is kept in fp32 between steps and rounded to bf16 for each product, so
-// rounding does not compound across steps. Agrees with the fp32 iteration to ~1e-2 relative
+// accumulation); A = X Xt and B are produced in bf16 directly; X is kept in fp32 between
+// steps and rounded to bf16 for each product, so its rounding does not compound across steps. Agrees with the fp32 iteration to ~1e-2 relative
 // (bf16's 2^-8 per product, amplified a few times by the polynomial; muon_test.cc).
 void newton_schulz_bf16(float* out, const float* in, int count, int rows, int cols, int steps, MuonWorkspace* ws);
 

@@ -222,6 +222,14 @@ void gemm_bf16_batched(int batch, bool ta, bool tb, int M, int N, int K, float a
   run({batch, ta, tb, M, N, K, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c, Dt::f32}, A, B, C);
 }
 
+void gemm_bf16_batched_out(int batch, bool ta, bool tb, int M, int N, int K, float alpha, const bf16* A, int lda,
+                           size_t stride_a, const bf16* B, int ldb, size_t stride_b, float beta, bf16* C, int ldc,
+                           size_t stride_c) {
+  ATOLL_CHECK_GT(K, 0);
+  if (batch == 0 || M == 0 || N == 0) return;
+  run({batch, ta, tb, M, N, K, alpha, beta, lda, ldb, ldc, stride_a, stride_b, stride_c, Dt::bf16}, A, B, C);
+}
+
 void gemm_bf16_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                    int ldb, float beta, float* C, int ldc) {
   if (handle_empty(M, N, K, beta, C, ldc)) return;

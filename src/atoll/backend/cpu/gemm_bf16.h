@@ -28,6 +28,12 @@ void gemm_bf16_batched(int batch, bool trans_a, bool trans_b, int M, int N, int 
                        int lda, size_t stride_a, const bf16* B, int ldb, size_t stride_b, float beta, float* C,
                        int ldc, size_t stride_c);
 
+// Batched with a bf16 output: C_i = bf16(alpha * op(A_i) op(B_i) + beta * C_i), the sum taken in
+// fp32 from the bf16 C_i (so beta != 0 reads C_i as bf16). K must be > 0.
+void gemm_bf16_batched_out(int batch, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A,
+                           int lda, size_t stride_a, const bf16* B, int ldb, size_t stride_b, float beta, bf16* C,
+                           int ldc, size_t stride_c);
+
 // fp32 inputs, rounded to bf16 into per-thread scratch first: the drop-in for gemm<float>
 // where the inputs are not already held in bf16 (same signature as gemm<float>).
 void gemm_bf16_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
