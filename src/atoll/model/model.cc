@@ -117,6 +117,13 @@ typename Model<T>::BlockWeights16 Model<T>::block_weights16(int l) {
 }
 
 namespace {
+// out = a + b over n elements (the residual adds), split over the threads.
+template <typename T>
+void add(T* out, const T* a, const T* b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
 // The sizes one block works with, for B sequences (see the legend in config.h).
 struct BlockDims {
   int T, N, C, E, K, H, QD, KVD;
@@ -167,7 +174,7 @@ void Model<T>::forward_block(int l, int B) {
       linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
     }
     T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
-    for (size_t i = 0; i < size_t(N) * C; ++i) xmid[i] = x[i] + A.tmp[i];
+    add(xmid, x, A.tmp.data(), size_t(N) * C);
   }
   const T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
   {
@@ -197,7 +204,7 @@ void Model<T>::forward_block(int l, int B) {
                                S.routing.offsets.data(), N, E, C, H);
   }
   T* x_next = A.x[l + 1].data();
-  for (size_t i = 0; i < size_t(N) * C; ++i) x_next[i] = xmid[i] + A.tmp[i];
+  add(x_next, xmid, A.tmp.data(), size_t(N) * C);
 }
 
 // Final norm, LM head and cross-entropy, in chunks of rows so the [N,V] logits never exist
@@ -262,7 +269,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
       ScopedTimer t(&times_.attention);
       linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
       const T* x = A.x[l].data();
-      for (size_t i = 0; i < NC; ++i) A.xmid[i] = x[i] + A.tmp[i];
+      add(A.xmid.data(), x, A.tmp.data(), NC);
       xmid = A.xmid.data();
     }
   {  // x_next = xmid + combine(experts(dispatch(h2)))
