@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU builds for CI, neither of which needs a GPU:
 #   1. CUDA: configure build-cuda with ATOLL_WITH_CUDA=ON, build the kernels (part atoll_cuda,
-#      sm_80 + sm_90) and their tests, and run the tests (each skips, with the reason, when no
-#      CUDA device is present). Skipped with a message when there is no nvcc.
+#      sm_80 + sm_90), their tests and the `atoll` binary (train.device = cuda), and run the
+#      tests (each skips, with the reason, when no CUDA device is present). Skipped with a
+#      message when there is no nvcc.
 #   2. HIP: install Debian's hipcc and libamdhip64-dev if missing, configure build-hip with
 #      ATOLL_WITH_HIP=ON and compile every kernel for AMD (target atoll_hip, gfx90a).
 # Usage: scripts/build_gpu.sh [all|cuda|hip]   (JOBS=N to set build parallelism; default nproc)
@@ -22,7 +23,7 @@ build_cuda() {
   fi
   echo "build_gpu: CUDA with $nvcc"
   cmake -S . -B build-cuda -DATOLL_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DATOLL_BUILD_BENCH=OFF >/dev/null
-  local targets=(atoll_cuda)
+  local targets=(atoll_cuda atoll)
   for f in tests/backend_cuda/*_test.cpp; do targets+=("backend_cuda_$(basename "$f" .cpp)"); done
   cmake --build build-cuda -j"$jobs" --target "${targets[@]}"
   # Say plainly whether the kernels ran or only compiled. Without a device every test skips:

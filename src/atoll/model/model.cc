@@ -124,14 +124,6 @@ void add(T* out, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-// The sizes one block works with, for B sequences (see the legend in config.h).
-struct BlockDims {
-  int T, N, C, E, K, H, QD, KVD;
-};
-BlockDims block_dims(const ModelConfig& m, int B) {
-  return {m.seq_len, B * m.seq_len, m.dim, m.n_experts, m.top_k, m.expert_hidden, m.n_heads * m.head_dim,
-          m.n_kv_heads * m.head_dim};
-}
 }  // namespace
 
 template <typename T>

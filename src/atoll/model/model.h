@@ -37,6 +37,16 @@ struct PhaseTimes {
   double total() const { return embed + attention + router_dispatch + experts + head_loss + weights_bf16; }
 };
 
+// The sizes one block works with, for B sequences (see the legend in config.h); shared by the
+// CPU model and the device model (backend/cuda/device_model.cu).
+struct BlockDims {
+  int T, N, C, E, K, H, QD, KVD;
+};
+inline BlockDims block_dims(const ModelConfig& m, int B) {
+  return {m.seq_len, B * m.seq_len, m.dim, m.n_experts, m.top_k, m.expert_hidden, m.n_heads * m.head_dim,
+          m.n_kv_heads * m.head_dim};
+}
+
 template <typename T>
 class Model {
  public:

@@ -3,12 +3,64 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "atoll/atoll_config.h"
+#include "atoll/core/errors.h"
+#include "atoll/optim/clip.h"
+#if ATOLL_WITH_CUDA
+#include "atoll/backend/cuda/device.h"
+#include "atoll/backend/cuda/device_model.h"
+#include "atoll/backend/cuda/device_optimizer.h"
+#endif
+
 namespace atl {
 namespace fs = std::filesystem;
 
 int micro_batch(const TrainConfig& t) { return t.micro_batch_size ? t.micro_batch_size : t.batch_size; }
 
-double evaluate(Model<float>& model, DataLoader& val, const Config& cfg) {
+bool wants_gpu(const TrainConfig& t) {
+  if (t.device != "cuda") return false;
+#if ATOLL_WITH_CUDA
+  if (t.precision != "fp32")
+    throw ConfigError("train.precision = \"" + t.precision +
+                      "\" is not implemented for train.device = \"cuda\" yet; fix: set train.precision = \"fp32\" "
+                      "or train.device = \"cpu\"");
+  return true;
+#else
+  throw ConfigError(
+      "train.device = \"cuda\" needs a CUDA build of atoll, and this one has none; fix: build with "
+      "-DATOLL_WITH_CUDA=ON (scripts/build_gpu.sh builds build-cuda), or set train.device = \"cpu\"");
+#endif
+}
+
+#if ATOLL_WITH_CUDA
+std::string gpu_in_use() {
+  try {
+    return gpu::describe_device();
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (train.device = \"cuda\"); fix: run where a GPU is visible, or set "
+                "train.device = \"cpu\"");
+  }
+}
+
+struct DeviceLoop {
+  // The device first, so that a machine without one fails with the runtime's reason and the fix.
+  explicit DeviceLoop(const Config& c)
+      : name(gpu_in_use()), model(c.model, micro_batch(c.train)), opt(c.optim, model.layout()) {}
+
+  std::string name;
+  gpu::DeviceModel model;
+  gpu::DeviceOptimizer opt;
+};
+#else
+struct DeviceLoop {};  // never made: wants_gpu() refuses cuda in this build
+#endif
+
+namespace {
+
+// Mean cross-entropy over the first eval_batches micro-batches of `val`, with forward(in,
+// targets, B) giving one micro-batch's loss.
+template <typename Forward>
+double evaluate_with(Forward&& forward, DataLoader& val, const Config& cfg) {
   const int mb = micro_batch(cfg.train), T = cfg.model.seq_len;
   const int64_t windows = std::min<int64_t>(int64_t(cfg.train.eval_batches) * mb, val.n_windows());
   std::vector<int32_t> in(size_t(mb) * T), tg(size_t(mb) * T);
@@ -17,10 +69,17 @@ double evaluate(Model<float>& model, DataLoader& val, const Config& cfg) {
   for (int64_t done = 0; done < windows;) {
     const int b = int(std::min<int64_t>(mb, windows - done));
     val.next_batch(b, in.data(), tg.data());
-    sum += model.forward(in.data(), tg.data(), b).ce * b;
+    sum += forward(in.data(), tg.data(), b).ce * b;
     done += b;
   }
   return sum / double(windows);
+}
+
+}  // namespace
+
+double evaluate(Model<float>& model, DataLoader& val, const Config& cfg) {
+  return evaluate_with([&](const int32_t* in, const int32_t* tg, int b) { return model.forward(in, tg, b); }, val,
+                       cfg);
 }
 
 namespace {
@@ -34,9 +93,18 @@ bool has_val_split(const std::string& dir) {
 
 }  // namespace
 
-Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_workers)
+// Whether this loop runs on the GPU; checked before anything is allocated.
+static bool on_gpu(const Config& c, bool allow_device) {
+  const bool gpu = wants_gpu(c.train);
+  if (gpu && !allow_device)
+    throw ConfigError("train.device = \"cuda\" is supported by `atoll train` and `atoll bench` only; islands "
+                      "(`atoll launch`, `atoll worker`) train on the CPU for now; fix: set train.device = \"cpu\"");
+  return gpu;
+}
+
+Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_workers, bool allow_device)
     : cfg(c),
-      model(c.model, micro_batch(c.train), parse_precision(c.train.precision)),
+      model(c.model, on_gpu(c, allow_device) ? 1 : micro_batch(c.train), parse_precision(c.train.precision)),
       opt(c.optim, model.layout()),
       train_data(data_dir, "train",
                  {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed), .worker = worker, .n_workers = n_workers}),
@@ -49,19 +117,81 @@ Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_worke
                                             LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
     val_data->check_vocab(c.model.vocab_size);
   }
+#if ATOLL_WITH_CUDA
+  if (wants_gpu(c.train)) device = std::make_unique<DeviceLoop>(c);
+#endif
 }
+
+Loop::~Loop() = default;
 
 LossParts Loop::gradients(int batch) {
   const int mb = micro_batch(cfg.train);
   const int n_micro = batch / mb;
-  model.zero_grads();
+  auto forward_backward = [&](double scale) {
+#if ATOLL_WITH_CUDA
+    if (device) return device->model.forward_backward(in.data(), tg.data(), mb, scale);
+#endif
+    return model.forward_backward(in.data(), tg.data(), mb, scale);
+  };
+#if ATOLL_WITH_CUDA
+  if (device) device->model.zero_grads();
+#endif
+  if (!device) model.zero_grads();
   LossParts loss;
   for (int i = 0; i < n_micro; ++i) {
     train_data.next_batch(mb, in.data(), tg.data());
-    LossParts part = model.forward_backward(in.data(), tg.data(), mb, 1.0 / n_micro);
+    LossParts part = forward_backward(1.0 / n_micro);
     loss.ce += part.ce / n_micro, loss.aux += part.aux / n_micro, loss.z += part.z / n_micro;
   }
   return loss;
+}
+
+double Loop::clip_grads() {
+#if ATOLL_WITH_CUDA
+  if (device) return device->opt.clip_grad_norm(device->model.grads(), cfg.optim.grad_clip);
+#endif
+  return clip_grad_norm(model.grads().data(), model.grads().size(), cfg.optim.grad_clip);
+}
+
+void Loop::optimizer_step(double lr) {
+#if ATOLL_WITH_CUDA
+  if (device) return device->opt.step(device->model.params(), device->model.grads(), lr);
+#endif
+  opt.step(model.params().data(), model.grads().data(), lr);
+}
+
+double Loop::validate() {
+#if ATOLL_WITH_CUDA
+  if (device)
+    return evaluate_with(
+        [&](const int32_t* x, const int32_t* y, int b) { return device->model.forward(x, y, b); }, *val_data, cfg);
+#endif
+  return evaluate(model, *val_data, cfg);
+}
+
+void Loop::to_device() {
+#if ATOLL_WITH_CUDA
+  if (!device) return;
+  device->model.upload_params(model.params().data());
+  device->opt.upload_state(opt.m().data(), opt.v().data());
+  device->opt.set_step_count(opt.step_count());
+#endif
+}
+
+void Loop::to_host() {
+#if ATOLL_WITH_CUDA
+  if (!device) return;
+  device->model.download_params(model.params().data());
+  device->opt.download_state(opt.m().data(), opt.v().data());
+  opt.set_step_count(device->opt.step_count());
+#endif
+}
+
+std::string Loop::device_name() const {
+#if ATOLL_WITH_CUDA
+  if (device) return device->name;
+#endif
+  return "cpu";
 }
 
 std::vector<CheckpointBuffer> Loop::buffers() {

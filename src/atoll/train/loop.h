@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/atoll_config.h"
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/config/config.h"
 #include "atoll/data/loader.h"
@@ -20,24 +21,58 @@ namespace atl {
 
 int micro_batch(const TrainConfig& t);
 
+// Whether train.device asks for the GPU ("cuda"). ConfigError, naming the key and the fix, for
+// cuda in a build without CUDA and for what the device path lacks (train.precision = bf16).
+bool wants_gpu(const TrainConfig& t);
+
+#if ATOLL_WITH_CUDA
+// The GPU that train.device = cuda uses (gpu::describe_device); an Error with the runtime's
+// reason and the fix when none is usable.
+std::string gpu_in_use();
+#endif
+
 // Mean cross-entropy over the first eval_batches micro-batches of the validation split.
 double evaluate(Model<float>& model, DataLoader& val, const Config& cfg);
 
+// train.device = cuda: the model and optimizer state on the GPU (defined in loop.cc).
+struct DeviceLoop;
+
 struct Loop {
   const Config& cfg;
+  // On the GPU, `model` and `opt` hold the host copies of the parameters and moments, for
+  // initialisation and checkpoints (to_device, to_host); the host model then has activations
+  // for one sequence only.
   Model<float> model;
   Optimizer opt;
   DataLoader train_data;
   std::unique_ptr<DataLoader> val_data;  // absent when the data has no validation split
   int64_t step = 0, tokens = 0;
   std::vector<int32_t> in, tg;  // [micro_batch, T] inputs and targets
+  std::unique_ptr<DeviceLoop> device;  // null: the step runs on the CPU
 
   // Worker `worker` of `n_workers` reads its own slice of the training data (loader.h).
-  Loop(const Config& c, const std::string& data_dir, int worker = 0, int n_workers = 1);
+  // allow_device: the caller steps through gradients/clip_grads/optimizer_step/validate, so
+  // train.device = cuda may put the step on the GPU; other callers (islands, which drive
+  // model and opt directly) get a ConfigError for cuda.
+  Loop(const Config& c, const std::string& data_dir, int worker = 0, int n_workers = 1, bool allow_device = false);
+  ~Loop();
 
   // zero grads, then forward/backward over batch / micro_batch micro-batches of the next
   // `batch` training windows: grads [layout.total()] hold the batch mean. Returns the mean loss.
   LossParts gradients(int batch);
+  // Global-norm clipping with optim.grad_clip where the gradients live; the norm before it.
+  double clip_grads();
+  // One optimizer step at learning rate lr where the parameters live.
+  void optimizer_step(double lr);
+  // evaluate() on the validation split (val_data must exist), on the GPU when training there.
+  double validate();
+
+  // The GPU's copies from the host ones (after init_params or a restore), and back (before a
+  // checkpoint). No-ops on the CPU.
+  void to_device();
+  void to_host();
+  // "cpu", or the GPU in use (gpu::describe_device).
+  std::string device_name() const;
 
   std::vector<CheckpointBuffer> buffers();
   nlohmann::json state() const;

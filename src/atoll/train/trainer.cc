@@ -16,7 +16,6 @@
 #include "atoll/core/timer.h"
 #include "atoll/data/loader.h"
 #include "atoll/model/model.h"
-#include "atoll/optim/clip.h"
 #include "atoll/optim/optimizer.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
@@ -37,8 +36,7 @@ int configure_threads(int threads) {
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
   parse_precision(cfg.train.precision);  // fp32 | bf16 (model.h); anything else is a ConfigError
-  if (cfg.train.device != "cpu")
-    throw ConfigError("train.device = \"" + cfg.train.device + "\" is not available in this build; fix: use cpu");
+  wants_gpu(cfg.train);                   // cuda without a CUDA build is a ConfigError (loop.h)
   const double t_start = now_s();
   TrainResult result;
   const int threads = configure_threads(cfg.train.threads);
@@ -46,10 +44,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   RunDir rd = inspect_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg, opts.resume);
   result.run_dir = rd.path;
   // Validate everything (data, vocabulary, the checkpoint) before the run folder is touched.
-  Loop loop(cfg, data.dir);
+  Loop loop(cfg, data.dir, 0, 1, /*allow_device=*/true);
   loop.model.init_params(uint64_t(cfg.model.init_seed));
   if (!rd.checkpoint.empty())
     loop.restore(load_checkpoint(rd.checkpoint, cfg.model, loop.model.layout(), loop.buffers()));
+  loop.to_device();
   write_run_config(rd, cfg);
   if (!data.tokenizer_path.empty()) {
     fs::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model", fs::copy_options::overwrite_existing);
@@ -60,17 +59,19 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     events.write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", rd.checkpoint}});
     if (!opts.quiet) log_info("resumed " + rd.checkpoint + " at step " + std::to_string(loop.step));
   } else {
-    events.write({{"event", "start"}, {"threads", threads}, {"params", loop.model.layout().n_params()}});
+    events.write({{"event", "start"}, {"threads", threads}, {"params", loop.model.layout().n_params()},
+                  {"device", loop.device_name()}});
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
   if (!opts.quiet)
     log_info("run " + rd.path + ": " + std::to_string(loop.model.layout().n_params()) + " parameters, " +
-             std::to_string(threads) + " threads, data " + data.dir);
+             std::to_string(threads) + " threads, data " + data.dir + ", on " + loop.device_name());
 
   const int T = cfg.model.seq_len;
   Progress progress("step", cfg.train.steps);
   auto save = [&] {
+    loop.to_host();
     result.checkpoint = save_checkpoint({.run_dir = rd.path, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
                                         loop.model.layout(), loop.buffers(), loop.state());
     events.write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", result.checkpoint}});
@@ -83,9 +84,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     if (!std::isfinite(loss.total()))
       throw Error("loss is " + std::to_string(loss.total()) + " at step " + std::to_string(loop.step + 1) +
                   "; fix: lower optim.lr or raise optim.warmup_steps (checkpoints so far are intact)");
-    const double grad_norm = clip_grad_norm(loop.model.grads().data(), loop.model.grads().size(), cfg.optim.grad_clip);
+    const double grad_norm = loop.clip_grads();
     const double lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
-    loop.opt.step(loop.model.params().data(), loop.model.grads().data(), lr);
+    loop.optimizer_step(lr);
     ++loop.step;
     loop.tokens += int64_t(batch) * T;
     const double dt = now_s() - t0;
@@ -96,7 +97,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
                           {"tokens_per_s", batch * T / dt}, {"time_s", now_s() - t_start}};
     const bool last = loop.step == cfg.train.steps;
     if (loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
-      result.final_val_loss = evaluate(loop.model, *loop.val_data, cfg);
+      result.final_val_loss = loop.validate();
       row["val_loss"] = result.final_val_loss;
       if (!opts.quiet) {
         char buf[96];

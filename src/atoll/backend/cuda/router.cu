@@ -69,7 +69,71 @@ __global__ void router_backward_kernel(float* dlogits, const float* dtopk_w, con
   for (int e = 0; e < E; ++e) dl[e] = float(p[e] * (dp(e) - pdp) + zl * p[e]);
 }
 
+// Row slices of the loss sums: enough blocks to read probs at full speed, few enough that the
+// final pass over them is short.
+constexpr int kLossSlices = 64;
+
+// Slice s of the rows: P[s][e] = Σ p_ne, cnt[s][e] = routed slots to e, zs[s] = Σ lse_n²,
+// all in double, each thread's rows in order, then a fixed-shape block sum for z.
+__global__ void router_loss_slices_kernel(double* P, double* cnt, double* zs, const float* probs, const float* lse,
+                                          const int32_t* topk_idx, int N, int E, int K) {
+  __shared__ double buf[kBlock];
+  const int s = blockIdx.x, per = (N + kLossSlices - 1) / kLossSlices;
+  const int n0 = min(N, s * per), n1 = min(N, n0 + per);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    double p = 0.0, c = 0.0;
+    for (int n = n0; n < n1; ++n) {
+      p += probs[size_t(n) * E + e];
+      for (int j = 0; j < K; ++j) c += topk_idx[size_t(n) * K + j] == e ? 1.0 : 0.0;
+    }
+    P[size_t(s) * E + e] = p;
+    cnt[size_t(s) * E + e] = c;
+  }
+  double z = 0.0;
+  for (int n = n0 + int(threadIdx.x); n < n1; n += blockDim.x) z += double(lse[n]) * lse[n];
+  z = block_sum(z, buf);
+  if (threadIdx.x == 0) zs[s] = z;
+}
+
+// One block: term_e = f_e P_e / N per expert (threads over e), then thread 0 adds the terms in
+// expert order and the z slices in slice order, as layers/router.cc forms them.
+__global__ void router_loss_total_kernel(double* out, const double* P, const double* cnt, const double* zs, int N,
+                                         int E, int K, double aux_coef, double z_coef) {
+  extern __shared__ double term[];  // [E]
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    double p = 0.0, c = 0.0;
+    for (int s = 0; s < kLossSlices; ++s) p += P[size_t(s) * E + e], c += cnt[size_t(s) * E + e];
+    term[e] = c / (double(N) * K) * p / N;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double fp = 0.0, z = 0.0;
+  for (int e = 0; e < E; ++e) fp += term[e];
+  for (int s = 0; s < kLossSlices; ++s) z += zs[s];
+  out[0] = aux_coef * E * fp;
+  out[1] = z_coef * z / N;
+}
+
 }  // namespace
+
+int64_t router_losses_scratch_doubles(int E) { return int64_t(kLossSlices) * (2 * int64_t(E) + 1); }
+
+void router_losses(double* out, const float* probs, const float* lse, const int32_t* topk_idx, int N, int E, int K,
+                   double aux_coef, double z_coef, double* scratch, cudaStream_t stream) {
+  ATOLL_CHECK(E >= 1 && E <= 4096 && K >= 1 && K <= E) << "router losses E=" << E << " K=" << K;
+  if (N <= 0) {  // no tokens, no loss (as the CPU)
+    ATOLL_CUDA_CHECK(cudaMemsetAsync(out, 0, 2 * sizeof(double), stream));
+    return;
+  }
+  double* P = scratch;                         // [kLossSlices, E]
+  double* cnt = P + size_t(kLossSlices) * E;   // [kLossSlices, E]
+  double* zs = cnt + size_t(kLossSlices) * E;  // [kLossSlices]
+  router_loss_slices_kernel<<<kLossSlices, kBlock, 0, stream>>>(P, cnt, zs, probs, lse, topk_idx, N, E, K);
+  ATOLL_CUDA_CHECK_LAUNCH();
+  router_loss_total_kernel<<<1, kBlock, size_t(E) * sizeof(double), stream>>>(out, P, cnt, zs, N, E, K, aux_coef,
+                                                                              z_coef);
+  ATOLL_CUDA_CHECK_LAUNCH();
+}
 
 void router_forward(float* probs, float* lse, int32_t* topk_idx, float* topk_w, const float* logits, int N, int E,
                     int K, cudaStream_t stream) {

@@ -13,6 +13,14 @@ namespace atl::gpu {
 void router_forward(float* probs, float* lse, int32_t* topk_idx, float* topk_w, const float* logits, int N, int E,
                     int K, cudaStream_t stream = nullptr);
 
+// out[2] (=) {aux, z}: the two auxiliary losses of this layer (layers/router.h router_losses),
+// in double, left on the device so a step reads all layers' losses with one copy. Sums run
+// over fixed slices of rows, then the slices in order: deterministic. scratch:
+// router_losses_scratch_doubles(E) doubles. E at most 4096 (shared memory; checked).
+void router_losses(double* out, const float* probs, const float* lse, const int32_t* topk_idx, int N, int E, int K,
+                   double aux_coef, double z_coef, double* scratch, cudaStream_t stream = nullptr);
+int64_t router_losses_scratch_doubles(int E);
+
 // dlogits[N,E] (=) from dtopk_w[N,K] plus loss_scale times the gradients of the Switch
 // load-balancing loss (aux_coef) and the z-loss (z_coef), as layers/router.cc (in double per
 // token, like the CPU). scratch: E int32 (the per-expert routed counts f_i).

@@ -30,6 +30,10 @@
 #define cudaStream_t hipStream_t
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaDeviceSynchronize hipDeviceSynchronize
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDevice hipGetDevice
+#define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaMemGetInfo hipMemGetInfo
 
 #if defined(ATOLL_WITH_HIPBLAS)
 #include <hipblas/hipblas.h>
