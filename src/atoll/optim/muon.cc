@@ -97,7 +97,9 @@ void newton_schulz_bf16(float* out, const float* in, int count, int rows, int co
   float* x = ws->bx.data();
   bf16 *x16 = ws->bx16.data(), *a16 = ws->ba16.data(), *b16 = ws->bb16.data();
 
-  // X_i = in_i / (||in_i||_F + 1e-7), on the wide orientation.
+  // X_i = in_i / (||in_i||_F + 1e-7), kept in the input's own orientation: for a tall X [n, m]
+  // the iteration is mirrored (A = Xt X, X = a X + X B), the same polynomial on the same
+  // singular values, so no transposed copies are made (they cost as much as a product here).
   std::vector<double> scale(count);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < count; ++i) {
@@ -109,31 +111,28 @@ void newton_schulz_bf16(float* out, const float* in, int count, int rows, int co
 #pragma omp parallel for collapse(2) schedule(static)
   for (int i = 0; i < count; ++i)
     for (int r = 0; r < rows; ++r) {
-      const float* src = in + i * mn + size_t(r) * cols;
-      float* dst = x + i * mn;
+      const size_t at = i * mn + size_t(r) * cols;
       const float sc = float(scale[i]);
-      for (int c = 0; c < cols; ++c) dst[tall ? size_t(c) * n + r : size_t(r) * n + c] = src[c] * sc;
+      for (int c = 0; c < cols; ++c) x[at + c] = in[at + c] * sc;
     }
   to_bf16(x16, x, all_mn);
 
+  const int ld = cols;  // X's leading dimension in either orientation
   for (int s = 0; s < steps; ++s) {
-    // A = X Xt;  B = b A + c A A;  X = a X + B X. A and B exist only in bf16 (each rounded
-    // once, straight from the fp32 accumulator; as in Keller Jordan's all-bf16 iteration); X
-    // stays fp32, updated in place (the products read only its bf16 copy), so its rounding
-    // does not compound across steps.
-    gemm_bf16_batched_out(count, false, true, m, m, n, 1.0f, x16, n, mn, x16, n, mn, 0.0f, a16, m, mm);
+    // A = X Xt (wide) or Xt X (tall);  B = b A + c A A;  X = a X + B X (wide) or a X + X B (tall).
+    // A and B exist only in bf16 (each rounded once, straight from the fp32 accumulator; as in
+    // Keller Jordan's all-bf16 iteration); X stays fp32, updated in place (the products read
+    // only its bf16 copy), so its rounding does not compound across steps.
+    gemm_bf16_batched_out(count, tall, !tall, m, m, n, 1.0f, x16, ld, mn, x16, ld, mn, 0.0f, a16, m, mm);
     std::memcpy(b16, a16, all_mm * sizeof(bf16));
     gemm_bf16_batched_out(count, false, false, m, m, m, float(kNsC), a16, m, mm, a16, m, mm, float(kNsB), b16, m, mm);
-    gemm_bf16_batched(count, false, false, m, n, m, 1.0f, b16, m, mm, x16, n, mn, float(kNsA), x, n, mn);
+    if (tall)
+      gemm_bf16_batched(count, false, false, n, m, m, 1.0f, x16, ld, mn, b16, m, mm, float(kNsA), x, ld, mn);
+    else
+      gemm_bf16_batched(count, false, false, m, n, m, 1.0f, b16, m, mm, x16, ld, mn, float(kNsA), x, ld, mn);
     to_bf16(x16, x, all_mn);
   }
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int i = 0; i < count; ++i)
-    for (int r = 0; r < rows; ++r) {
-      const float* src = x + i * mn;
-      float* dst = out + i * mn + size_t(r) * cols;
-      for (int c = 0; c < cols; ++c) dst[c] = src[tall ? size_t(c) * n + r : size_t(r) * n + c];
-    }
+  std::memcpy(out, x, all_mn * sizeof(float));
 }
 
 namespace {
