@@ -45,23 +45,8 @@ ModelConfig tiny_config(bool tie) {
 constexpr int kMaxBatch = 3;
 constexpr int kHeadRows = 64;
 
-// Inputs and next-token targets of B sequences with learnable structure: each token is a fixed
-// function of the previous one most of the time, so a few steps lower the loss.
-struct Batch {
-  std::vector<int32_t> in, tg;
-};
-Batch make_batch(Rng& rng, int B, int T, int V) {
-  Batch b;
-  for (int s = 0; s < B; ++s) {
-    int32_t t = int32_t(rng.below(uint64_t(V)));
-    for (int i = 0; i <= T; ++i) {
-      if (i < T) b.in.push_back(t);
-      if (i > 0) b.tg.push_back(t);
-      t = rng.uniform() < 0.8 ? int32_t((t * 7 + 3) % V) : int32_t(rng.below(uint64_t(V)));
-    }
-  }
-  return b;
-}
+using test::Batch;
+using test::make_batch;
 
 // A tensor of the layout table out of a flat buffer.
 std::vector<float> slice(const std::vector<float>& flat, const ParamEntry& e) {

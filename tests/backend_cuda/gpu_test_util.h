@@ -81,6 +81,24 @@ inline std::vector<float> randn_f(Rng& rng, size_t n, double scale = 1.0) {
   return v;
 }
 
+// Inputs and next-token targets of B sequences with learnable structure: each token is a fixed
+// function of the previous one most of the time, so a few steps lower the loss.
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+inline Batch make_batch(Rng& rng, int B, int T, int V) {
+  Batch b;
+  for (int s = 0; s < B; ++s) {
+    int32_t t = int32_t(rng.below(uint64_t(V)));
+    for (int i = 0; i <= T; ++i) {
+      if (i < T) b.in.push_back(t);
+      if (i > 0) b.tg.push_back(t);
+      t = rng.uniform() < 0.8 ? int32_t((t * 7 + 3) % V) : int32_t(rng.below(uint64_t(V)));
+    }
+  }
+  return b;
+}
+
 inline std::vector<int32_t> randint_ids(Rng& rng, size_t n, int limit) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = int32_t(rng.below(uint64_t(limit)));

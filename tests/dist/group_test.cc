@@ -1,5 +1,5 @@
 // Process groups, with every rank a real process: barrier, broadcast, allgather of blobs of
-// different sizes, config comparison, Gloo's sum all-reduce over several connections on
+// different sizes, gather to one rank, config comparison, Gloo's sum all-reduce over several connections on
 // integer data (exact sums), and the failures: a rank that never arrives, a rank joining twice.
 #include "atoll/dist/group.h"
 
@@ -37,6 +37,14 @@ TEST_F(GroupTest, SmallCollectivesOnWorldSizes1To4) {
       put(result, value);
       for (int r = 0; r < size; ++r) result += blobs[r] + "|";
       g.expect_same("model config", "same everywhere");
+      // gather to the last rank: 1003 bytes per rank (not a multiple of anything), rank r's all r.
+      const int root = size - 1;
+      const std::vector<uint8_t> mine(1003, static_cast<uint8_t>(rank + 1));
+      std::vector<uint8_t> all(rank == root ? mine.size() * size : 0);
+      g.gather(mine.data(), mine.size(), rank == root ? all.data() : nullptr, root);
+      for (int r = 0; rank == root && r < size; ++r)
+        for (size_t i = 0; i < mine.size(); ++i)
+          if (all[r * mine.size() + i] != r + 1) return "gather: byte " + std::to_string(i) + " of rank " + std::to_string(r);
       return result;
     });
     std::string expected_blobs;

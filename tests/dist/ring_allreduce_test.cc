@@ -304,6 +304,9 @@ TEST_F(RingTest, AStalledPeerIsATimeoutWithinTheBoundAndTheInputIsUnchanged) {
     }
     const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
     store.set(store.run_prefix() + "/done" + std::to_string(rank), "1");
+    // Stay until the other has given up too: exiting closes this rank's connections, which a
+    // slower (loaded) peer would see as PeerLost rather than its own Timeout.
+    store.wait({store.run_prefix() + "/done0", store.run_prefix() + "/done1"});
     return what + "|ms=" + std::to_string(ms) + "|unchanged=" + std::to_string(data == before);
   });
   EXPECT_EQ(out[2], "released");

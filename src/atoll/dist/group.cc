@@ -6,6 +6,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/gather.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -280,6 +281,30 @@ std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {
   for (int r = 0; r < size(); ++r) out[r].assign(all.data() + r * padded.size(), sizes[r]);
   record((sizeof(uint64_t) + padded.size()) * (size() - 1), now_s() - t0);
   return out;
+}
+
+void ProcessGroup::gather(const void* data, size_t bytes, void* out, int root) {
+  check_usable("gather");
+  ATOLL_CHECK(root >= 0 && root < size()) << "gather root " << root << " (" << describe() << ")";
+  ATOLL_CHECK(rank() != root || out != nullptr || bytes == 0) << "gather: the root needs an output";
+  if (bytes == 0) return;
+  if (size() == 1) {
+    std::memcpy(out, data, bytes);
+    return;
+  }
+  const double t0 = now_s();
+  try {
+    gloo::GatherOptions o(contexts_[0]);
+    o.setInput(static_cast<uint8_t*>(const_cast<void*>(data)), bytes);
+    if (rank() == root) o.setOutput(static_cast<uint8_t*>(out), bytes * size_t(size()));
+    o.setRoot(root);
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::gather(o);
+  } catch (...) {
+    fail("gather");
+  }
+  record(rank() == root ? 0 : bytes, now_s() - t0);
 }
 
 void ProcessGroup::expect_same(const std::string& what, const std::string& value) {

@@ -89,6 +89,9 @@ class ProcessGroup {
   void broadcast(void* data, size_t bytes, int root);
   // Every rank's blob, in rank order (blobs may differ in size).
   std::vector<std::string> allgather(const std::string& blob);
+  // Root's out[size() * bytes] <- every rank's data[bytes], in rank order; `out` is ignored
+  // elsewhere. For bulk data only one rank needs (checkpoints): the others hold nothing extra.
+  void gather(const void* data, size_t bytes, void* out, int root);
   // Throws ConfigError on every rank if some rank's `value` differs from rank 0's, e.g.
   // expect_same("model config", toml) -> "rank 2's model config differs from rank 0's at ...".
   void expect_same(const std::string& what, const std::string& value);

@@ -92,15 +92,18 @@ void random_batch(Rng& rng, int V, int B, int T, std::vector<int32_t>& in, std::
 
 #if ATOLL_WITH_CUDA
 // The same measurement with the step on the GPU (train.device = cuda): forward/backward on the
-// device model, clip and optimizer on the device; MFU against a cuBLAS fp32 product.
+// device model, clip and optimizer on the device; MFU against a cuBLAS product of the
+// train.precision's input type (fp32, or bf16 with fp32 accumulation).
 nlohmann::json run_bench_gpu(const Config& cfg, const BenchOptions& opts) {
   const std::string device = gpu_in_use();
   const ModelConfig& m = cfg.model;
   const int B = micro_batch(cfg.train), n_micro = cfg.train.batch_size / B, T = m.seq_len;
-  const double peak = opts.measure_peak ? gpu::measure_matmul_peak_gflops() : 0.0;
+  const Precision precision = parse_precision(cfg.train.precision);
+  const bool bf16 = precision == Precision::kBf16;
+  const double peak = opts.measure_peak ? gpu::measure_matmul_peak_gflops(4096, 5, bf16) : 0.0;
   Model<float> host(m, 1);  // initial parameters, drawn as on the CPU
   host.init_params(uint64_t(m.init_seed));
-  gpu::DeviceModel model(m, B);
+  gpu::DeviceModel model(m, B, {.precision = precision});
   model.upload_params(host.params().data());
   gpu::DeviceOptimizer opt(cfg.optim, model.layout());
   Rng rng(uint64_t(cfg.train.seed));
@@ -127,6 +130,9 @@ nlohmann::json run_bench_gpu(const Config& cfg, const BenchOptions& opts) {
   const double tok = double(cfg.train.batch_size) * T;
   const double fpt = flops_per_token(m), gflops = fpt * tok / st.median * 1e-9;
   const double per = 1.0 / opts.steps;
+  const std::string peak_method = std::string("best of 5 ") +
+                                  (bf16 ? "bf16 cuBLAS GemmEx (fp32 accumulation)" : "fp32 cuBLAS sgemm") +
+                                  " 4096x4096x4096";
   nlohmann::json phases = {{"forward_backward", fb_s * per}, {"optimizer", opt_s * per}};
   nlohmann::json r = {{"device", device}, {"precision", cfg.train.precision},
                       {"batch_size", cfg.train.batch_size}, {"micro_batch_size", B}, {"seq_len", T},
@@ -134,11 +140,12 @@ nlohmann::json run_bench_gpu(const Config& cfg, const BenchOptions& opts) {
                       {"device_mib", model.device_bytes() / 1048576.0}, {"steps", opts.steps},
                       {"step_s_median", st.median}, {"step_s_min", st.min}, {"step_s_max", st.max},
                       {"tokens_per_s", tok / st.median}, {"flops_per_token", fpt}, {"gflops", gflops},
-                      {"peak_gflops", peak}, {"peak_method", "best of 5 fp32 cuBLAS sgemm 4096x4096x4096"},
+                      {"peak_gflops", peak}, {"peak_method", peak_method},
                       {"mfu", peak > 0 ? gflops / peak : 0.0}, {"peak_rss_mib", peak_rss_mib()},
                       {"first_loss", first_loss}, {"last_loss", last_loss}, {"phase_s", phases}};
-  std::printf("atoll bench: on %s, batch %d x %d tokens, %s, fp32, %ld parameters (%.0f MiB on the device)\n",
-              device.c_str(), cfg.train.batch_size, T, cfg.optim.name.c_str(), long(model.layout().n_params()),
+  std::printf("atoll bench: on %s, batch %d x %d tokens, %s, %s, %ld parameters (%.0f MiB on the device)\n",
+              device.c_str(), cfg.train.batch_size, T, cfg.optim.name.c_str(), precision_name(precision),
+              long(model.layout().n_params()),
               r["device_mib"].get<double>());
   std::printf("  step %.4f s median (min %.4f, max %.4f) | %.1f tokens/s | %.1f GFLOP/s | MFU %.1f%% of %.1f GFLOP/s\n",
               st.median, st.min, st.max, tok / st.median, gflops, 100 * r["mfu"].get<double>(), peak);

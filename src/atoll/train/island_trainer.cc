@@ -66,8 +66,19 @@ void expect_same(ProcessGroup& group, const std::string& who, const std::string&
     for (size_t at; (at = what.find('\n')) != std::string::npos;) what.replace(at, 1, " / ");
     throw ConfigError(who + ": " + what +
                       "; fix: start every worker with the same --config and --set (only train.threads, "
-                      "train.device and data.dir may differ)");
+                      "train.device and data.dir may differ, train.device only between islands)");
   }
+}
+
+// What the workers of one island must agree on: shared_config_toml plus train.device, since
+// their gradient mean runs over NCCL on the GPU and over Gloo on the CPU. For CPU islands this
+// is the same text as shared_config_toml (train.device = "cpu" is the default).
+std::string island_config_toml(const Config& cfg) {
+  Config c = cfg;
+  const Config defaults;
+  c.train.threads = defaults.train.threads;
+  c.data.dir = defaults.data.dir;
+  return config_to_toml(c);
 }
 
 // The fragment plan of the model's layout (dist/fragments.h).
@@ -89,32 +100,30 @@ std::string island_kind(int island, const std::string& kind) {
 // manifest). Ranks of an island hold bit-identical parameters and moments, so each island's rank
 // 0 sends its own (param, adam_m, ...) to worker 0 over outer-r0, saved as island_kind(i, kind);
 // the loader cursors of all W workers are gathered (island group, then outer-r0) into
-// state["loaders"][w]. Until the sharded writer exists this costs every island's rank 0 a copy
-// of N islands' buffers. Returns the checkpoint's directory on worker 0, "" elsewhere.
+// state["loaders"][w]. The buffers are gathered to worker 0 only, one kind at a time (an
+// all-gather once gave every island's rank 0 a copy of all N islands' buffers, which ran a
+// 4-island small-config run out of memory). Until the sharded writer exists, worker 0 holds
+// N islands' buffers while it writes. Returns the checkpoint's directory on worker 0, "" elsewhere.
 std::string save_worker(const Config& cfg, const std::string& run_dir, int island, int rank, int N, int M,
                         ProcessGroup& inner, ProcessGroup& outer, Loop& loop, DilocoSync& diloco) {
   const size_t n = loop.model.layout().total();
   const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
   if (rank != 0) return "";
-  std::string island_cursors = nlohmann::json(cursors).dump(), island_buffers;
+  const std::string island_cursors = nlohmann::json(cursors).dump();
   const std::vector<CheckpointBuffer> own = loop.buffers();
-  if (N > 1)
-    for (const CheckpointBuffer& b : own) island_buffers.append(reinterpret_cast<const char*>(b.data), n * sizeof(float));
   const std::vector<std::string> all_cursors = outer.allgather(island_cursors);
-  const std::vector<std::string> all_buffers = N > 1 ? outer.allgather(island_buffers) : std::vector<std::string>{};
+  // gathered[j]: kind j of every island, [N, n] (worker 0 only; island 0's slot is its own copy).
+  std::vector<std::vector<float>> gathered(island == 0 && N > 1 ? own.size() : 0);
+  for (size_t j = 0; N > 1 && j < own.size(); ++j) {
+    if (island == 0) gathered[j].resize(size_t(N) * n);
+    outer.gather(own[j].data, n * sizeof(float), island == 0 ? gathered[j].data() : nullptr, 0);
+  }
   if (island != 0) return "";
 
   std::vector<CheckpointBuffer> buffers = own;
-  std::vector<std::vector<float>> copies;  // other islands' buffers, aligned
-  copies.reserve(size_t(N) * own.size());
   for (int i = 1; i < N; ++i)
-    for (size_t j = 0; j < own.size(); ++j) {
-      const std::string& blob = all_buffers[size_t(i)];
-      ATOLL_CHECK_EQ(blob.size(), own.size() * n * sizeof(float));
-      copies.emplace_back(n);
-      std::memcpy(copies.back().data(), blob.data() + j * n * sizeof(float), n * sizeof(float));
-      buffers.push_back({island_kind(i, own[j].kind), copies.back().data()});
-    }
+    for (size_t j = 0; j < own.size(); ++j)
+      buffers.push_back({island_kind(i, own[j].kind), gathered[j].data() + size_t(i) * n});
   buffers.push_back({"diloco_theta", diloco.theta().data()});
   buffers.push_back({"diloco_momentum", diloco.momentum().data()});
   nlohmann::json state = loop.state();  // its "loader" is worker 0's, as `atoll train` writes it
@@ -173,16 +182,14 @@ void check_resume(const nlohmann::json& state, const std::string& dir, const Con
 
 std::string shared_config_toml(const Config& cfg) {
   Config c = cfg;
-  const Config defaults;
-  c.train.threads = defaults.train.threads;
-  c.train.device = defaults.train.device;
-  c.data.dir = defaults.data.dir;
-  return config_to_toml(c);
+  c.train.device = Config().train.device;
+  return island_config_toml(c);
 }
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
+  check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   const int w = opts.island * M + opts.rank;
@@ -198,7 +205,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   rd.path = run_dir;
   if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, resume);
 
-  Loop loop(cfg, data.dir, w, W);
+  // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the host copies in
+  // loop.model / loop.opt serve initialisation, DiLoCo's outer step and checkpoints.
+  Loop loop(cfg, data.dir, w, W, opts.rank);
   loop.model.init_params(uint64_t(cfg.model.init_seed));
   const size_t n = loop.model.layout().total();
   nlohmann::json resume_state;
@@ -231,10 +240,11 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   ProcessGroup& outer = *outer_group;
   for (ProcessGroup* g : {&inner, &outer}) {
     expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
-    expect_same(*g, who, "config", shared_config_toml(cfg));
+    expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
     expect_same(*g, who, "initial parameters (xxh3)", hash_floats(loop.model.params().data(), n));
     expect_same(*g, who, "step resumed from", resume ? resume_state.at("step").dump() : "none (a fresh start)");
   }
+  loop.join_island(inner);  // the island's NCCL communicator, on the GPU with M > 1
   DilocoSync diloco(outer, loop.model.params().data(), n,
                     {.outer_lr = cfg.diloco.outer_lr,
                      .outer_momentum = cfg.diloco.outer_momentum,
@@ -249,6 +259,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
   if (resume) restore_worker(opts.resume_from, cfg, opts.island, w, loop, diloco);
+  loop.to_device();  // the initial or restored parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0) {
     write_run_config(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
@@ -277,7 +288,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     const LossParts loss = loop.gradients(batch);
     const double t1 = now_s();
     compute_s += t1 - t0;
-    if (M > 1) {  // synchronous data parallel inside the island: the mean gradient
+    if (M > 1 && loop.device) {  // on the GPU: NCCL's mean, in device memory
+      loop.average_device_grads();
+    } else if (M > 1) {  // synchronous data parallel inside the island: the mean gradient
       inner.allreduce_sum(grads, n);
       const float s = float(inv_m);
       for (size_t i = 0; i < n; ++i) grads[i] *= s;
@@ -287,9 +300,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     if (!std::isfinite(loss.total()))
       throw Error(who + ": loss is " + std::to_string(loss.total()) + " at step " + std::to_string(loop.step + 1) +
                   "; fix: lower optim.lr or raise optim.warmup_steps");
-    const double grad_norm = clip_grad_norm(grads, n, cfg.optim.grad_clip);
+    const double grad_norm = loop.clip_grads();  // clip_grad_norm(grads, n, ...) on the CPU
     const double lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
-    loop.opt.step(params, grads, lr);
+    loop.optimizer_step(lr);  // loop.opt.step(params, grads, lr) on the CPU
     ++loop.step;
     loop.tokens += int64_t(batch) * T * W;
     const double t3 = now_s();
@@ -298,7 +311,14 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                           {"z_loss", loss.z}, {"lr", lr}, {"grad_norm", grad_norm}, {"batch_size", batch},
                           {"island", opts.island}, {"rank", opts.rank}};
     // The outer steps due after this step (dist/streaming.h): blocking, started, or finished.
+    // On the GPU the outer step works on the host copy: down before any step that may read or
+    // write θ (a fragment due, the last step, or an exchange in flight, which may finish here),
+    // up after. after_step() touches θ at no other step.
+    const bool theta_on_host = loop.device && (loop.step >= cfg.train.steps || streaming.in_flight() ||
+                                               streaming.schedule().due(loop.step, cfg.train.steps) >= 0);
+    if (theta_on_host) loop.params_to_host();
     const StreamStep st = streaming.after_step(loop.step, cfg.train.steps, params);
+    if (theta_on_host) loop.params_to_device();
     comm_s += st.comm_s;
     idle_s += st.idle_s;
     overlap_s += st.overlap_s;
@@ -310,7 +330,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     }
     const bool last = loop.step == cfg.train.steps;
     if (w == 0 && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last))
-      row["val_loss"] = evaluate(loop.model, *loop.val_data, cfg);
+      row["val_loss"] = loop.validate();  // evaluate(loop.model, ...) on the CPU
     const double dt = now_s() - t0;
     row["comm_bytes"] = inner.stats().bytes_sent + outer.stats().bytes_sent;
     row["comm_s"] = comm_s;
@@ -327,6 +347,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     // step, and the gathers below may use the outer group); every worker takes part.
     checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last;
     if (checkpoint_due && !streaming.in_flight()) {
+      loop.to_host();  // parameters and moments from the GPU (a no-op on the CPU)
       const std::string dir = save_worker(cfg, run_dir, opts.island, opts.rank, N, M, inner, outer, loop, diloco);
       if (w == 0) events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
       checkpoint_due = false;

@@ -4,12 +4,15 @@
 #include <filesystem>
 
 #include "atoll/atoll_config.h"
+#include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/dist/group.h"
 #include "atoll/optim/clip.h"
 #if ATOLL_WITH_CUDA
 #include "atoll/backend/cuda/device.h"
 #include "atoll/backend/cuda/device_model.h"
 #include "atoll/backend/cuda/device_optimizer.h"
+#include "atoll/backend/cuda/nccl.h"
 #endif
 
 namespace atl {
@@ -20,15 +23,22 @@ int micro_batch(const TrainConfig& t) { return t.micro_batch_size ? t.micro_batc
 bool wants_gpu(const TrainConfig& t) {
   if (t.device != "cuda") return false;
 #if ATOLL_WITH_CUDA
-  if (t.precision != "fp32")
-    throw ConfigError("train.precision = \"" + t.precision +
-                      "\" is not implemented for train.device = \"cuda\" yet; fix: set train.precision = \"fp32\" "
-                      "or train.device = \"cpu\"");
   return true;
 #else
   throw ConfigError(
       "train.device = \"cuda\" needs a CUDA build of atoll, and this one has none; fix: build with "
       "-DATOLL_WITH_CUDA=ON (scripts/build_gpu.sh builds build-cuda), or set train.device = \"cpu\"");
+#endif
+}
+
+void check_island_device(const TrainConfig& t, int workers_per_island) {
+  if (!wants_gpu(t) || workers_per_island <= 1) return;
+#if ATOLL_WITH_CUDA
+  if (!gpu::nccl_available())
+    throw ConfigError("train.device = \"cuda\" with --workers-per-island " + std::to_string(workers_per_island) +
+                      " averages gradients with NCCL, and this build has none (no nccl.h and libnccl beside the "
+                      "CUDA toolkit when build-cuda was configured); fix: install NCCL and reconfigure, or use "
+                      "--workers-per-island 1, or set train.device = \"cpu\"");
 #endif
 }
 
@@ -42,14 +52,26 @@ std::string gpu_in_use() {
   }
 }
 
+// Makes GPU `index` (modulo the count) current unless it is -1, and describes the GPU in use.
+static std::string use_gpu(int index) {
+  if (index >= 0) {
+    gpu_in_use();  // no device: the runtime's reason and the fix, before select_device's bare error
+    gpu::select_device(index);
+  }
+  return gpu_in_use();
+}
+
 struct DeviceLoop {
   // The device first, so that a machine without one fails with the runtime's reason and the fix.
-  explicit DeviceLoop(const Config& c)
-      : name(gpu_in_use()), model(c.model, micro_batch(c.train)), opt(c.optim, model.layout()) {}
+  DeviceLoop(const Config& c, int device_index)
+      : name(use_gpu(device_index)),
+        model(c.model, micro_batch(c.train), {.precision = parse_precision(c.train.precision)}),
+        opt(c.optim, model.layout()) {}
 
   std::string name;
   gpu::DeviceModel model;
   gpu::DeviceOptimizer opt;
+  std::unique_ptr<gpu::NcclComm> nccl;  // the island's, with several workers per island
 };
 #else
 struct DeviceLoop {};  // never made: wants_gpu() refuses cuda in this build
@@ -93,18 +115,10 @@ bool has_val_split(const std::string& dir) {
 
 }  // namespace
 
-// Whether this loop runs on the GPU; checked before anything is allocated.
-static bool on_gpu(const Config& c, bool allow_device) {
-  const bool gpu = wants_gpu(c.train);
-  if (gpu && !allow_device)
-    throw ConfigError("train.device = \"cuda\" is supported by `atoll train` and `atoll bench` only; islands "
-                      "(`atoll launch`, `atoll worker`) train on the CPU for now; fix: set train.device = \"cpu\"");
-  return gpu;
-}
-
-Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_workers, bool allow_device)
+Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_workers, int device_index)
     : cfg(c),
-      model(c.model, on_gpu(c, allow_device) ? 1 : micro_batch(c.train), parse_precision(c.train.precision)),
+      // On the GPU the host model only holds parameters: activations for one sequence suffice.
+      model(c.model, wants_gpu(c.train) ? 1 : micro_batch(c.train), parse_precision(c.train.precision)),
       opt(c.optim, model.layout()),
       train_data(data_dir, "train",
                  {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed), .worker = worker, .n_workers = n_workers}),
@@ -118,7 +132,9 @@ Loop::Loop(const Config& c, const std::string& data_dir, int worker, int n_worke
     val_data->check_vocab(c.model.vocab_size);
   }
 #if ATOLL_WITH_CUDA
-  if (wants_gpu(c.train)) device = std::make_unique<DeviceLoop>(c);
+  if (wants_gpu(c.train)) device = std::make_unique<DeviceLoop>(c, device_index);
+#else
+  (void)device_index;
 #endif
 }
 
@@ -184,6 +200,36 @@ void Loop::to_host() {
   device->model.download_params(model.params().data());
   device->opt.download_state(opt.m().data(), opt.v().data());
   opt.set_step_count(device->opt.step_count());
+#endif
+}
+
+void Loop::params_to_host() {
+#if ATOLL_WITH_CUDA
+  if (device) device->model.download_params(model.params().data());
+#endif
+}
+
+void Loop::params_to_device() {
+#if ATOLL_WITH_CUDA
+  if (device) device->model.upload_params(model.params().data());
+#endif
+}
+
+void Loop::join_island(ProcessGroup& island) {
+#if ATOLL_WITH_CUDA
+  if (!device || island.size() == 1) return;
+  check_island_device(cfg.train, island.size());  // on every rank, before anyone waits on another
+  const std::vector<std::string> ids = island.allgather(island.rank() == 0 ? gpu::nccl_unique_id() : std::string());
+  device->nccl = std::make_unique<gpu::NcclComm>(ids.at(0), island.rank(), island.size(), island.timeout());
+#else
+  (void)island;
+#endif
+}
+
+void Loop::average_device_grads() {
+#if ATOLL_WITH_CUDA
+  ATOLL_CHECK(device && device->nccl) << "average_device_grads() needs the GPU and join_island()";
+  device->nccl->allreduce_mean(device->model.grads(), model.layout().total());
 #endif
 }
 

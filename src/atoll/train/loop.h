@@ -19,11 +19,19 @@
 
 namespace atl {
 
+class ProcessGroup;  // dist/group.h
+
 int micro_batch(const TrainConfig& t);
 
 // Whether train.device asks for the GPU ("cuda"). ConfigError, naming the key and the fix, for
-// cuda in a build without CUDA and for what the device path lacks (train.precision = bf16).
+// cuda in a build without CUDA. train.precision = bf16 works on both (bf16 products, fp32
+// master weights); on the GPU Muon's Newton-Schulz stays fp32.
 bool wants_gpu(const TrainConfig& t);
+
+// Island workers (`atoll launch`, `atoll worker`) with train.device = cuda and more than one
+// worker per island average gradients with NCCL: ConfigError, with the fix, in a build
+// without it. Nothing to check on the CPU or with one worker per island.
+void check_island_device(const TrainConfig& t, int workers_per_island);
 
 #if ATOLL_WITH_CUDA
 // The GPU that train.device = cuda uses (gpu::describe_device); an Error with the runtime's
@@ -50,11 +58,11 @@ struct Loop {
   std::vector<int32_t> in, tg;  // [micro_batch, T] inputs and targets
   std::unique_ptr<DeviceLoop> device;  // null: the step runs on the CPU
 
-  // Worker `worker` of `n_workers` reads its own slice of the training data (loader.h).
-  // allow_device: the caller steps through gradients/clip_grads/optimizer_step/validate, so
-  // train.device = cuda may put the step on the GPU; other callers (islands, which drive
-  // model and opt directly) get a ConfigError for cuda.
-  Loop(const Config& c, const std::string& data_dir, int worker = 0, int n_workers = 1, bool allow_device = false);
+  // Worker `worker` of `n_workers` reads its own slice of the training data (loader.h). With
+  // train.device = cuda the step runs on GPU `device_index` modulo the device count (an island
+  // worker's rank in its island), or on the current GPU when it is -1; callers then step
+  // through gradients/clip_grads/optimizer_step/validate, which work where the step runs.
+  Loop(const Config& c, const std::string& data_dir, int worker = 0, int n_workers = 1, int device_index = -1);
   ~Loop();
 
   // zero grads, then forward/backward over batch / micro_batch micro-batches of the next
@@ -71,6 +79,18 @@ struct Loop {
   // checkpoint). No-ops on the CPU.
   void to_device();
   void to_host();
+  // Parameters only (not the moments), device -> host and back: around DiLoCo's outer step,
+  // which runs on the host copy over Gloo. No-ops on the CPU.
+  void params_to_host();
+  void params_to_device();
+
+  // On the GPU with several workers in the island: the island's NCCL communicator, bootstrapped
+  // through `island` (rank 0's id reaches every rank by allgather). Collective over `island`;
+  // a no-op on the CPU or alone.
+  void join_island(ProcessGroup& island);
+  // The island's mean gradient, in place in device memory (NCCL; after join_island).
+  void average_device_grads();
+
   // "cpu", or the GPU in use (gpu::describe_device).
   std::string device_name() const;
 

@@ -44,7 +44,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   RunDir rd = inspect_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg, opts.resume);
   result.run_dir = rd.path;
   // Validate everything (data, vocabulary, the checkpoint) before the run folder is touched.
-  Loop loop(cfg, data.dir, 0, 1, /*allow_device=*/true);
+  Loop loop(cfg, data.dir, 0, 1);
   loop.model.init_params(uint64_t(cfg.model.init_seed));
   if (!rd.checkpoint.empty())
     loop.restore(load_checkpoint(rd.checkpoint, cfg.model, loop.model.layout(), loop.buffers()));

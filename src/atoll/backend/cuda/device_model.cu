@@ -26,10 +26,10 @@ int head_rows_for(const ModelConfig& m, int max_batch, int requested) {
   return std::min(rows, N);
 }
 
-size_t arena_bytes(const ModelConfig& m, size_t total, int max_batch, int head_rows) {
+size_t arena_bytes(const ModelConfig& m, size_t total, int max_batch, int head_rows, bool bf16) {
   DeviceBuffers d;
   Carver count(nullptr);
-  carve(d, m, total, max_batch, head_rows, count);
+  carve(d, m, total, max_batch, head_rows, bf16, count);
   return count.bytes();
 }
 
@@ -49,13 +49,15 @@ struct DeviceModel::Impl {
         layout(ParamLayout::build(m)),
         max_batch(max_batch_),
         head_rows(head_rows_for(m, max_batch_, opts.head_rows)),
+        precision(opts.precision),
+        dt(opts.precision == Precision::kBf16 ? Dtype::kBF16 : Dtype::kF32),
         offsets(layer_offsets(m, layout)),
-        arena(arena_bytes(m, layout.total(), max_batch_, head_rows)),
+        arena(arena_bytes(m, layout.total(), max_batch_, head_rows, dt == Dtype::kBF16)),
         host_offsets(m.n_layers, std::vector<int32_t>(m.n_experts + 1)),
         host_ce(size_t(max_batch_) * m.seq_len),
         host_losses(2 * size_t(m.n_layers)) {
     Carver take(&arena);
-    carve(d, m, layout.total(), max_batch, head_rows, take);
+    carve(d, m, layout.total(), max_batch, head_rows, dt == Dtype::kBF16, take);
     const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, m.rope_theta);
     ATOLL_CHECK_EQ(rope.cos.size(), size_t(m.seq_len) * (m.head_dim / 2));
     copy_to_device(d.rope_cos, rope.cos.data(), sizeof(float) * rope.cos.size());
@@ -70,9 +72,22 @@ struct DeviceModel::Impl {
   void backward_block(int l, int B, double loss_scale);
   void head_and_loss(int B, bool backward, double loss_scale);
 
+  // A product's weight at flat offset `off`: the fp32 parameter, or its bf16 copy.
+  const void* weight(size_t off) const {
+    return dt == Dtype::kBF16 ? static_cast<const void*>(d.w16 + off) : static_cast<const void*>(d.params + off);
+  }
+  // A product's input x[n]: x itself in fp32, else its bf16 rounding into `x16` (in16 or dout16).
+  const void* product_input(uint16_t* x16, const float* x, size_t n) const {
+    if (dt == Dtype::kF32) return x;
+    f32_to_bf16(x16, x, n);
+    return x16;
+  }
+
   ModelConfig cfg;
   ParamLayout layout;
   int max_batch, head_rows;
+  Precision precision;
+  Dtype dt;  // of the products' inputs
   std::vector<DeviceLayerOffsets> offsets;
   DeviceArena arena;
   DeviceBuffers d{};
@@ -91,6 +106,8 @@ LossParts DeviceModel::Impl::run(const int32_t* inputs, const int32_t* targets, 
   check_ids_host(targets, N, V, "target token");
   copy_to_device(d.tokens, inputs, sizeof(int32_t) * N);
   copy_to_device(d.targets, targets, sizeof(int32_t) * N);
+  // The parameters may have changed since the last call (optimizer, upload, outer sync).
+  if (dt == Dtype::kBF16) f32_to_bf16(d.w16, d.params, layout.total());
   const size_t embed = layout.at("embed").offset;
   embedding_forward(d.x[0], d.tokens, d.params + embed, N, C, V);
   for (int l = 0; l < L; ++l) forward_block(l, B);
@@ -120,17 +137,18 @@ void DeviceModel::Impl::forward_block(int l, int B) {
   const float* x = d.x[l];
   // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
   rmsnorm_forward(d.hn, S.rstd1, x, p + o.attn_norm, N, C, m.norm_eps);
-  linear_forward(blas, S.q, d.hn, p + o.wq, N, C, QD);
-  linear_forward(blas, S.k, d.hn, p + o.wk, N, C, KVD);
-  linear_forward(blas, S.v, d.hn, p + o.wv, N, C, KVD);
+  const void* h1 = product_input(d.in16, d.hn, size_t(N) * C);
+  linear_forward(blas, S.q, h1, weight(o.wq), N, C, QD, dt);
+  linear_forward(blas, S.k, h1, weight(o.wk), N, C, KVD, dt);
+  linear_forward(blas, S.v, h1, weight(o.wv), N, C, KVD, dt);
   rope_forward(S.q, table, B, T_, m.n_heads, m.head_dim);
   rope_forward(S.k, table, B, T_, m.n_kv_heads, m.head_dim);
   attention_forward(S.att, S.lse, S.q, S.k, S.v, B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
-  linear_forward(blas, d.tmp, S.att, p + o.wo, N, QD, C);
+  linear_forward(blas, d.tmp, product_input(d.in16, S.att, size_t(N) * QD), weight(o.wo), N, QD, C, dt);
   add(S.xmid, x, d.tmp, size_t(N) * C);
   // x_next = xmid + combine(experts(dispatch(h2))), h2 = rmsnorm(xmid)
   rmsnorm_forward(d.hn, S.rstd2, S.xmid, p + o.moe_norm, N, C, m.norm_eps);
-  linear_forward(blas, d.rlogits, d.hn, p + o.router, N, C, E);
+  linear_forward(blas, d.rlogits, d.hn, p + o.router, N, C, E);  // fp32 in both modes, as the CPU
   router_forward(S.probs, S.rlse, S.topk_idx, S.topk_w, d.rlogits, N, E, K);
   router_losses(d.losses + 2 * l, S.probs, S.rlse, S.topk_idx, N, E, K, m.aux_loss_coef, m.z_loss_coef,
                 d.loss_scratch);
@@ -141,8 +159,8 @@ void DeviceModel::Impl::forward_block(int l, int B) {
   std::vector<int32_t>& off = host_offsets[l];
   copy_to_host(off.data(), S.routing.offsets, sizeof(int32_t) * (E + 1));
   ATOLL_CHECK(off[0] == 0 && off[E] == N * K) << "routing offsets of layer " << l;
-  expert_mlp_forward(blas, d.tmp, S.a, S.b, d.experts, d.hn, S.routing, off.data(), S.topk_w, p + o.w1, p + o.w3,
-                     p + o.w2, N, E, C, H, K);
+  expert_mlp_forward(blas, d.tmp, S.a, S.b, d.experts, d.hn, S.routing, off.data(), S.topk_w, weight(o.w1),
+                     weight(o.w3), weight(o.w2), N, E, C, H, K, dt);
   add(d.x[l + 1], S.xmid, d.tmp, size_t(N) * C);
 }
 
@@ -153,18 +171,21 @@ void DeviceModel::Impl::head_and_loss(int B, bool backward, double loss_scale) {
   const int N = B * cfg.seq_len, C = cfg.dim, V = cfg.vocab_size, L = cfg.n_layers;
   const size_t head = layout.at(cfg.tie_embeddings ? "embed" : "head").offset;
   const size_t final_norm = layout.at("final_norm").offset;
-  const float* w_head = d.params + head;
+  const void* w_head = weight(head);
   float* hf = d.tmp;  // final norm output [N,C]
   rmsnorm_forward(hf, d.rstdf, d.x[L], d.params + final_norm, N, C, cfg.norm_eps);
+  const void* hin = product_input(d.in16, hf, size_t(N) * C);  // the head's input rows, all N
+  const size_t row_bytes = (dt == Dtype::kBF16 ? sizeof(uint16_t) : sizeof(float)) * C;
   if (backward) ATOLL_CUDA_CHECK(cudaMemset(d.dh, 0, sizeof(float) * N * C));
   for (int r0 = 0; r0 < N; r0 += head_rows) {
     const int n = std::min(head_rows, N - r0);
-    const float* h = hf + size_t(r0) * C;
-    linear_forward(blas, d.logits, h, w_head, n, C, V);
+    const void* h = static_cast<const char*>(hin) + size_t(r0) * row_bytes;
+    linear_forward(blas, d.logits, h, w_head, n, C, V, dt);
     cross_entropy_forward(d.ce_loss + r0, d.ce_lse, d.logits, d.targets + r0, n, V);
     if (!backward) continue;
     cross_entropy_backward(d.logits, d.logits, d.ce_lse, d.targets + r0, n, V, float(loss_scale / N));
-    linear_backward(blas, d.dh + size_t(r0) * C, d.grads + head, d.logits, h, w_head, n, C, V);
+    const void* dlogits = product_input(d.logits16, d.logits, size_t(n) * V);
+    linear_backward(blas, d.dh + size_t(r0) * C, d.grads + head, dlogits, h, w_head, n, C, V, dt);
   }
   if (!backward) return;
   ATOLL_CUDA_CHECK(cudaMemset(d.dx, 0, sizeof(float) * N * C));
@@ -184,23 +205,30 @@ void DeviceModel::Impl::backward_block(int l, int B, double loss_scale) {
   rmsnorm_forward(d.hn, S.rstd2, S.xmid, p + o.moe_norm, N, C, m.norm_eps);
   ATOLL_CUDA_CHECK(cudaMemset(d.dh, 0, sizeof(float) * NC));
   expert_mlp_backward(blas, d.dh, g + o.w1, g + o.w3, g + o.w2, d.dtopk_w, d.experts, d.dx, d.hn, S.routing,
-                      host_offsets[l].data(), S.topk_w, S.a, S.b, p + o.w1, p + o.w3, p + o.w2, N, E, C, H, K);
+                      host_offsets[l].data(), S.topk_w, S.a, S.b, weight(o.w1), weight(o.w3), weight(o.w2), N, E, C,
+                      H, K, dt);
   router_backward(d.drlogits, d.dtopk_w, S.probs, S.rlse, S.topk_idx, S.topk_w, N, E, K, m.aux_loss_coef,
                   m.z_loss_coef, loss_scale, d.router_counts);
   linear_backward(blas, d.dh, g + o.router, d.drlogits, d.hn, p + o.router, N, C, E);
   rmsnorm_backward(d.dx, g + o.moe_norm, d.dh, S.xmid, S.rstd2, p + o.moe_norm, N, C);
   // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
   ATOLL_CUDA_CHECK(cudaMemset(d.datt, 0, sizeof(float) * N * QD));
-  linear_backward(blas, d.datt, g + o.wo, d.dx, S.att, p + o.wo, N, QD, C);
+  linear_backward(blas, d.datt, g + o.wo, product_input(d.dout16, d.dx, NC),
+                  product_input(d.in16, S.att, size_t(N) * QD), weight(o.wo), N, QD, C, dt);
   attention_backward(d.dq, d.dk, d.dv, d.datt, S.att, S.lse, S.q, S.k, S.v, B, T_, m.n_heads, m.n_kv_heads,
                      m.head_dim, d.attn_scratch);
   rope_backward(d.dq, table, B, T_, m.n_heads, m.head_dim);
   rope_backward(d.dk, table, B, T_, m.n_kv_heads, m.head_dim);
   ATOLL_CUDA_CHECK(cudaMemset(d.dh, 0, sizeof(float) * NC));
   rmsnorm_forward(d.hn, S.rstd1, d.x[l], p + o.attn_norm, N, C, m.norm_eps);  // h1, recomputed
-  linear_backward(blas, d.dh, g + o.wq, d.dq, d.hn, p + o.wq, N, C, QD);
-  linear_backward(blas, d.dh, g + o.wk, d.dk, d.hn, p + o.wk, N, C, KVD);
-  linear_backward(blas, d.dh, g + o.wv, d.dv, d.hn, p + o.wv, N, C, KVD);
+  const void* h1 = product_input(d.in16, d.hn, NC);
+  // dout16 holds one projection's d(output) at a time: each product is queued before the next
+  // rounding overwrites it (one stream).
+  linear_backward(blas, d.dh, g + o.wq, product_input(d.dout16, d.dq, size_t(N) * QD), h1, weight(o.wq), N, C, QD, dt);
+  linear_backward(blas, d.dh, g + o.wk, product_input(d.dout16, d.dk, size_t(N) * KVD), h1, weight(o.wk), N, C, KVD,
+                  dt);
+  linear_backward(blas, d.dh, g + o.wv, product_input(d.dout16, d.dv, size_t(N) * KVD), h1, weight(o.wv), N, C, KVD,
+                  dt);
   rmsnorm_backward(d.dx, g + o.attn_norm, d.dh, d.x[l], S.rstd1, p + o.attn_norm, N, C);
 }
 
@@ -214,6 +242,7 @@ DeviceModel::~DeviceModel() = default;
 const ModelConfig& DeviceModel::config() const { return impl_->cfg; }
 const ParamLayout& DeviceModel::layout() const { return impl_->layout; }
 int DeviceModel::max_batch() const { return impl_->max_batch; }
+Precision DeviceModel::precision() const { return impl_->precision; }
 size_t DeviceModel::device_bytes() const { return impl_->arena.capacity(); }
 float* DeviceModel::params() { return impl_->d.params; }
 float* DeviceModel::grads() { return impl_->d.grads; }

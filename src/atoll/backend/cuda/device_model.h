@@ -5,6 +5,12 @@
 // them); activations come from one device arena sized at construction for `max_batch`
 // sequences, so a step allocates nothing.
 //
+// Precision::kBf16 (train.precision = bf16), as Model<float>'s bf16 mode: parameters,
+// gradients and every non-product operation stay fp32; each forward rounds the parameters to
+// a bf16 copy, and the matrix products (q/k/v/o, the experts, the LM head; the router stays
+// fp32, as on the CPU) take bf16 inputs, the activations rounded just before each product,
+// with fp32 accumulation. Unlike the CPU, attention itself runs in fp32 on fp32 q, k, v.
+//
 // Plain C++ (pimpl): the trainer and the CLI include it without the GPU headers. Every call
 // may throw GpuError (no device, out of memory, a failed launch).
 #pragma once
@@ -22,6 +28,7 @@ namespace atl::gpu {
 struct DeviceModelOptions {
   // Rows of logits alive at once in the LM head and loss (0: as many as fit in 128 MiB).
   int head_rows = 0;
+  Precision precision = Precision::kFp32;  // of the matrix products (see above)
 };
 
 class DeviceModel {
@@ -34,6 +41,7 @@ class DeviceModel {
   const ModelConfig& config() const;
   const ParamLayout& layout() const;
   int max_batch() const;
+  Precision precision() const;
   size_t device_bytes() const;  // the arena: parameters, gradients and activations
 
   // Device pointers to the flat buffers [layout().total()] (for the device optimizer).

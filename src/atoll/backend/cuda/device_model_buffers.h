@@ -75,10 +75,17 @@ struct DeviceBuffers {
   double* losses;              // [L,2] aux and z of each layer
   double* loss_scratch;        // router_losses_scratch_doubles(E)
   float *rope_cos, *rope_sin;  // [T, HD/2]
+  // bf16 products only (null in fp32): the parameters rounded once per forward, and the
+  // rounded copies of the products' activation inputs (everything else stays fp32).
+  uint16_t* w16;               // [layout.total()]
+  uint16_t *in16, *dout16;     // [N, max(C,QD,KVD)] a product's input; its d(output)
+  uint16_t* logits16;          // [head_rows,V] one head chunk's d(logits)
 };
 
-// Takes every buffer for up to max_batch sequences from `c` (see Carver).
-inline void carve(DeviceBuffers& d, const ModelConfig& m, size_t total, int max_batch, int head_rows, Carver& c) {
+// Takes every buffer for up to max_batch sequences from `c` (see Carver); the bf16 copies only
+// when `bf16` (train.precision = bf16).
+inline void carve(DeviceBuffers& d, const ModelConfig& m, size_t total, int max_batch, int head_rows, bool bf16,
+                  Carver& c) {
   const size_t N = size_t(max_batch) * m.seq_len, C = m.dim, E = m.n_experts, K = m.top_k, H = m.expert_hidden;
   const size_t QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim, R = N * K;
   d.params = c.take<float>(total);
@@ -108,7 +115,18 @@ inline void carve(DeviceBuffers& d, const ModelConfig& m, size_t total, int max_
   d.ce_loss = c.take<float>(N);
   d.attn_scratch = c.take<float>(attention_scratch_floats(max_batch, m.seq_len, m.n_heads));
   d.experts = {c.take<float>(R * C), c.take<float>(R * C), c.take<float>(R * C),
-               c.take<float>(R * H), c.take<float>(R * H), c.take<float>(R * H)};
+               c.take<float>(R * H), c.take<float>(R * H), c.take<float>(R * H),
+               nullptr, nullptr, nullptr, nullptr, nullptr};
+  if (bf16) {
+    d.experts.xe16 = c.take<uint16_t>(R * C), d.experts.dye16 = c.take<uint16_t>(R * C);
+    d.experts.g16 = c.take<uint16_t>(R * H), d.experts.da16 = c.take<uint16_t>(R * H);
+    d.experts.db16 = c.take<uint16_t>(R * H);
+    d.w16 = c.take<uint16_t>(total);
+    d.in16 = c.take<uint16_t>(N * std::max({C, QD, KVD})), d.dout16 = c.take<uint16_t>(N * std::max({C, QD, KVD}));
+    d.logits16 = c.take<uint16_t>(size_t(head_rows) * m.vocab_size);
+  } else {
+    d.w16 = d.in16 = d.dout16 = d.logits16 = nullptr;
+  }
   d.tokens = c.take<int32_t>(N), d.targets = c.take<int32_t>(N);
   d.ids_scratch = c.take<int32_t>(
       size_t(std::max(routing_scratch_ints(int(N), int(K)), embedding_scratch_ints(int(N)))));

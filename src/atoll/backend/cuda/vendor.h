@@ -32,6 +32,7 @@
 #define cudaDeviceSynchronize hipDeviceSynchronize
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDevice hipGetDevice
+#define cudaSetDevice hipSetDevice
 #define cudaGetDeviceProperties hipGetDeviceProperties
 #define cudaMemGetInfo hipMemGetInfo
 
