@@ -9,6 +9,7 @@
 #include "atoll/model/model.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/optimizer.h"
+#include "device_run_util.h"
 #include "gpu_test_util.h"
 
 namespace atl {
@@ -135,37 +136,8 @@ TEST(CudaDeviceModelBf16, GradientsAccumulate) {
 // a broken update or gradient does to a loss within a few steps; and the run must learn.
 TEST(CudaDeviceModelBf16, TrainingRunTracksCpuFp32) {
   ATOLL_SKIP_WITHOUT_GPU();
-  const ModelConfig m = bf16_config();
-  for (const auto& [name, steps] : {std::pair<const char*, int>{"adamw", 30}, {"muon", 10}}) {
-    SCOPED_TRACE(name);
-    OptimConfig oc;
-    oc.name = name;
-    oc.grad_clip = 1.0;
-    Model<float> cpu(m, kBatch);
-    cpu.init_params(21);
-    gpu::DeviceModel dev(m, kBatch, {.precision = Precision::kBf16});
-    dev.upload_params(cpu.params().data());
-    Optimizer cpu_opt(oc, cpu.layout());
-    gpu::DeviceOptimizer dev_opt(oc, dev.layout());
-    Rng rng(99);
-    double first = 0, last = 0;
-    for (int s = 0; s < steps; ++s) {
-      SCOPED_TRACE(testing::Message() << "step " << s);
-      const test::Batch b = test::make_batch(rng, kBatch, m.seq_len, m.vocab_size);
-      cpu.zero_grads();
-      dev.zero_grads();
-      const LossParts want = cpu.forward_backward(b.in.data(), b.tg.data(), kBatch);
-      const LossParts got = dev.forward_backward(b.in.data(), b.tg.data(), kBatch);
-      ASSERT_NEAR(got.ce, want.ce, 1e-2 * want.ce);
-      const double want_norm = clip_grad_norm(cpu.grads().data(), cpu.grads().size(), oc.grad_clip);
-      const double got_norm = dev_opt.clip_grad_norm(dev.grads(), oc.grad_clip);
-      EXPECT_NEAR(got_norm, want_norm, 0.2 * want_norm);
-      cpu_opt.step(cpu.params().data(), cpu.grads().data(), 3e-3);
-      dev_opt.step(dev.params(), dev.grads(), 3e-3);
-      (s == 0 ? first : last) = got.ce;
-    }
-    EXPECT_LT(last, first - 0.5) << "the bf16 run did not learn";
-  }
+  test::expect_run_tracks_cpu(bf16_config(), kBatch, {.precision = Precision::kBf16}, Precision::kFp32,
+                              {.loss = 1e-2, .norm = 0.2, .learn = 0.5});
 }
 
 }  // namespace

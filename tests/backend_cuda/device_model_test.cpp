@@ -12,6 +12,7 @@
 #include "atoll/model/model.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/optimizer.h"
+#include "device_run_util.h"
 #include "gpu_test_util.h"
 
 namespace atl {
@@ -217,37 +218,8 @@ TEST(CudaDeviceOptimizer, OneStepMatchesCpu) {
 // far more. The run must also learn: the last loss 0.1 below the first.
 TEST(CudaDeviceModel, TrainingRunTracksCpu) {
   ATOLL_SKIP_WITHOUT_GPU();
-  const ModelConfig m = tiny_config(false);
-  for (const auto& [name, steps] : {std::pair<const char*, int>{"adamw", 30}, {"muon", 10}}) {
-    SCOPED_TRACE(name);
-    OptimConfig oc;
-    oc.name = name;
-    oc.grad_clip = 1.0;
-    Model<float> cpu(m, kMaxBatch);
-    cpu.init_params(21);
-    gpu::DeviceModel dev(m, kMaxBatch);
-    dev.upload_params(cpu.params().data());
-    Optimizer cpu_opt(oc, cpu.layout());
-    gpu::DeviceOptimizer dev_opt(oc, dev.layout());
-    Rng rng(99);
-    double first = 0, last = 0;
-    for (int s = 0; s < steps; ++s) {
-      SCOPED_TRACE(testing::Message() << "step " << s);
-      const Batch b = make_batch(rng, kMaxBatch, m.seq_len, m.vocab_size);
-      cpu.zero_grads();
-      dev.zero_grads();
-      const LossParts want = cpu.forward_backward(b.in.data(), b.tg.data(), kMaxBatch);
-      const LossParts got = dev.forward_backward(b.in.data(), b.tg.data(), kMaxBatch);
-      ASSERT_NEAR(got.ce, want.ce, 2e-3 * want.ce);
-      const double want_norm = clip_grad_norm(cpu.grads().data(), cpu.grads().size(), oc.grad_clip);
-      const double got_norm = dev_opt.clip_grad_norm(dev.grads(), oc.grad_clip);
-      EXPECT_NEAR(got_norm, want_norm, 2e-3 * want_norm);
-      cpu_opt.step(cpu.params().data(), cpu.grads().data(), 3e-3);
-      dev_opt.step(dev.params(), dev.grads(), 3e-3);
-      (s == 0 ? first : last) = want.ce;
-    }
-    EXPECT_LT(last, first - 0.1) << "the run did not learn";
-  }
+  test::expect_run_tracks_cpu(tiny_config(false), kMaxBatch, {}, Precision::kFp32,
+                              {.loss = 2e-3, .norm = 2e-3, .learn = 0.1});
 }
 
 }  // namespace
