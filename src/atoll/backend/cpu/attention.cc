@@ -62,6 +62,31 @@ void block_probs(T* s, int rows, int n, int t0, const T* qb, size_t ldq, const T
   block_softmax(s, rows, n, t0, lse_in, lse_out);
 }
 
+inline float widen(bf16 x) { return bf16_to_float(x); }
+inline float widen(float x) { return x; }
+inline double widen(double x) { return x; }
+
+// The softmax backward of a query block, shared by the fp32 and bf16 paths: with dp = dO Vᵀ on
+// entry, dp (=) dS = P ∘ (dP − D) · scale, where D_r = dO_r · O_r. out and dob point at the
+// block's first row of O and dO (leading dimension ld), in the stored type In.
+template <typename T, typename In>
+void block_dscores(T* dp, const T* p, T* D, const In* out, const In* dob, size_t ld, int rows, int n, int HD,
+                   T scale) {
+  for (int r = 0; r < rows; ++r) {
+    const In* o = out + r * ld;
+    const In* g = dob + r * ld;
+    T acc = 0;
+    for (int d = 0; d < HD; ++d) acc += T(widen(g[d])) * T(widen(o[d]));
+    D[r] = acc;
+  }
+  for (int r = 0; r < rows; ++r) {
+    T* dr = dp + size_t(r) * n;
+    const T* pr = p + size_t(r) * n;
+#pragma omp simd
+    for (int j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - D[r]) * scale;
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -109,17 +134,9 @@ void attention_backward_blocked(T* dq, T* dk, T* dv, const T* dout, const T* out
             const T* dob = dout + hq.base + t0 * hq.ld;
             block_probs(p.data(), rows, n, t0, qb, hq.ld, k + hk.base, hk.ld, HD, scale,
                         lse + (size_t(b) * NH + h) * T_ + t0, static_cast<T*>(nullptr));
-            // dP = dO Vᵀ; dS = P ∘ (dP − D) · scale with D_r = dO_r · O_r.
+            // dP = dO Vᵀ, then dS (block_dscores).
             gemm<T>(false, true, rows, n, HD, T(1), dob, int(hq.ld), v + hk.base, int(hk.ld), T(0), dp.data(), n);
-            for (int r = 0; r < rows; ++r) {
-              const T* o = out + hq.base + (t0 + r) * hq.ld;
-              const T* g = dob + r * hq.ld;
-              T acc = 0;
-              for (int d = 0; d < HD; ++d) acc += g[d] * o[d];
-              D[r] = acc;
-            }
-            for (int r = 0; r < rows; ++r)
-              for (int j = 0; j < n; ++j) dp[size_t(r) * n + j] = p[size_t(r) * n + j] * (dp[size_t(r) * n + j] - D[r]) * scale;
+            block_dscores(dp.data(), p.data(), D.data(), out + hq.base + t0 * hq.ld, dob, hq.ld, rows, n, HD, scale);
             gemm<T>(false, false, rows, HD, n, T(1), dp.data(), n, k + hk.base, int(hk.ld), T(0),
                     dq + hq.base + t0 * hq.ld, int(hq.ld));                                              // dQ = dS K
             gemm<T>(true, false, n, HD, rows, T(1), dp.data(), n, qb, int(hq.ld), T(1), dk + hk.base, int(hk.ld));  // dK += dSᵀ Q
@@ -176,20 +193,9 @@ void attention_backward_blocked_bf16(float* dq, float* dk, float* dv, const bf16
             const bf16* dob = dout + hq.base + t0 * hq.ld;
             gemm_bf16(false, true, rows, n, HD, scale, qb, int(hq.ld), k + hk.base, int(hk.ld), 0.0f, p.data(), n);
             block_softmax(p.data(), rows, n, t0, lse + (size_t(b) * NH + h) * T_ + t0, static_cast<float*>(nullptr));
-            // dP = dO Vᵀ; dS = P ∘ (dP − D) · scale with D_r = dO_r · O_r.
+            // dP = dO Vᵀ, then dS (block_dscores).
             gemm_bf16(false, true, rows, n, HD, 1.0f, dob, int(hq.ld), v + hk.base, int(hk.ld), 0.0f, dp.data(), n);
-            for (int r = 0; r < rows; ++r) {
-              const bf16* o = out + hq.base + (t0 + r) * hq.ld;
-              const bf16* g = dob + r * hq.ld;
-              float acc = 0;
-              for (int d = 0; d < HD; ++d) acc += bf16_to_float(g[d]) * bf16_to_float(o[d]);
-              D[r] = acc;
-            }
-            for (int r = 0; r < rows; ++r)
-              for (int j = 0; j < n; ++j) {
-                const size_t i = size_t(r) * n + j;
-                dp[i] = p[i] * (dp[i] - D[r]) * scale;
-              }
+            block_dscores(dp.data(), p.data(), D.data(), out + hq.base + t0 * hq.ld, dob, hq.ld, rows, n, HD, scale);
             to_bf16(ds16.data(), dp.data(), size_t(rows) * n);
             to_bf16(p16.data(), p.data(), size_t(rows) * n);
             gemm_bf16(false, false, rows, HD, n, 1.0f, ds16.data(), n, k + hk.base, int(hk.ld), 0.0f,
