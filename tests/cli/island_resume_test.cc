@@ -2,8 +2,8 @@
 // parameters and optimizer moments, θ, the outer momentum, every worker's loader cursor and the
 // per-fragment outer step counts, so a run resumed from a checkpoint logs the same losses and θ
 // hashes as the uninterrupted run, bit for bit (JSON numbers round-trip doubles). Checked from a
-// checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers and
-// with streaming fragments overlapped, and after a real stop (SIGINT to the launcher). A resume
+// checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
+// streaming fragments overlapped and inside and after a data-parallel warm start, and after a real stop (SIGINT to the launcher). A resume
 // with another island shape is refused before anything starts.
 #include <gtest/gtest.h>
 
@@ -71,7 +71,12 @@ TEST_F(IslandResume, ResumedFromACheckpointLogsTheSameLossesAndHashes) {
       {"workers", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
                    "diloco.inner_steps=3"}, 48},
       {"streaming", {"--islands", "2", "--set", "train.steps=15", "--set", "model.n_layers=3", "--set",
-                     "diloco.inner_steps=4", "--set", "diloco.fragments=2", "--set", "diloco.overlap_steps=1"}, 30}};
+                     "diloco.inner_steps=4", "--set", "diloco.fragments=2", "--set", "diloco.overlap_steps=1"}, 30},
+      // Cut inside the data-parallel warm start (θ is still the initial one) and after it.
+      {"warm-start-7", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
+                        "diloco.dp_warmup_steps=7"}, 24},
+      {"warm-start-4", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
+                        "diloco.dp_warmup_steps=4"}, 24}};
   for (const Case& c : cases) {
     const std::string full = dir(c.name + "-full"), cut = dir(c.name + "-cut");
     const RunResult a = run_atoll(args(full, c.extra), 120);

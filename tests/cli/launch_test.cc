@@ -1,7 +1,7 @@
 // `atoll launch` and `atoll worker` through the real binary, on the micro model: a 3-island run
 // whose θ hashes agree after every outer step and whose loss falls; streaming DiLoCo's fragments
 // agreeing and syncing on schedule, and its bad values refused; the H=1 equivalence of
-// DiLoCo and data parallel with SGD inner steps; a worker with another model refused; a peer
+// DiLoCo and data parallel with SGD inner steps; a data-parallel warm start before DiLoCo; a worker with another model refused; a peer
 // that never arrives and an unreachable store ending in a bounded, clear error.
 #include <gtest/gtest.h>
 
@@ -28,6 +28,23 @@ class LaunchTest : public CliTest {
                                      "--set", "train.eval_every=0", "--set", "checkpoint.every=0"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_atoll(args, 120);
+  }
+  // The same settings as 2 islands (dir("islands")) and as 1 island of 2 workers (dir("ddp")).
+  void launch_islands_and_ddp(const std::vector<std::string>& common) {
+    for (const auto& [run, shape] : {std::pair<std::string, std::vector<std::string>>{"islands", {"--islands", "2"}},
+                                     {"ddp", {"--islands", "1", "--workers-per-island", "2"}}}) {
+      std::vector<std::string> v = shape;
+      v.insert(v.end(), common.begin(), common.end());
+      const RunResult r = launch(dir(run), v);
+      ASSERT_EQ(r.exit_code, 0) << run << ": " << r.describe();
+    }
+  }
+  // Loss by (global worker index, step) of a run of M workers per island; worker = island * M + rank.
+  static std::map<std::pair<int, int64_t>, double> worker_losses(const std::string& run, int M) {
+    std::map<std::pair<int, int64_t>, double> l;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl"))
+      l[{row["island"].get<int>() * M + row["rank"].get<int>(), row["step"].get<int64_t>()}] = row["loss"].get<double>();
+    return l;
   }
 };
 
@@ -143,22 +160,8 @@ TEST_F(LaunchTest, SgdWithHOneEqualsDataParallel) {
                                            "train.steps=4", "--set", "diloco.inner_steps=1", "--set",
                                            "diloco.codec=fp32", "--set", "diloco.outer_lr=1.0", "--set",
                                            "diloco.outer_momentum=0.0"};
-  auto with = [&](std::vector<std::string> v) {
-    v.insert(v.end(), common.begin(), common.end());
-    return v;
-  };
-  const RunResult a = launch(dir("islands"), with({"--islands", "2"}));
-  ASSERT_EQ(a.exit_code, 0) << a.describe();
-  const RunResult b = launch(dir("ddp"), with({"--islands", "1", "--workers-per-island", "2"}));
-  ASSERT_EQ(b.exit_code, 0) << b.describe();
-  // loss by (global worker index, step); global worker = island * M + rank.
-  auto losses = [](const std::string& run, int M) {
-    std::map<std::pair<int, int64_t>, double> l;
-    for (const auto& row : read_jsonl(run + "/metrics.jsonl"))
-      l[{row["island"].get<int>() * M + row["rank"].get<int>(), row["step"].get<int64_t>()}] = row["loss"].get<double>();
-    return l;
-  };
-  const auto la = losses(dir("islands"), 1), lb = losses(dir("ddp"), 2);
+  ASSERT_NO_FATAL_FAILURE(launch_islands_and_ddp(common));
+  const auto la = worker_losses(dir("islands"), 1), lb = worker_losses(dir("ddp"), 2);
   ASSERT_EQ(la.size(), 8u);
   ASSERT_EQ(lb.size(), 8u);
   for (const auto& [key, v] : la) {
@@ -169,6 +172,38 @@ TEST_F(LaunchTest, SgdWithHOneEqualsDataParallel) {
     EXPECT_NEAR(v, lb.at(key), 1e-4) << "worker " << key.first << " step " << key.second;
   }
   EXPECT_GT(std::abs(la.at({0, 1}) - la.at({0, 4})), 1e-2) << "the loss hardly moved: the test would prove nothing";
+}
+
+// diloco.dp_warmup_steps = 3: steps 1-3 share every gradient across the islands, so 2 islands
+// log exactly the losses of 1 island of 2 workers (each island's gradient is one worker's, and
+// the mean of two is the same sum either way) up to step 4, whose loss is computed from the
+// parameters after step 3. DiLoCo then starts from the warm parameters: the hash of θ at step 3
+// agrees across islands (outer_step 0), its outer steps follow at steps 3 + 2k and the last
+// step, and the islands leave data parallel (step 5's loss differs).
+TEST_F(LaunchTest, DataParallelWarmStartThenDiloco) {
+  const std::vector<std::string> common = {"--set", "train.steps=6", "--set", "diloco.inner_steps=2", "--set",
+                                           "diloco.dp_warmup_steps=3", "--set", "optim.warmup_steps=0"};
+  ASSERT_NO_FATAL_FAILURE(launch_islands_and_ddp(common));
+  const auto la = worker_losses(dir("islands"), 1), lb = worker_losses(dir("ddp"), 2);
+  std::map<int64_t, std::set<std::string>> hashes;  // outer step -> θ hashes of the islands
+  std::map<int64_t, int64_t> outer_at;              // outer step -> the step it followed
+  for (const auto& row : read_jsonl(dir("islands") + "/metrics.jsonl")) {
+    if (!row.contains("theta_hash")) continue;
+    hashes[row["outer_step"].get<int64_t>()].insert(row["theta_hash"].get<std::string>());
+    outer_at[row["outer_step"].get<int64_t>()] = row["step"].get<int64_t>();
+  }
+  ASSERT_EQ(la.size(), 12u);
+  ASSERT_EQ(lb.size(), 12u);
+  for (int w = 0; w < 2; ++w) {
+    for (int64_t s = 1; s <= 4; ++s) EXPECT_EQ(la.at({w, s}), lb.at({w, s})) << "worker " << w << " step " << s;
+    EXPECT_NE(la.at({w, 5}), lb.at({w, 5})) << "worker " << w << ": still data parallel after the warm start";
+  }
+  EXPECT_EQ(outer_at, (std::map<int64_t, int64_t>{{0, 3}, {1, 5}, {2, 6}}));
+  for (const auto& [outer, h] : hashes) EXPECT_EQ(h.size(), 1u) << "outer step " << outer;
+  bool started = false;
+  for (const auto& e : read_jsonl(dir("islands") + "/events.jsonl"))
+    if (e["event"] == "diloco_start") started = e["step"].get<int64_t>() == 3;
+  EXPECT_TRUE(started);
 }
 
 // SIGINT to the launcher (Ctrl-C) stops every worker and its redis-server; the newest complete

@@ -89,6 +89,7 @@ void visit_config(Config& c, V&& v) {
   v.str("diloco.compress", g.compress, "lossless zstd over the codec's bytes on the wire (int8: ~5% fewer bytes)", {"zstd", "none"});
   v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", 1, 64);
   v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", 4, 1 << 20);
+  v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", 0, std::numeric_limits<int64_t>::max());
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", 0, std::numeric_limits<int64_t>::max());
   v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", 1, 1 << 20);

@@ -83,6 +83,7 @@ struct DilocoConfig {
   std::string compress = "zstd";  // zstd | none: lossless entropy coding of the codec bytes
   int connections = 2;          // TCP streams per peer for the outer all-reduce
   int chunk_kb = 1024;          // fp32 KiB per pipelined chunk of the outer all-reduce
+  int64_t dp_warmup_steps = 0;  // first steps in plain data parallel across all islands, then DiLoCo
 };
 
 struct CheckpointConfig {

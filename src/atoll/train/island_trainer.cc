@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -160,6 +161,28 @@ void restore_worker(const std::string& dir, const Config& cfg, int island, int w
     log_warn("resuming with diloco.error_feedback: the quantization residual restarts from zero");
 }
 
+void scale(float* x, size_t n, double s) {
+  const float f = float(s);
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] *= f;
+}
+
+// The end of the data-parallel warm start: θ ← the warm parameters, which every island must hold
+// bit for bit (compared by hash across islands, so a broken warm start stops the run here rather
+// than drifting silently). The outer momentum is still zero. Returns θ's hash.
+std::string start_diloco(DilocoSync& diloco, ProcessGroup& outer, const std::string& who, const float* params) {
+  std::vector<float>& theta = diloco.theta();
+  std::copy(params, params + theta.size(), theta.begin());
+  const std::string hash = diloco.theta_hash();
+  try {
+    outer.expect_same("parameters after the data-parallel warm start (xxh3)", hash);
+  } catch (const ConfigError& e) {
+    throw Error(who + ": " + e.what() + "; the islands took different steps while they should have shared every "
+                "gradient (a bug: please report it with the run's config)");
+  }
+  return hash;
+}
+
 }  // namespace
 
 void check_resume(const nlohmann::json& state, const std::string& dir, const Config& cfg, int islands,
@@ -277,7 +300,11 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
 
   WorkerResult result;
   const int T = cfg.model.seq_len;
-  const double inv_m = 1.0 / M;
+  const double inv_m = 1.0 / M, inv_n = 1.0 / N;
+  // diloco.dp_warmup_steps: steps 1..dp_warmup are data parallel across every worker; DiLoCo
+  // then starts from θ = the warm parameters and counts its inner steps from there.
+  const int64_t dp_warmup = std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps);
+  const int64_t diloco_steps = cfg.train.steps - dp_warmup;
   double compute_s = 0, comm_s = 0, idle_s = 0, overlap_s = 0;
   bool checkpoint_due = false;
   float* params = loop.model.params().data();
@@ -292,8 +319,15 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
       loop.average_device_grads();
     } else if (M > 1) {  // synchronous data parallel inside the island: the mean gradient
       inner.allreduce_sum(grads, n);
-      const float s = float(inv_m);
-      for (size_t i = 0; i < n; ++i) grads[i] *= s;
+      scale(grads, n, inv_m);
+    }
+    // The warm start: the islands' means averaged across islands, so every worker takes the
+    // same step. Gloo's ring hands every rank the same sum, so the islands stay bit-identical.
+    if (N > 1 && loop.step < dp_warmup) {
+      loop.grads_to_host();
+      outer.allreduce_sum(grads, n);
+      scale(grads, n, inv_n);
+      loop.grads_to_device();
     }
     const double t2 = now_s();
     comm_s += t2 - t1;
@@ -314,14 +348,25 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     // On the GPU the outer step works on the host copy: down before any step that may read or
     // write θ (a fragment due, the last step, or an exchange in flight, which may finish here),
     // up after. after_step() touches θ at no other step.
-    const bool theta_on_host = loop.device && (loop.step >= cfg.train.steps || streaming.in_flight() ||
-                                               streaming.schedule().due(loop.step, cfg.train.steps) >= 0);
+    const int64_t inner_step = loop.step - dp_warmup;  // DiLoCo's step count, 0 at its start
+    const bool warm_start_ends = inner_step == 0 && dp_warmup > 0;
+    const bool theta_on_host =
+        loop.device && (warm_start_ends || (inner_step > 0 && (inner_step >= diloco_steps || streaming.in_flight() ||
+                                                               streaming.schedule().due(inner_step, diloco_steps) >= 0)));
     if (theta_on_host) loop.params_to_host();
-    const StreamStep st = streaming.after_step(loop.step, cfg.train.steps, params);
+    StreamStep st;
+    if (warm_start_ends) {
+      row["theta_hash"] = start_diloco(diloco, outer, who, params);
+      row["outer_step"] = 0;
+      if (w == 0) events->write({{"event", "diloco_start"}, {"step", loop.step}, {"theta_hash", row["theta_hash"]}});
+    } else if (inner_step > 0) {
+      st = streaming.after_step(inner_step, diloco_steps, params);
+    }
     if (theta_on_host) loop.params_to_device();
     comm_s += st.comm_s;
     idle_s += st.idle_s;
     overlap_s += st.overlap_s;
+    if (row.contains("theta_hash")) result.theta_hash = row["theta_hash"].get<std::string>();
     if (st.synced) {
       row["outer_step"] = st.synced->outer_step;
       row["fragment"] = st.synced->fragment;

@@ -215,6 +215,18 @@ void Loop::params_to_device() {
 #endif
 }
 
+void Loop::grads_to_host() {
+#if ATOLL_WITH_CUDA
+  if (device) device->model.download_grads(model.grads().data());
+#endif
+}
+
+void Loop::grads_to_device() {
+#if ATOLL_WITH_CUDA
+  if (device) device->model.upload_grads(model.grads().data());
+#endif
+}
+
 void Loop::join_island(ProcessGroup& island) {
 #if ATOLL_WITH_CUDA
   if (!device || island.size() == 1) return;

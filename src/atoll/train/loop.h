@@ -83,6 +83,10 @@ struct Loop {
   // which runs on the host copy over Gloo. No-ops on the CPU.
   void params_to_host();
   void params_to_device();
+  // Gradients, device -> host and back: around a gradient mean over Gloo (the data-parallel
+  // warm start of a multi-island run). No-ops on the CPU.
+  void grads_to_host();
+  void grads_to_device();
 
   // On the GPU with several workers in the island: the island's NCCL communicator, bootstrapped
   // through `island` (rank 0's id reaches every rank by allgather). Collective over `island`;

@@ -259,6 +259,10 @@ void DeviceModel::download_grads(float* host) const {
   copy_to_host(host, impl_->d.grads, sizeof(float) * impl_->layout.total());
 }
 
+void DeviceModel::upload_grads(const float* host) {
+  copy_to_device(impl_->d.grads, host, sizeof(float) * impl_->layout.total());
+}
+
 void DeviceModel::zero_grads() {
   ATOLL_CUDA_CHECK(cudaMemset(impl_->d.grads, 0, sizeof(float) * impl_->layout.total()));
 }

@@ -52,6 +52,7 @@ class DeviceModel {
   void upload_params(const float* host);
   void download_params(float* host) const;
   void download_grads(float* host) const;
+  void upload_grads(const float* host);
   void zero_grads();
 
   // As Model<float>::forward_backward: inputs, targets [B,T] in host memory (ids checked on the
