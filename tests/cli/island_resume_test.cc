@@ -3,7 +3,8 @@
 // per-fragment outer step counts, so a run resumed from a checkpoint logs the same losses and θ
 // hashes as the uninterrupted run, bit for bit (JSON numbers round-trip doubles). Checked from a
 // checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
-// streaming fragments overlapped and inside and after a data-parallel warm start, and after a real stop (SIGINT to the launcher). A resume
+// streaming fragments overlapped, with error feedback, and inside and after a data-parallel warm
+// start, and after a real stop (SIGINT to the launcher). A resume
 // with another island shape is refused before anything starts.
 #include <gtest/gtest.h>
 
@@ -72,6 +73,10 @@ TEST_F(IslandResume, ResumedFromACheckpointLogsTheSameLossesAndHashes) {
                    "diloco.inner_steps=3"}, 48},
       {"streaming", {"--islands", "2", "--set", "train.steps=15", "--set", "model.n_layers=3", "--set",
                      "diloco.inner_steps=4", "--set", "diloco.fragments=2", "--set", "diloco.overlap_steps=1"}, 30},
+      // The error-feedback residuals (one per fragment) resume too.
+      {"error-feedback", {"--islands", "2", "--set", "train.steps=12", "--set", "model.n_layers=3", "--set",
+                          "diloco.inner_steps=2", "--set", "diloco.fragments=2", "--set",
+                          "diloco.error_feedback=true"}, 24},
       // Cut inside the data-parallel warm start (θ is still the initial one) and after it.
       {"warm-start-7", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
                         "diloco.dp_warmup_steps=7"}, 24},

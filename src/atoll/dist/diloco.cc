@@ -94,6 +94,36 @@ SyncResult DilocoSync::sync(float* theta_local) {
   return res;
 }
 
+void DilocoSync::residual(float* out) const {
+  ATOLL_CHECK(opts_.ring.error_feedback);
+  for (int f = 0; f < fragments(); ++f) {
+    const std::vector<float>& r = ring(f).residual();
+    const bool held = r.size() == plan_.size(f);  // empty before the fragment's first exchange
+    size_t k = 0;
+    for (const ElementRange& e : plan_.ranges[size_t(f)])
+      for (size_t i = e.begin; i < e.end; ++i, ++k) out[i] = held ? r[k] : 0.0f;
+  }
+}
+
+void DilocoSync::set_residual(const float* in) {
+  ATOLL_CHECK(opts_.ring.error_feedback);
+  for (int f = 0; f < fragments(); ++f) {
+    std::vector<float>& r = delta_[size_t(f)];  // scratch: snapshot() overwrites it before any use
+    size_t k = 0;
+    bool zero = true;
+    for (const ElementRange& e : plan_.ranges[size_t(f)])
+      for (size_t i = e.begin; i < e.end; ++i, ++k) {
+        r[k] = in[i];
+        zero = zero && in[i] == 0.0f;
+      }
+    if (zero) {
+      ring_of(f).reset_residual();
+    } else {
+      ring_of(f).set_residual(r.data(), r.size());
+    }
+  }
+}
+
 int64_t DilocoSync::outer_step() const {
   int64_t s = 0;
   for (int64_t x : outer_steps_) s += x;

@@ -86,6 +86,11 @@ class DilocoSync {
   void set_fragment_outer_steps(const std::vector<int64_t>& s);
   // Error-feedback residuals, one ring per fragment when diloco.error_feedback is on.
   const RingAllreduce& ring(int f) const { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
+  // Every fragment's residual in θ's layout, out[n] (zeros where a ring holds none yet), and
+  // back (a fragment of zeros clears its ring's residual, which adds the same nothing), for
+  // checkpoints. Error feedback only.
+  void residual(float* out) const;
+  void set_residual(const float* in);
 
  private:
   RingAllreduce& ring_of(int f) { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }

@@ -83,6 +83,7 @@ class RingAllreduce {
   const RingOptions& options() const { return opts_; }
   const std::vector<float>& residual() const { return residual_; }  // error feedback state
   void reset_residual() { residual_.clear(); }
+  void set_residual(const float* r, size_t n) { residual_.assign(r, r + n); }  // from a checkpoint
   RingStats stats() const { return stats_; }
 
  private:

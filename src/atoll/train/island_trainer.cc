@@ -111,7 +111,13 @@ std::string save_worker(const Config& cfg, const std::string& run_dir, int islan
   const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
   if (rank != 0) return "";
   const std::string island_cursors = nlohmann::json(cursors).dump();
-  const std::vector<CheckpointBuffer> own = loop.buffers();
+  std::vector<CheckpointBuffer> own = loop.buffers();
+  std::vector<float> residual;  // the island's own error-feedback residual, in θ's layout
+  if (cfg.diloco.error_feedback) {
+    residual.resize(n);
+    diloco.residual(residual.data());
+    own.push_back({"diloco_residual", residual.data()});
+  }
   const std::vector<std::string> all_cursors = outer.allgather(island_cursors);
   // gathered[j]: kind j of every island, [N, n] (worker 0 only; island 0's slot is its own copy).
   std::vector<std::vector<float>> gathered(island == 0 && N > 1 ? own.size() : 0);
@@ -140,25 +146,35 @@ std::string save_worker(const Config& cfg, const std::string& run_dir, int islan
   state["outer_step"] = diloco.outer_step();
   state["fragments"] = diloco.fragments();
   state["fragment_outer_steps"] = diloco.fragment_outer_steps();
+  state["error_feedback_residual"] = cfg.diloco.error_feedback;  // island_kind(i, "diloco_residual")
   return save_checkpoint({.run_dir = run_dir, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
                          loop.model.layout(), buffers, state);
 }
 
-// Worker w of island `island` takes its island's parameters and moments, θ, the outer momentum,
-// its own loader cursor and the outer step counts from checkpoint `dir`.
-void restore_worker(const std::string& dir, const Config& cfg, int island, int w, Loop& loop, DilocoSync& diloco) {
+// Worker w of island `island` takes its island's parameters, moments and error-feedback
+// residual, θ, the outer momentum, its own loader cursor and the outer step counts from
+// checkpoint `dir` (whose manifest's state is `saved`).
+void restore_worker(const std::string& dir, const nlohmann::json& saved, const Config& cfg, int island, int w,
+                    Loop& loop, DilocoSync& diloco) {
   std::vector<CheckpointBuffer> buffers;
   for (const CheckpointBuffer& b : loop.buffers()) buffers.push_back({island_kind(island, b.kind), b.data});
   buffers.push_back({"diloco_theta", diloco.theta().data()});
   buffers.push_back({"diloco_momentum", diloco.momentum().data()});
+  const bool has_residual = saved.value("error_feedback_residual", false);
+  std::vector<float> residual;
+  if (cfg.diloco.error_feedback && has_residual) {
+    residual.resize(loop.model.layout().total());
+    buffers.push_back({island_kind(island, "diloco_residual"), residual.data()});
+  }
   nlohmann::json state = load_checkpoint(dir, cfg.model, loop.model.layout(), buffers);
   state["loader"] = state.at("loaders").at(size_t(w));
   loop.restore(state);
   diloco.set_fragment_outer_steps(state.at("fragment_outer_steps").get<std::vector<int64_t>>());
-  // The ring keeps its error-feedback residual in memory only (dist/ring_allreduce.h has no way
-  // to set it), so a resumed run starts it from zero and is no longer bit-identical.
-  if (cfg.diloco.error_feedback && w == 0)
-    log_warn("resuming with diloco.error_feedback: the quantization residual restarts from zero");
+  if (!residual.empty()) diloco.set_residual(residual.data());
+  // A checkpoint written without error feedback has no residual: it starts from zero.
+  if (cfg.diloco.error_feedback && !has_residual && w == 0)
+    log_warn("resuming with diloco.error_feedback from " + dir + ", written without it: the quantization residual "
+             "starts from zero");
 }
 
 void scale(float* x, size_t n, double s) {
@@ -281,7 +297,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
-  if (resume) restore_worker(opts.resume_from, cfg, opts.island, w, loop, diloco);
+  if (resume) restore_worker(opts.resume_from, resume_state, cfg, opts.island, w, loop, diloco);
   loop.to_device();  // the initial or restored parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0) {
     write_run_config(rd, cfg);
