@@ -73,15 +73,15 @@ TEST_F(IslandResume, ResumedFromACheckpointLogsTheSameLossesAndHashes) {
                    "diloco.inner_steps=3"}, 48},
       {"streaming", {"--islands", "2", "--set", "train.steps=15", "--set", "model.n_layers=3", "--set",
                      "diloco.inner_steps=4", "--set", "diloco.fragments=2", "--set", "diloco.overlap_steps=1"}, 30},
-      // The error-feedback residuals (one per fragment) resume too.
-      {"error-feedback", {"--islands", "2", "--set", "train.steps=12", "--set", "model.n_layers=3", "--set",
-                          "diloco.inner_steps=2", "--set", "diloco.fragments=2", "--set",
-                          "diloco.error_feedback=true"}, 24},
+      // The error-feedback residuals (one per fragment, sharded over the island's 2 ranks) resume too.
+      {"error-feedback", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
+                          "model.n_layers=3", "--set", "diloco.inner_steps=2", "--set", "diloco.fragments=2", "--set",
+                          "diloco.error_feedback=true"}, 48},
       // Cut inside the data-parallel warm start (θ is still the initial one) and after it.
       {"warm-start-7", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
                         "diloco.dp_warmup_steps=7"}, 24},
-      {"warm-start-4", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
-                        "diloco.dp_warmup_steps=4"}, 24}};
+      {"warm-start-4", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
+                        "diloco.inner_steps=3", "--set", "diloco.dp_warmup_steps=4"}, 48}};
   for (const Case& c : cases) {
     const std::string full = dir(c.name + "-full"), cut = dir(c.name + "-cut");
     const RunResult a = run_atoll(args(full, c.extra), 120);

@@ -1,13 +1,15 @@
 // The DiLoCo outer step: the Nesterov arithmetic against a hand computation; with real
 // processes (2 and 3 islands) every island ends every outer step with bit-identical θ for every
 // codec (int8 with error feedback included), θ follows the fp64 outer step on the fp64 mean
-// within the ring's error bound, and lr 1 / μ 0 is plain parameter averaging.
+// within the ring's error bound, and lr 1 / μ 0 is plain parameter averaging; sharded over an
+// island's ranks, θ is unchanged and each rank sends an M-th.
 #include "atoll/dist/diloco.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "atoll/dist/redis_server.h"
 #include "dist_test_util.h"
@@ -120,6 +122,62 @@ TEST_F(DilocoTest, OuterStepFollowsTheFp64Reference) {
       const double ring = ring_error_bound(c.codec, P, 0.01 * 1e3) * c.lr * (1 + c.mu + c.mu * c.mu) * 2;
       EXPECT_NEAR(got[i], theta[i], 4e-6 * (1 + std::fabs(theta[i])) + ring) << i;
     }
+  }
+}
+
+// Sharded over the ranks of an island (N islands x M ranks, real processes): rank s exchanges
+// only its M-th of each fragment over outer-r<s>, then the island shares the shards. With fp32
+// and 2 islands every mean is one exact commutative sum, so θ and θ_local must equal the
+// unsharded run's bit for bit, on every rank, through the Nesterov momentum and 2 fragments of
+// uneven ranges; and each rank's outer bytes are ~1/M of the unsharded rank's. int8 with error
+// feedback over 3 islands x 2 ranks: every process ends on the same θ.
+TEST_F(DilocoTest, ShardingOverAnIslandsRanksGivesTheSameThetaForAnMthOfTheBytes) {
+  size_t n = 0;
+  const std::vector<TensorSpan> spans = testing::fake_layout(4, &n);
+  struct Case {
+    int islands, ranks;
+    Codec codec;
+    bool ef;
+  };
+  std::map<std::string, std::pair<std::string, uint64_t>> fp32;  // by M: θ hashes, bytes per rank
+  for (const Case c : {Case{2, 1, Codec::kFp32, false}, Case{2, 2, Codec::kFp32, false},
+                       Case{2, 3, Codec::kFp32, false}, Case{3, 2, Codec::kInt8, true}}) {
+    const std::string run = "shard-" + std::string(codec_name(c.codec)) + std::to_string(c.islands) + "x" +
+                            std::to_string(c.ranks);
+    const auto out = run_processes(c.islands * c.ranks, [&](int p) {
+      const int island = p / c.ranks, rank = p % c.ranks;
+      Store store(store_options(run));
+      ProcessGroup in(store, GroupOptions{.name = "island" + std::to_string(island), .rank = rank, .size = c.ranks});
+      ProcessGroup g(store, GroupOptions{.name = "outer-r" + std::to_string(rank), .rank = island, .size = c.islands});
+      std::vector<float> theta0(n);
+      for (size_t i = 0; i < n; ++i) theta0[i] = test_value(1, 0, i);
+      DilocoSync sync(g, theta0.data(), n,
+                      {.outer_lr = 0.7, .outer_momentum = 0.9,
+                       .ring = {.codec = c.codec, .chunk_bytes = 1024, .error_feedback = c.ef}},
+                      plan_fragments(spans, n, 2), &in);
+      std::string hashes;
+      uint64_t bytes = 0;
+      for (int round = 0; round < 3; ++round) {
+        std::vector<float> local = local_after(sync.theta(), island, round);
+        const SyncResult r = sync.sync(local.data());
+        hashes += r.theta_hash + "/" + hash_floats(local.data(), n) + "/" + hash_floats(sync.momentum().data(), n) + " ";
+        bytes += r.bytes_sent;
+      }
+      return hashes + "bytes " + std::to_string(bytes);
+    });
+    for (int p = 0; p < c.islands * c.ranks; ++p) {
+      ASSERT_EQ(out[p].find("ERROR"), std::string::npos) << run << ": " << out[p];
+      EXPECT_EQ(out[p].substr(0, out[p].find("bytes")), out[0].substr(0, out[0].find("bytes"))) << run << " process " << p;
+    }
+    if (c.codec == Codec::kFp32)
+      fp32[std::to_string(c.ranks)] = {out[0].substr(0, out[0].find("bytes")),
+                                       std::stoull(out[0].substr(out[0].find("bytes") + 6))};
+  }
+  const auto& [unsharded, bytes1] = fp32.at("1");
+  for (const std::string m : {"2", "3"}) {
+    EXPECT_EQ(fp32.at(m).first, unsharded) << "M = " << m;
+    const double ratio = double(fp32.at(m).second) * std::stod(m) / double(bytes1);
+    EXPECT_NEAR(ratio, 1.0, 0.05) << "M = " << m << ": " << fp32.at(m).second << " bytes per rank against " << bytes1;
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/dist/fragments.h"
 #include "atoll/dist/redis_server.h"
 #include "atoll/dist/store.h"
 
@@ -148,6 +149,28 @@ inline uint64_t hash_floats(const float* x, size_t n) {
   const auto* b = reinterpret_cast<const uint8_t*>(x);
   for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
+}
+
+// A layout shaped like model/layout.h's: embed, per layer {norm, wq, w1}, final_norm, head, each
+// offset aligned to 16 elements (so there is padding between tensors), sizes uneven.
+inline std::vector<TensorSpan> fake_layout(int layers, size_t* total) {
+  std::vector<TensorSpan> t;
+  size_t at = 0;
+  auto add = [&](const std::string& name, size_t numel, int layer) {
+    t.push_back({name, at, numel, layer});
+    at = (at + numel + 15) / 16 * 16;
+  };
+  add("embed", 101, -1);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "attn_norm", 7, l);
+    add(p + "attn.wq", 33 + size_t(l), l);
+    add(p + "moe.w1", 50, l);
+  }
+  add("final_norm", 7, -1);
+  add("head", 99, -1);
+  *total = at;
+  return t;
 }
 
 }  // namespace atl::testing

@@ -99,6 +99,32 @@ TEST_F(GroupTest, AllreduceSumIsExactOnIntegersForAllSizesAndCounts) {
   }
 }
 
+// Uneven parts, an empty one and a large one: every rank ends with every rank's values, in
+// place, and the others' parts start as garbage that must be overwritten.
+TEST_F(GroupTest, AllgathervFillsEveryRanksPartInPlace) {
+  for (int size = 1; size <= 4; ++size) {
+    const std::string run = "allgatherv" + std::to_string(size);
+    const auto out = run_processes(size, [&](int rank) {
+      Store store(store_options(run));
+      ProcessGroup g(store, GroupOptions{.rank = rank, .size = size});
+      std::vector<size_t> counts(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) counts[size_t(r)] = r == 1 ? 0 : size_t(r) * 1001 + (r == 2 ? 300000 : 7);
+      size_t total = 0, mine = 0;
+      for (int r = 0; r < size; ++r) (r < rank ? mine : total) += counts[size_t(r)];
+      total += mine;
+      std::vector<float> x(total, -1.0f);
+      for (size_t i = 0; i < counts[size_t(rank)]; ++i) x[mine + i] = float(rank * 1000000 + int(i));
+      g.allgatherv(x.data(), counts);
+      size_t at = 0;
+      for (int r = 0; r < size; ++r)
+        for (size_t i = 0; i < counts[size_t(r)]; ++i, ++at)
+          if (x[at] != float(r * 1000000 + int(i))) return "rank " + std::to_string(r) + "'s value " + std::to_string(i);
+      return std::string("ok");
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(out[r], "ok") << "size " << size << " rank " << r;
+  }
+}
+
 TEST_F(GroupTest, ARankThatNeverArrivesIsATimeoutNamingIt) {
   // Ranks 0 and 1 of a group of 3 come; rank 2 never does.
   const auto out = run_processes(2, [&](int rank) {

@@ -22,22 +22,10 @@ using testing::test_value;
 
 class StreamingTest : public testing::RedisSuite {};
 
-// A layout of `layers` blocks of two tensors each, plus embed and head, 16-element aligned.
+// testing::fake_layout's tensors (three per block, plus embed, final norm and head) cut into P.
 FragmentPlan plan_for(int layers, int P, size_t* total) {
-  std::vector<TensorSpan> t;
-  size_t at = 0;
-  auto add = [&](const std::string& name, size_t numel, int layer) {
-    t.push_back({name, at, numel, layer});
-    at = (at + numel + 15) / 16 * 16;
-  };
-  add("embed", 301, -1);
-  for (int l = 0; l < layers; ++l) {
-    add("layers." + std::to_string(l) + ".a", 157, l);
-    add("layers." + std::to_string(l) + ".b", 90 + size_t(l), l);
-  }
-  add("head", 203, -1);
-  *total = at;
-  return plan_fragments(t, at, P);
+  const std::vector<TensorSpan> spans = testing::fake_layout(layers, total);
+  return plan_fragments(spans, *total, P);
 }
 
 // One inner "step" of island `rank`: a rank- and step-dependent drift of the local parameters.

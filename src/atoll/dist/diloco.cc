@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,9 +12,15 @@
 
 namespace atl {
 
-DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan)
+DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan,
+                       ProcessGroup* island)
     : opts_(opts), plan_(plan.ranges.empty() ? whole_plan(n) : std::move(plan)), theta_(theta0, theta0 + n),
       momentum_(n, 0.0f) {
+  if (island != nullptr && island->size() > 1) {
+    island_ = island;
+    shard_ = island->rank();
+    shards_ = island->size();
+  }
   ATOLL_CHECK_EQ(plan_.total, n);
   const int P = plan_.count();
   const int rings = opts.ring.error_feedback ? P : 1;
@@ -44,11 +51,52 @@ void DilocoSync::snapshot(int f, const float* theta_local) {
     for (size_t i = r.begin; i < r.end; ++i) *d++ = theta_[i] - theta_local[i];
 }
 
+std::pair<size_t, size_t> DilocoSync::shard(int f) const {
+  const size_t len = delta_[size_t(f)].size();
+  return {len * size_t(shard_) / size_t(shards_), len * size_t(shard_ + 1) / size_t(shards_)};
+}
+
+std::vector<size_t> DilocoSync::shard_sizes(int f) const {
+  const size_t len = delta_[size_t(f)].size();
+  std::vector<size_t> sizes(static_cast<size_t>(shards_));
+  for (int s = 0; s < shards_; ++s) sizes[size_t(s)] = len * size_t(s + 1) / size_t(shards_) - len * size_t(s) / size_t(shards_);
+  return sizes;
+}
+
+void DilocoSync::pack(int f, const float* x, float* flat, size_t lo, size_t hi) const {
+  size_t k = 0;  // flat position of the range's first element
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    const size_t b = std::max(k, lo), e = std::min(k + r.size(), hi);
+    if (b < e) std::memcpy(flat + b, x + r.begin + (b - k), (e - b) * sizeof(float));
+    k += r.size();
+  }
+}
+
+void DilocoSync::unpack(int f, const float* flat, float* x) const {
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    std::memcpy(x + r.begin, flat, r.size() * sizeof(float));
+    flat += r.size();
+  }
+}
+
+void DilocoSync::share_shards(int f) {
+  // Δ̄_f is spent: its buffer carries θ_f's shards, then m_f's.
+  float* flat = delta_[size_t(f)].data();
+  const auto [lo, hi] = shard(f);
+  const std::vector<size_t> sizes = shard_sizes(f);
+  for (std::vector<float>* x : {&theta_, &momentum_}) {
+    pack(f, x->data(), flat, lo, hi);
+    island_->allgatherv(flat, sizes);
+    unpack(f, flat, x->data());
+  }
+}
+
 double DilocoSync::exchange(int f) {
   const double t0 = now_s();
   RingAllreduce& ring = ring_of(f);
   const uint64_t sent_before = ring.stats().bytes_sent;
-  ring.mean(delta_[size_t(f)].data(), delta_[size_t(f)].size());  // throws before anything of ours changed
+  const auto [lo, hi] = shard(f);
+  ring.mean(delta_[size_t(f)].data() + lo, hi - lo);  // throws before anything of ours changed
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
   exchange_s_[size_t(f)] = now_s() - t0;
   return exchange_s_[size_t(f)];
@@ -56,11 +104,18 @@ double DilocoSync::exchange(int f) {
 
 SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   const float* d = delta_[size_t(f)].data();
+  const auto [lo, hi] = shard(f);
+  size_t k = 0;  // flat position of the range's first element
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    const size_t b = std::max(k, lo), e = std::min(k + r.size(), hi);
+    if (b < e)
+      outer_nesterov_step(theta_.data() + r.begin + (b - k), momentum_.data() + r.begin + (b - k), d + b, e - b,
+                          opts_.outer_lr, opts_.outer_momentum);
+    k += r.size();
+  }
+  if (island_ != nullptr) share_shards(f);
   const float a = float(mixing), b = float(1.0 - mixing);
   for (const ElementRange& r : plan_.ranges[size_t(f)]) {
-    outer_nesterov_step(theta_.data() + r.begin, momentum_.data() + r.begin, d, r.size(), opts_.outer_lr,
-                        opts_.outer_momentum);
-    d += r.size();
     if (mixing < 0) {
       std::memcpy(theta_local + r.begin, theta_.data() + r.begin, r.size() * sizeof(float));
     } else {  // the paper's merge: a·θ_local + (1 − a)·θ, one rounding per product (fma)
@@ -97,29 +152,24 @@ SyncResult DilocoSync::sync(float* theta_local) {
 void DilocoSync::residual(float* out) const {
   ATOLL_CHECK(opts_.ring.error_feedback);
   for (int f = 0; f < fragments(); ++f) {
+    const auto [lo, hi] = shard(f);
+    std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
     const std::vector<float>& r = ring(f).residual();
-    const bool held = r.size() == plan_.size(f);  // empty before the fragment's first exchange
-    size_t k = 0;
-    for (const ElementRange& e : plan_.ranges[size_t(f)])
-      for (size_t i = e.begin; i < e.end; ++i, ++k) out[i] = held ? r[k] : 0.0f;
+    if (r.size() == hi - lo) std::copy(r.begin(), r.end(), flat.begin() + std::ptrdiff_t(lo));  // else: none yet
+    unpack(f, flat.data(), out);
   }
 }
 
 void DilocoSync::set_residual(const float* in) {
   ATOLL_CHECK(opts_.ring.error_feedback);
   for (int f = 0; f < fragments(); ++f) {
-    std::vector<float>& r = delta_[size_t(f)];  // scratch: snapshot() overwrites it before any use
-    size_t k = 0;
-    bool zero = true;
-    for (const ElementRange& e : plan_.ranges[size_t(f)])
-      for (size_t i = e.begin; i < e.end; ++i, ++k) {
-        r[k] = in[i];
-        zero = zero && in[i] == 0.0f;
-      }
-    if (zero) {
+    const auto [lo, hi] = shard(f);
+    float* flat = delta_[size_t(f)].data();  // scratch: snapshot() overwrites it before any use
+    pack(f, in, flat, lo, hi);
+    if (std::all_of(flat + lo, flat + hi, [](float x) { return x == 0.0f; })) {
       ring_of(f).reset_residual();
     } else {
-      ring_of(f).set_residual(r.data(), r.size());
+      ring_of(f).set_residual(flat + lo, hi - lo);
     }
   }
 }

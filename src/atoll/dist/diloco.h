@@ -25,6 +25,13 @@
 // step on θ_f and m_f, then the merge into θ_local_f). θ and m stay the same flat arrays; each
 // fragment counts its own outer steps. With one fragment (whole_plan) this is plain DiLoCo.
 //
+// Sharding across an island's ranks (M > 1 workers per island, `island` given): the ranks of an
+// island hold the same θ_local, so each needs only part of the exchange. Rank s of M exchanges
+// and updates only the s-th M-th of each fragment's Δ_f (flattened), over its own outer group
+// (outer-r<s>), so the slow links carry each element once per island, not M times; then the
+// island all-gathers the updated θ_f and m_f shards (the fast link) and every rank applies the
+// merge to its whole θ_local_f. θ and m stay whole on every rank (checkpoints, hashes).
+//
 // After each sync the hash of θ (xxh3 of its bytes, 16 hex digits; of a fragment, of its ranges
 // in order) is returned; islands log it and compare.
 #pragma once
@@ -33,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "atoll/dist/fragments.h"
@@ -59,8 +67,10 @@ class DilocoSync {
  public:
   // θ starts as theta0[n] (every island must pass the same values; the caller checks with
   // theta_hash() if it wants), the momentum at zero. `outer` is the group across islands.
-  // `plan` cuts [0, n) into fragments; empty: one fragment (plain DiLoCo).
-  DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan = {});
+  // `plan` cuts [0, n) into fragments; empty: one fragment (plain DiLoCo). `island`: the group
+  // of this island's ranks, to shard the exchange over (null or size 1: no sharding).
+  DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan = {},
+             ProcessGroup* island = nullptr);
   ~DilocoSync();
 
   // One blocking outer step of every fragment in turn; theta_local[n] <- θ. On failure
@@ -69,8 +79,9 @@ class DilocoSync {
 
   // The parts of one fragment's outer step. snapshot: Δ_f = θ_f − theta_local_f. exchange:
   // Δ̄_f = mean over islands (may run on another thread while the caller changes theta_local;
-  // throws Timeout/PeerLost with θ and m unchanged). apply: the outer step on θ_f and m_f, then
-  // theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy).
+  // throws Timeout/PeerLost with θ and m unchanged; sharded: this rank's shard only). apply:
+  // the outer step on θ_f and m_f (sharded: on this rank's shard, then the island's all-gather),
+  // then theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy).
   void snapshot(int f, const float* theta_local);
   double exchange(int f);  // returns its wall time
   SyncResult apply(int f, float* theta_local, double mixing);
@@ -88,15 +99,26 @@ class DilocoSync {
   const RingAllreduce& ring(int f) const { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
   // Every fragment's residual in θ's layout, out[n] (zeros where a ring holds none yet), and
   // back (a fragment of zeros clears its ring's residual, which adds the same nothing), for
-  // checkpoints. Error feedback only.
+  // checkpoints. Error feedback only. Sharded: this rank's shard (zeros elsewhere; the sum over
+  // the island is the island's residual), and set_residual takes this rank's shard of `in`.
   void residual(float* out) const;
   void set_residual(const float* in);
 
  private:
   RingAllreduce& ring_of(int f) { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
+  // This rank's shard [lo, hi) of fragment f's flattened elements, and every rank's size.
+  std::pair<size_t, size_t> shard(int f) const;
+  std::vector<size_t> shard_sizes(int f) const;
+  // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
+  void pack(int f, const float* x, float* flat, size_t lo, size_t hi) const;
+  void unpack(int f, const float* flat, float* x) const;
+  // θ_f and m_f: every rank's updated shard to every rank of the island.
+  void share_shards(int f);
 
   DilocoOptions opts_;
   FragmentPlan plan_;
+  ProcessGroup* island_ = nullptr;  // set when sharding (size > 1)
+  int shard_ = 0, shards_ = 1;
   // With error feedback each fragment needs its own residual, hence its own ring; without, the
   // fragments share one (a ring holds a few MiB of wire buffers per connection).
   std::vector<std::unique_ptr<RingAllreduce>> rings_;

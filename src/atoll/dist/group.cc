@@ -2,6 +2,7 @@
 #include "atoll/dist/group.h"
 
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -305,6 +306,26 @@ void ProcessGroup::gather(const void* data, size_t bytes, void* out, int root) {
     fail("gather");
   }
   record(rank() == root ? 0 : bytes, now_s() - t0);
+}
+
+void ProcessGroup::allgatherv(float* data, const std::vector<size_t>& counts) {
+  check_usable("allgatherv");
+  ATOLL_CHECK_EQ(counts.size(), size_t(size()));
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  if (size() == 1 || total == 0) return;
+  const double t0 = now_s();
+  try {
+    gloo::AllgathervOptions o(contexts_[0]);
+    o.setOutput(data, counts);  // no input: in place, rank r's part already at its offset
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::allgatherv(o);
+  } catch (...) {
+    fail("allgatherv of " + std::to_string(total) + " floats");
+  }
+  // Gloo's ring forwards every part but the one that reaches us last: (P-1) parts per rank.
+  record((total - counts[size_t((rank() + 1) % size())]) * sizeof(float), now_s() - t0);
 }
 
 void ProcessGroup::expect_same(const std::string& what, const std::string& value) {

@@ -92,6 +92,9 @@ class ProcessGroup {
   // Root's out[size() * bytes] <- every rank's data[bytes], in rank order; `out` is ignored
   // elsewhere. For bulk data only one rank needs (checkpoints): the others hold nothing extra.
   void gather(const void* data, size_t bytes, void* out, int root);
+  // In place: data[sum(counts)] holds rank r's counts[r] floats at offset sum(counts[0..r));
+  // every rank ends with every rank's part (its own part is sent, the others overwritten).
+  void allgatherv(float* data, const std::vector<size_t>& counts);
   // Throws ConfigError on every rank if some rank's `value` differs from rank 0's, e.g.
   // expect_same("model config", toml) -> "rank 2's model config differs from rank 0's at ...".
   void expect_same(const std::string& what, const std::string& value);

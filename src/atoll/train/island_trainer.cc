@@ -109,15 +109,16 @@ std::string save_worker(const Config& cfg, const std::string& run_dir, int islan
                         ProcessGroup& inner, ProcessGroup& outer, Loop& loop, DilocoSync& diloco) {
   const size_t n = loop.model.layout().total();
   const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
-  if (rank != 0) return "";
-  const std::string island_cursors = nlohmann::json(cursors).dump();
-  std::vector<CheckpointBuffer> own = loop.buffers();
-  std::vector<float> residual;  // the island's own error-feedback residual, in θ's layout
+  std::vector<float> residual;  // the island's error-feedback residual, in θ's layout
   if (cfg.diloco.error_feedback) {
     residual.resize(n);
     diloco.residual(residual.data());
-    own.push_back({"diloco_residual", residual.data()});
+    inner.allreduce_sum(residual.data(), n);  // the ranks' shards: disjoint, so the sum is exact
   }
+  if (rank != 0) return "";
+  const std::string island_cursors = nlohmann::json(cursors).dump();
+  std::vector<CheckpointBuffer> own = loop.buffers();
+  if (cfg.diloco.error_feedback) own.push_back({"diloco_residual", residual.data()});
   const std::vector<std::string> all_cursors = outer.allgather(island_cursors);
   // gathered[j]: kind j of every island, [N, n] (worker 0 only; island 0's slot is its own copy).
   std::vector<std::vector<float>> gathered(island == 0 && N > 1 ? own.size() : 0);
@@ -292,7 +293,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                               .timeout = timeout,
                               .error_feedback = cfg.diloco.error_feedback,
                               .compress = cfg.diloco.compress == "zstd"}},
-                    model_fragments(loop.model.layout(), cfg.diloco.fragments));
+                    model_fragments(loop.model.layout(), cfg.diloco.fragments), &inner);
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
@@ -321,6 +322,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // then starts from θ = the warm parameters and counts its inner steps from there.
   const int64_t dp_warmup = std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps);
   const int64_t diloco_steps = cfg.train.steps - dp_warmup;
+  std::vector<size_t> shards(static_cast<size_t>(M));  // the warm start's gradient shards, by rank
+  for (int r = 0; r < M; ++r) shards[size_t(r)] = n * size_t(r + 1) / size_t(M) - n * size_t(r) / size_t(M);
   double compute_s = 0, comm_s = 0, idle_s = 0, overlap_s = 0;
   bool checkpoint_due = false;
   float* params = loop.model.params().data();
@@ -339,10 +342,14 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     }
     // The warm start: the islands' means averaged across islands, so every worker takes the
     // same step. Gloo's ring hands every rank the same sum, so the islands stay bit-identical.
+    // Rank r averages the r-th M-th over its outer group, then the island shares the shards,
+    // so the slow links carry each gradient element once per island.
     if (N > 1 && loop.step < dp_warmup) {
       loop.grads_to_host();
-      outer.allreduce_sum(grads, n);
-      scale(grads, n, inv_n);
+      const size_t lo = n * size_t(opts.rank) / size_t(M), hi = n * size_t(opts.rank + 1) / size_t(M);
+      outer.allreduce_sum(grads + lo, hi - lo);
+      scale(grads + lo, hi - lo, inv_n);
+      if (M > 1) inner.allgatherv(grads, shards);
       loop.grads_to_device();
     }
     const double t2 = now_s();
