@@ -5,6 +5,8 @@
 # batch of train.batch_size); the only difference is how the workers combine their progress.
 #   bench/islands_loss.sh CONFIG STEPS H [--set k=v ...]
 #   bench/islands_loss.sh configs/tiny.toml 600 50
+#   bench/islands_loss.sh configs/small.toml 300 20 --set diloco.dp_warmup_steps=100   # warm start
+# (diloco.dp_warmup_steps changes nothing in the one-island data-parallel arm.)
 # Settings: ISLANDS (4), CODEC (int8), ATOLL (build/atoll), ATOLL_BENCH_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,9 @@ run() {  # name, launch args...
 }
 run ddp --islands 1 --workers-per-island "$islands"
 run diloco --islands "$islands" --set diloco.inner_steps="$h" --set diloco.codec="$codec"
+# The final models on the whole validation split (the in-run val_loss reads train.eval_batches
+# batches only). DiLoCo's last step is a full sync, so island 0's parameters are θ.
+for name in ddp diloco; do "$atoll" eval --checkpoint "$out/$name" >"$out/$name.eval.json"; done
 python3 - "$out" "$islands" "$h" "$codec" <<'PY'
 import json, os, sys
 out, islands, h, codec = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -37,4 +42,7 @@ print("|---:|---:|---:|---:|---:|")
 for s in sorted(p):
     if s in d:
         print(f"| {s} | {p[s][0]:,} | {p[s][1]:.4f} | {d[s][1]:.4f} | {100 * (d[s][1] / p[s][1] - 1):+.1f}% |")
+e = {n: json.load(open(os.path.join(out, n + ".eval.json"))) for n in ("ddp", "diloco")}
+print(f"| final, whole validation split ({e['ddp']['tokens']:,} tokens) | | {e['ddp']['loss']:.4f} | "
+      f"{e['diloco']['loss']:.4f} | {100 * (e['diloco']['loss'] / e['ddp']['loss'] - 1):+.1f}% |")
 PY
