@@ -52,15 +52,7 @@ void DilocoSync::snapshot(int f, const float* theta_local) {
 }
 
 std::pair<size_t, size_t> DilocoSync::shard(int f) const {
-  const size_t len = delta_[size_t(f)].size();
-  return {len * size_t(shard_) / size_t(shards_), len * size_t(shard_ + 1) / size_t(shards_)};
-}
-
-std::vector<size_t> DilocoSync::shard_sizes(int f) const {
-  const size_t len = delta_[size_t(f)].size();
-  std::vector<size_t> sizes(static_cast<size_t>(shards_));
-  for (int s = 0; s < shards_; ++s) sizes[size_t(s)] = len * size_t(s + 1) / size_t(shards_) - len * size_t(s) / size_t(shards_);
-  return sizes;
+  return even_part(delta_[size_t(f)].size(), shard_, shards_);
 }
 
 void DilocoSync::pack(int f, const float* x, float* flat, size_t lo, size_t hi) const {
@@ -83,7 +75,7 @@ void DilocoSync::share_shards(int f) {
   // Δ̄_f is spent: its buffer carries θ_f's shards, then m_f's.
   float* flat = delta_[size_t(f)].data();
   const auto [lo, hi] = shard(f);
-  const std::vector<size_t> sizes = shard_sizes(f);
+  const std::vector<size_t> sizes = even_part_sizes(delta_[size_t(f)].size(), shards_);
   for (std::vector<float>* x : {&theta_, &momentum_}) {
     pack(f, x->data(), flat, lo, hi);
     island_->allgatherv(flat, sizes);

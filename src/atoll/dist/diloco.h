@@ -106,9 +106,8 @@ class DilocoSync {
 
  private:
   RingAllreduce& ring_of(int f) { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
-  // This rank's shard [lo, hi) of fragment f's flattened elements, and every rank's size.
+  // This rank's shard [lo, hi) of fragment f's flattened elements (even_part).
   std::pair<size_t, size_t> shard(int f) const;
-  std::vector<size_t> shard_sizes(int f) const;
   // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
   void pack(int f, const float* x, float* flat, size_t lo, size_t hi) const;
   void unpack(int f, const float* flat, float* x) const;

@@ -308,6 +308,19 @@ void ProcessGroup::gather(const void* data, size_t bytes, void* out, int root) {
   record(rank() == root ? 0 : bytes, now_s() - t0);
 }
 
+std::pair<size_t, size_t> even_part(size_t n, int part, int parts) {
+  return {n * size_t(part) / size_t(parts), n * size_t(part + 1) / size_t(parts)};
+}
+
+std::vector<size_t> even_part_sizes(size_t n, int parts) {
+  std::vector<size_t> sizes(static_cast<size_t>(parts));
+  for (int p = 0; p < parts; ++p) {
+    const auto [lo, hi] = even_part(n, p, parts);
+    sizes[size_t(p)] = hi - lo;
+  }
+  return sizes;
+}
+
 void ProcessGroup::allgatherv(float* data, const std::vector<size_t>& counts) {
   check_usable("allgatherv");
   ATOLL_CHECK_EQ(counts.size(), size_t(size()));

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "atoll/dist/store.h"
@@ -126,6 +127,11 @@ class ProcessGroup {
   mutable std::mutex stats_mu_;
   CommStats stats_;
 };
+
+// Part `part` of [0, n) cut into `parts` nearly equal runs, [n·part/parts, n·(part+1)/parts),
+// and every part's size (allgatherv's counts): how ranks split a buffer among themselves.
+std::pair<size_t, size_t> even_part(size_t n, int part, int parts);
+std::vector<size_t> even_part_sizes(size_t n, int parts);
 
 // Runs fn(0..count-1) at once, fn(0) on the calling thread and the rest on their own threads;
 // waits for all, then rethrows the first exception (by index) if any failed.

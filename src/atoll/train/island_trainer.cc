@@ -322,8 +322,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // then starts from θ = the warm parameters and counts its inner steps from there.
   const int64_t dp_warmup = std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps);
   const int64_t diloco_steps = cfg.train.steps - dp_warmup;
-  std::vector<size_t> shards(static_cast<size_t>(M));  // the warm start's gradient shards, by rank
-  for (int r = 0; r < M; ++r) shards[size_t(r)] = n * size_t(r + 1) / size_t(M) - n * size_t(r) / size_t(M);
+  const std::vector<size_t> shards = even_part_sizes(n, M);  // the warm start's gradient shards
+  const auto [shard_lo, shard_hi] = even_part(n, opts.rank, M);
   double compute_s = 0, comm_s = 0, idle_s = 0, overlap_s = 0;
   bool checkpoint_due = false;
   float* params = loop.model.params().data();
@@ -346,9 +346,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     // so the slow links carry each gradient element once per island.
     if (N > 1 && loop.step < dp_warmup) {
       loop.grads_to_host();
-      const size_t lo = n * size_t(opts.rank) / size_t(M), hi = n * size_t(opts.rank + 1) / size_t(M);
-      outer.allreduce_sum(grads + lo, hi - lo);
-      scale(grads + lo, hi - lo, inv_n);
+      outer.allreduce_sum(grads + shard_lo, shard_hi - shard_lo);
+      scale(grads + shard_lo, shard_hi - shard_lo, inv_n);
       if (M > 1) inner.allgatherv(grads, shards);
       loop.grads_to_device();
     }
