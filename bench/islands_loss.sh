@@ -7,7 +7,9 @@
 #   bench/islands_loss.sh configs/tiny.toml 600 50
 #   bench/islands_loss.sh configs/small.toml 300 20 --set diloco.dp_warmup_steps=100   # warm start
 # (diloco.dp_warmup_steps changes nothing in the one-island data-parallel arm.)
-# Settings: ISLANDS (4), CODEC (int8), ATOLL (build/atoll), ATOLL_BENCH_OUT.
+# An arm whose final checkpoint is already in ATOLL_BENCH_OUT is kept, so a study stopped by a
+# crash or a full disk resumes where it stopped; SKIP_DONE=0 runs both arms afresh.
+# Settings: ISLANDS (4), CODEC (int8), ATOLL (build/atoll), ATOLL_BENCH_OUT, SKIP_DONE (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=$1 steps=$2 h=$3
@@ -15,12 +17,17 @@ shift 3
 islands=${ISLANDS:-4} codec=${CODEC:-int8}
 atoll=${ATOLL:-build/atoll}
 out=${ATOLL_BENCH_OUT:-/tmp/atoll-islands-loss}/$(basename "$config" .toml)
-rm -rf "$out"
+[[ ${SKIP_DONE:-1} == 1 ]] || rm -rf "$out"
 mkdir -p "$out"
 common=(--config "$config" --set train.steps="$steps" --set checkpoint.every=0 "$@")
 run() {  # name, launch args...
   local name=$1
   shift
+  if [[ ${SKIP_DONE:-1} == 1 && -d $out/$name/checkpoints/$(printf step-%08d "$steps") ]]; then
+    echo "$name: done before, kept" >&2
+    return
+  fi
+  rm -rf "${out:?}/$name"
   "$atoll" launch "${common[@]}" --run-dir "$out/$name" "$@" >"$out/$name.log" 2>&1 ||
     { echo "$name failed:" >&2; tail -3 "$out/$name.log" >&2; exit 1; }
   echo "$name done" >&2
