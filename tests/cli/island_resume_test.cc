@@ -3,9 +3,10 @@
 // per-fragment outer step counts, so a run resumed from a checkpoint logs the same losses and θ
 // hashes as the uninterrupted run, bit for bit (JSON numbers round-trip doubles). Checked from a
 // checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
-// streaming fragments overlapped, with error feedback, and inside and after a data-parallel warm
-// start, and after a real stop (SIGINT to the launcher). A resume
-// with another island shape is refused before anything starts.
+// streaming fragments overlapped, with error feedback, with Muon as the inner optimizer (its
+// momentum travels in adam_m), inside and after a data-parallel warm start, and after a real
+// stop (SIGINT to the launcher). A resume with another island shape is refused before anything
+// starts.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -77,6 +78,9 @@ TEST_F(IslandResume, ResumedFromACheckpointLogsTheSameLossesAndHashes) {
       {"error-feedback", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
                           "model.n_layers=3", "--set", "diloco.inner_steps=2", "--set", "diloco.fragments=2", "--set",
                           "diloco.error_feedback=true"}, 48},
+      // MuLoCo: Muon's momentum (adam_m) for the hidden matrices, AdamW's moments for the rest.
+      {"muon", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
+                "diloco.inner_steps=3", "--set", "optim.name=muon"}, 48},
       // Cut inside the data-parallel warm start (θ is still the initial one) and after it.
       {"warm-start-7", {"--islands", "2", "--set", "train.steps=12", "--set", "diloco.inner_steps=3", "--set",
                         "diloco.dp_warmup_steps=7"}, 24},
