@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "atoll/config/config.h"
+#include "atoll/model/model_config.h"
 #include "atoll/core/rng.h"
 #include "atoll/layers/rope.h"
 #include "atoll/model/layout.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "atoll/config/config.h"
+#include "atoll/model/model_config.h"
 
 namespace atl {
 

@@ -8,10 +8,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "atoll/backend/cpu/bf16.h"
-#include "atoll/config/config.h"
+#include "atoll/model/model_config.h"
 #include "atoll/model/layout.h"
 
 namespace atl {

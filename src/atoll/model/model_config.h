@@ -1,0 +1,32 @@
+// The [model] section: the shape of the MoE transformer (DESIGN.md "The model"). It belongs to
+// model/ because the model is what reads it; config/ declares its keys for TOML and --set.
+#pragma once
+
+#include <cstdint>
+
+namespace atl {
+
+// Dimension legend (used throughout atoll): B batch, T sequence, C model width, L layers,
+// NH query heads, NKV key/value heads, HD head dim, E experts, K experts per token,
+// H expert hidden width, V vocabulary, N = B*T tokens.
+struct ModelConfig {
+  int vocab_size = 4096;       // V
+  int dim = 128;               // C
+  int n_layers = 4;            // L
+  int n_heads = 2;             // NH
+  int n_kv_heads = 2;          // NKV, divides NH (grouped-query attention)
+  int head_dim = 64;           // HD
+  int n_experts = 4;           // E (a dense model is E=1, K=1)
+  int top_k = 2;               // K
+  int expert_hidden = 256;     // H
+  int seq_len = 256;           // T
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  double aux_loss_coef = 0.01;  // Switch load-balancing loss coefficient (per layer)
+  double z_loss_coef = 0.0;     // router z-loss coefficient
+  bool tie_embeddings = false;  // LM head shares the embedding table
+  double init_std = 0.02;
+  int64_t init_seed = 1234;
+};
+
+}  // namespace atl
