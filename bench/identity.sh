@@ -5,7 +5,8 @@
 # of the Hugging Face export. Used around refactors that must not change a single bit.
 #   bench/identity.sh [REV] [STEPS]     # REV: the reference revision (default: HEAD's first parent
 #                                       # on main before the change, given explicitly is best)
-# The reference is built once into $OUT/ref-<sha>/build (a git worktree), then reused.
+# The reference is built once into $OUT/ref-<sha>/build (a git worktree), then reused; the runs
+# go to $OUT/<this checkout's folder name>/, so several checkouts can compare at once.
 # Runs: tiny with AdamW and with Muon, each in fp32 and bf16; a 2-island int8 DiLoCo run with
 # 2 workers per island (H = 5). Threads are fixed (train.threads) so the reductions agree.
 set -euo pipefail
@@ -15,7 +16,9 @@ steps=${2:-40}
 out=${ATOLL_IDENTITY_OUT:-/tmp/atoll-identity}
 sha=$(git rev-parse --short=12 "$rev")
 ref=$out/ref-$sha
-mkdir -p "$out"
+runs=$out/$(basename "$(pwd)")
+mkdir -p "$out" "$runs"
+exec 9>"$out/.ref-build.lock"; flock 9  # one reference build at a time; the runs do not wait
 if [ ! -x "$ref/build/atoll" ]; then
   rm -rf "$ref"; git worktree prune
   git worktree add --detach "$ref" "$sha" >/dev/null
@@ -23,6 +26,7 @@ if [ ! -x "$ref/build/atoll" ]; then
     ${ATOLL_CMAKE_ARGS:-} >/dev/null
   cmake --build "$ref/build" -j"$(nproc)" --target atoll >/dev/null
 fi
+flock -u 9
 new=$(pwd)/build/atoll
 [ -x "$new" ] || { echo "identity: no build/atoll in this tree (scripts/setup.sh builds it)"; exit 1; }
 
@@ -44,9 +48,9 @@ run_all() {  # $1 = binary, $2 = output folder
 }
 
 echo "identity: reference $sha, steps $steps" >&2
-run_all "$ref/build/atoll" "$out/runs-ref"
-run_all "$new" "$out/runs-new"
-python3 - "$out/runs-ref" "$out/runs-new" <<'PY'
+run_all "$ref/build/atoll" "$runs/ref"
+run_all "$new" "$runs/new"
+python3 - "$runs/ref" "$runs/new" <<'PY'
 import hashlib, json, os, sys
 ref, new = sys.argv[1], sys.argv[2]
 keys = ("step", "loss", "aux_loss", "z_loss", "grad_norm", "val_loss", "theta_hash", "outer_step", "island", "rank")

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "atoll/backend/cpu/vector_math.h"
+#include "atoll/core/vector_math.h"
 #include "atoll/core/check.h"
 
 namespace atl {

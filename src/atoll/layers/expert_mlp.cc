@@ -2,7 +2,7 @@
 
 #include <cstddef>
 
-#include "atoll/backend/cpu/gemm.h"
+#include "atoll/layers/blas.h"
 #include "atoll/layers/swiglu.h"
 
 namespace atl {
@@ -15,15 +15,15 @@ void expert_mlp_forward(T* ye, T* a, T* b, T* g, const T* xe, const T* w1, const
     const int r0 = offsets[e], n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
     const T* x = xe + size_t(r0) * C;
-    gemm<T>(false, true, n, H, C, T(1), x, C, w1 + e * WH, C, T(0), a + size_t(r0) * H, H);  // a = x W1ᵀ
-    gemm<T>(false, true, n, H, C, T(1), x, C, w3 + e * WH, C, T(0), b + size_t(r0) * H, H);  // b = x W3ᵀ
+    blas_gemm<T>(false, true, n, H, C, T(1), x, C, w1 + e * WH, C, T(0), a + size_t(r0) * H, H);  // a = x W1ᵀ
+    blas_gemm<T>(false, true, n, H, C, T(1), x, C, w3 + e * WH, C, T(0), b + size_t(r0) * H, H);  // b = x W3ᵀ
   }
   const size_t RH = size_t(offsets[E]) * H;
   swiglu_forward(g, a, b, RH);
   for (int e = 0; e < E; ++e) {
     const int r0 = offsets[e], n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
-    gemm<T>(false, true, n, C, H, T(1), g + size_t(r0) * H, H, w2 + e * WH, H, T(0), ye + size_t(r0) * C, C);
+    blas_gemm<T>(false, true, n, C, H, T(1), g + size_t(r0) * H, H, w2 + e * WH, H, T(0), ye + size_t(r0) * C, C);
   }
 }
 
@@ -38,8 +38,8 @@ void expert_mlp_backward(T* dxe, T* dw1, T* dw3, T* dw2, T* g, T* da, T* db, con
     const int r0 = offsets[e], n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
     const T* dy = dye + size_t(r0) * C;
-    gemm<T>(true, false, C, H, n, T(1), dy, C, g + size_t(r0) * H, H, T(1), dw2 + e * WH, H);    // dW2 += dyᵀ g
-    gemm<T>(false, false, n, H, C, T(1), dy, C, w2 + e * WH, H, T(0), da + size_t(r0) * H, H);  // dg = dy W2
+    blas_gemm<T>(true, false, C, H, n, T(1), dy, C, g + size_t(r0) * H, H, T(1), dw2 + e * WH, H);    // dW2 += dyᵀ g
+    blas_gemm<T>(false, false, n, H, C, T(1), dy, C, w2 + e * WH, H, T(0), da + size_t(r0) * H, H);  // dg = dy W2
   }
   swiglu_backward(da, db, da, a, b, RH);
   for (int e = 0; e < E; ++e) {
@@ -49,10 +49,10 @@ void expert_mlp_backward(T* dxe, T* dw1, T* dw3, T* dw2, T* g, T* da, T* db, con
     const T* x = xe + size_t(r0) * C;
     const T* dae = da + size_t(r0) * H;
     const T* dbe = db + size_t(r0) * H;
-    gemm<T>(true, false, H, C, n, T(1), dae, H, x, C, T(1), dw1 + e * WH, C);    // dW1 += daᵀ x
-    gemm<T>(true, false, H, C, n, T(1), dbe, H, x, C, T(1), dw3 + e * WH, C);    // dW3 += dbᵀ x
-    gemm<T>(false, false, n, C, H, T(1), dae, H, w1 + e * WH, C, T(0), dx, C);   // dx = da W1
-    gemm<T>(false, false, n, C, H, T(1), dbe, H, w3 + e * WH, C, T(1), dx, C);   //    + db W3
+    blas_gemm<T>(true, false, H, C, n, T(1), dae, H, x, C, T(1), dw1 + e * WH, C);    // dW1 += daᵀ x
+    blas_gemm<T>(true, false, H, C, n, T(1), dbe, H, x, C, T(1), dw3 + e * WH, C);    // dW3 += dbᵀ x
+    blas_gemm<T>(false, false, n, C, H, T(1), dae, H, w1 + e * WH, C, T(0), dx, C);   // dx = da W1
+    blas_gemm<T>(false, false, n, C, H, T(1), dbe, H, w3 + e * WH, C, T(1), dx, C);   //    + db W3
   }
 }
 

@@ -1,6 +1,6 @@
 #include "atoll/layers/swiglu.h"
 
-#include "atoll/backend/cpu/swiglu_kernel.h"
+#include "atoll/layers/swiglu_kernel.h"
 
 namespace atl {
 

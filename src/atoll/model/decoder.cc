@@ -6,7 +6,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/layers/embedding.h"
-#include "atoll/layers/linear.h"
+#include "atoll/backend/cpu/linear.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/layers/router.h"
 #include "atoll/layers/swiglu.h"
@@ -34,7 +34,7 @@ const std::vector<float>& Decoder::step(int32_t token) {
     moe(l);
   }
   rmsnorm_forward(h_.data(), &rstd_, x_.data(), p_ + layout_.at("final_norm").offset, 1, C, m_.norm_eps);
-  linear_forward(logits_.data(), h_.data(), p_ + layout_.at(m_.tie_embeddings ? "embed" : "head").offset, 1, C,
+  cpu::linear_forward(logits_.data(), h_.data(), p_ + layout_.at(m_.tie_embeddings ? "embed" : "head").offset, 1, C,
                  m_.vocab_size);
   ++pos_;
   return logits_;
@@ -47,9 +47,9 @@ void Decoder::attend(int l) {
   float* kc = k_cache_[l].data() + size_t(pos_) * KVD;
   float* vc = v_cache_[l].data() + size_t(pos_) * KVD;
   rmsnorm_forward(h_.data(), &rstd_, x_.data(), p_ + layout_.at(pre + "attn_norm").offset, 1, C, m_.norm_eps);
-  linear_forward(q_.data(), h_.data(), p_ + layout_.at(pre + "attn.wq").offset, 1, C, QD);
-  linear_forward(kc, h_.data(), p_ + layout_.at(pre + "attn.wk").offset, 1, C, KVD);
-  linear_forward(vc, h_.data(), p_ + layout_.at(pre + "attn.wv").offset, 1, C, KVD);
+  cpu::linear_forward(q_.data(), h_.data(), p_ + layout_.at(pre + "attn.wq").offset, 1, C, QD);
+  cpu::linear_forward(kc, h_.data(), p_ + layout_.at(pre + "attn.wk").offset, 1, C, KVD);
+  cpu::linear_forward(vc, h_.data(), p_ + layout_.at(pre + "attn.wv").offset, 1, C, KVD);
   rope_forward(q_.data(), rope_, 1, 1, NH, HD, pos_);
   rope_forward(kc, rope_, 1, 1, NKV, HD, pos_);
   const float scale = 1.0f / std::sqrt(float(HD));
@@ -72,7 +72,7 @@ void Decoder::attend(int l) {
       for (int d = 0; d < HD; ++d) o[d] += score[s] / sum * v[d];
     }
   }
-  linear_forward(tmp_.data(), att_.data(), p_ + layout_.at(pre + "attn.wo").offset, 1, QD, C);
+  cpu::linear_forward(tmp_.data(), att_.data(), p_ + layout_.at(pre + "attn.wo").offset, 1, QD, C);
   for (int c = 0; c < C; ++c) x_[c] += tmp_[c];
 }
 
@@ -80,7 +80,7 @@ void Decoder::moe(int l) {
   const std::string pre = "layers." + std::to_string(l) + ".";
   const int C = m_.dim, E = m_.n_experts, K = m_.top_k, H = m_.expert_hidden;
   rmsnorm_forward(h_.data(), &rstd_, x_.data(), p_ + layout_.at(pre + "moe_norm").offset, 1, C, m_.norm_eps);
-  linear_forward(rl_.data(), h_.data(), p_ + layout_.at(pre + "moe.router").offset, 1, C, E);
+  cpu::linear_forward(rl_.data(), h_.data(), p_ + layout_.at(pre + "moe.router").offset, 1, C, E);
   router_forward(probs_.data(), &lse_, idx_.data(), w_.data(), rl_.data(), 1, E, K);
   const size_t WH = size_t(H) * C;
   const float* w1 = p_ + layout_.at(pre + "moe.w1").offset;
@@ -88,10 +88,10 @@ void Decoder::moe(int l) {
   const float* w2 = p_ + layout_.at(pre + "moe.w2").offset;
   for (int j = 0; j < K; ++j) {
     const size_t e = size_t(idx_[j]);
-    linear_forward(a_.data(), h_.data(), w1 + e * WH, 1, C, H);
-    linear_forward(b_.data(), h_.data(), w3 + e * WH, 1, C, H);
+    cpu::linear_forward(a_.data(), h_.data(), w1 + e * WH, 1, C, H);
+    cpu::linear_forward(b_.data(), h_.data(), w3 + e * WH, 1, C, H);
     swiglu_forward(g_.data(), a_.data(), b_.data(), size_t(H));
-    linear_forward(y_.data(), g_.data(), w2 + e * WH, 1, H, C);
+    cpu::linear_forward(y_.data(), g_.data(), w2 + e * WH, 1, H, C);
     for (int c = 0; c < C; ++c) x_[c] += w_[j] * y_[c];
   }
 }

@@ -14,7 +14,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
-#include "atoll/layers/linear.h"
+#include "atoll/backend/cpu/linear.h"
 #include "atoll/layers/moe_dispatch.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/layers/rope.h"
@@ -156,14 +156,14 @@ void Model<T>::forward_block(int l, int B) {
         linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
       }
     if (!is_bf16()) {
-      linear_forward(S.q.data(), h1, p + o.wq, N, C, QD);
-      linear_forward(S.k.data(), h1, p + o.wk, N, C, KVD);
-      linear_forward(S.v.data(), h1, p + o.wv, N, C, KVD);
+      cpu::linear_forward(S.q.data(), h1, p + o.wq, N, C, QD);
+      cpu::linear_forward(S.k.data(), h1, p + o.wk, N, C, KVD);
+      cpu::linear_forward(S.v.data(), h1, p + o.wv, N, C, KVD);
       rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
       rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
       attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads,
                                 m.n_kv_heads, m.head_dim);
-      linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
+      cpu::linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
     }
     T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
     add(xmid, x, A.tmp.data(), size_t(N) * C);
@@ -173,7 +173,7 @@ void Model<T>::forward_block(int l, int B) {
     ScopedTimer t(&times_.router_dispatch);
     const T* h2 = A.hn.data();  // [N,C], recomputed in backward
     rmsnorm_forward(A.hn.data(), S.rstd2.data(), xmid, p + o.moe_norm, N, C, m.norm_eps);
-    linear_forward(A.rlogits.data(), h2, p + o.router, N, C, E);
+    cpu::linear_forward(A.rlogits.data(), h2, p + o.router, N, C, E);
     router_forward(S.probs.data(), S.rlse.data(), S.topk_idx.data(), S.topk_w.data(), A.rlogits.data(), N, E, K);
     S.losses = router_losses(S.probs.data(), S.rlse.data(), S.topk_idx.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef);
     build_routing(S.routing, S.topk_idx.data(), N, E, K);
@@ -223,7 +223,7 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
     const bf16* h16 = is_bf16() ? A.in16.data() + size_t(r0) * C : nullptr;
     if constexpr (kFloat<T>)
       if (is_bf16()) linear_forward_bf16(A.logits, h16, w16_head, n, C, V);
-    if (!is_bf16()) linear_forward(A.logits, h, w_head, n, C, V);
+    if (!is_bf16()) cpu::linear_forward(A.logits, h, w_head, n, C, V);
     ce_sum += cross_entropy_forward(A.logits_lse.data(), A.logits, targets + r0, n, V);
     if (!backward) continue;
     cross_entropy_backward(A.logits, A.logits, A.logits_lse.data(), targets + r0, n, V,
@@ -233,7 +233,7 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
         to_bf16(A.logits16.data(), A.logits, size_t(n) * V);
         linear_backward_bf16(A.dh.data() + size_t(r0) * C, dw_head, A.logits16.data(), h16, w16_head, n, C, V);
       }
-    if (!is_bf16()) linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits, h, w_head, n, C, V);
+    if (!is_bf16()) cpu::linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits, h, w_head, n, C, V);
   }
   if (backward) {
     std::fill(A.dx.begin(), A.dx.begin() + size_t(N) * C, T(0));
@@ -295,7 +295,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
     ScopedTimer t(&times_.router_dispatch);
     router_backward(A.drlogits.data(), A.dtopk_w.data(), S.probs.data(), S.rlse.data(), S.topk_idx.data(),
                     S.topk_w.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef, loss_scale);
-    linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), A.hn.data(), p + o.router, N, C, E);
+    cpu::linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), A.hn.data(), p + o.router, N, C, E);
     rmsnorm_backward(A.dx.data(), g + o.moe_norm, A.dh.data(), xmid, S.rstd2.data(), p + o.moe_norm, N, C);
   }
   // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
@@ -310,7 +310,7 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
                                       S.k16.data(), S.v16.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
     }
   if (!is_bf16()) {
-    linear_backward(A.datt, g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
+    cpu::linear_backward(A.datt, g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
     attention_backward_blocked(A.dq, A.dk, A.dv, A.datt, S.att.data(), S.lse.data(), S.q.data(), S.k.data(),
                                S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
   }
@@ -330,9 +330,9 @@ void Model<T>::backward_block(int l, int B, double loss_scale) {
       }
     }
   if (!is_bf16()) {
-    linear_backward(A.dh.data(), g + o.wq, A.dq, h1, p + o.wq, N, C, QD);
-    linear_backward(A.dh.data(), g + o.wk, A.dk, h1, p + o.wk, N, C, KVD);
-    linear_backward(A.dh.data(), g + o.wv, A.dv, h1, p + o.wv, N, C, KVD);
+    cpu::linear_backward(A.dh.data(), g + o.wq, A.dq, h1, p + o.wq, N, C, QD);
+    cpu::linear_backward(A.dh.data(), g + o.wk, A.dk, h1, p + o.wk, N, C, KVD);
+    cpu::linear_backward(A.dh.data(), g + o.wv, A.dv, h1, p + o.wv, N, C, KVD);
   }
   rmsnorm_backward(A.dx.data(), g + o.attn_norm, A.dh.data(), A.x[l].data(), S.rstd1.data(), p + o.attn_norm, N, C);
 }

@@ -8,7 +8,7 @@
 
 #include "atoll/backend/cpu/gemm.h"
 #include "atoll/backend/cpu/gemm_bf16.h"
-#include "atoll/backend/cpu/vector_math.h"
+#include "atoll/core/vector_math.h"
 
 namespace atl {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "atoll/backend/cpu/gemm.h"
-#include "atoll/backend/cpu/swiglu_kernel.h"
+#include "atoll/layers/swiglu_kernel.h"
 
 namespace atl {
 namespace {

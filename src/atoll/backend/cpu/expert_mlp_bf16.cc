@@ -7,7 +7,7 @@
 
 #include "atoll/backend/cpu/expert_mlp.h"
 #include "atoll/backend/cpu/gemm_bf16.h"
-#include "atoll/backend/cpu/vector_math.h"
+#include "atoll/core/vector_math.h"
 
 namespace atl {
 

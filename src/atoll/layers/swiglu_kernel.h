@@ -1,5 +1,5 @@
 // The SwiGLU elementwise loops, shared by the reference layer (layers/swiglu.cc) and the fused
-// expert kernels (backend/cpu/expert_mlp.cc), which sit below layers and cannot call it.
+// expert kernels (backend/cpu/expert_mlp.cc, a floor above), so both run the same arithmetic.
 //   forward:  out = silu(a) * b,  silu(a) = a * sigmoid(a)
 //   backward: db = dout * silu(a);  da = dout * b * s * (1 + a * (1 - s)),  s = sigmoid(a)
 // da may alias dout (each element is read before it is written).
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "atoll/backend/cpu/vector_math.h"
+#include "atoll/core/vector_math.h"
 
 namespace atl {
 
