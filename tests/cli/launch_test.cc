@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 #include "cli/cli_util.h"
 
 namespace atl::testing {

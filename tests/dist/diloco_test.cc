@@ -11,7 +11,7 @@
 #include <cmath>
 #include <map>
 
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 #include "dist_test_util.h"
 
 namespace atl {

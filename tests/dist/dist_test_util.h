@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "atoll/dist/fragments.h"
-#include "atoll/dist/redis_server.h"
 #include "atoll/dist/store.h"
+#include "atoll/supervise/redis_server.h"
 
 namespace atl::testing {
 

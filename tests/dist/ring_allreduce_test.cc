@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "atoll/core/errors.h"
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 #include "dist_test_util.h"
 
 namespace atl {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "atoll/core/errors.h"
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 
 namespace atl {
 namespace {

@@ -11,8 +11,8 @@
 #include <cstdlib>
 
 #include "atoll/core/timer.h"
-#include "atoll/dist/redis_server.h"
 #include "atoll/dist/ring_allreduce.h"
+#include "atoll/supervise/redis_server.h"
 #include "dist_test_util.h"
 
 namespace atl {

@@ -3,6 +3,7 @@
 #include "atoll/dist/store.h"
 
 #include <gloo/common/error.h>
+#include <hiredis/hiredis.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/redis_store.h>
 
@@ -13,7 +14,6 @@
 #include <thread>
 
 #include "atoll/core/errors.h"
-#include "atoll/dist/redis_server.h"
 
 namespace atl {
 
@@ -140,6 +140,25 @@ StoreAddress parse_store_url(const std::string& url) {
   }
   if (a.host.empty()) throw ConfigError("store '" + url + "' has no host");
   return a;
+}
+
+bool redis_ping(const std::string& host, int port, Ms timeout, std::string* error) {
+  const timeval tv = to_timeval(timeout);
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  std::string why = "out of memory";
+  bool ok = false;
+  if (c != nullptr && c->err == 0) {
+    redisSetTimeout(c, tv);
+    auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
+    ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS && std::string(reply->str, reply->len) == "PONG";
+    why = reply == nullptr ? std::string(c->errstr) : "no PONG to PING: not a Redis server?";
+    if (reply) freeReplyObject(reply);
+  } else if (c != nullptr) {
+    why = c->errstr;
+  }
+  if (c) redisFree(c);
+  if (!ok && error) *error = why;
+  return ok;
 }
 
 Store::Store(const StoreOptions& opts) : opts_(opts), addr_(parse_store_url(opts.url)) {

@@ -37,6 +37,10 @@ struct StoreAddress {
 // "redis://HOST:PORT", "HOST:PORT" or "HOST" (port 6379); anything else throws ConfigError.
 StoreAddress parse_store_url(const std::string& url);
 
+// True when a Redis server at host:port answers PING within `timeout`; else false, with the
+// reason ("Connection refused") in *error when given.
+bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error = nullptr);
+
 struct StoreOptions {
   std::string url = "redis://127.0.0.1:6379";
   std::string run_id = "run";                // first part of every key; unique per run

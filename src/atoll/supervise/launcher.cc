@@ -3,28 +3,24 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <map>
 
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
-
-extern char** environ;
 
 namespace atl {
 
 struct Supervisor::Child {
   std::string name;
-  pid_t pid = -1;
+  Process process;
   int out_fd = -1, metrics_fd = -1;
   std::string out_buf, metrics_buf;
-  ChildExit exit;
+  std::string last_error;
+  bool exited() const { return process.status().exited; }
 };
 
 namespace {
@@ -47,10 +43,6 @@ void take_lines(std::string& buf, Fn&& fn) {
 }
 
 }  // namespace
-
-std::string ChildExit::describe() const {
-  return exit_code >= 0 ? "exit " + std::to_string(exit_code) : "signal " + std::to_string(signal);
-}
 
 std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
@@ -75,57 +67,30 @@ Supervisor::~Supervisor() {
   ::close(signal_pipe_[1]);
 }
 
-pid_t Supervisor::pid(int child) const { return children_.at(size_t(child)).pid; }
+pid_t Supervisor::pid(int child) const { return children_.at(size_t(child)).process.pid(); }
 
 int Supervisor::spawn(const ChildSpec& spec) {
-  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> strings = spec.argv;
-  const size_t n_args = strings.size();
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
-    env[kv.substr(0, kv.find('='))] = kv;
-  }
-  for (const auto& kv : spec.env) env[kv.substr(0, kv.find('='))] = kv;
-  for (const auto& [k, kv] : env) strings.push_back(kv);
-  std::vector<char*> argv, envp;
-  for (size_t i = 0; i < strings.size(); ++i) (i < n_args ? argv : envp).push_back(strings[i].data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-
   int out[2], metrics[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(metrics, O_CLOEXEC) != 0) {
+    const int e = errno;
     ::close(out[0]);
     ::close(out[1]);
-    throw Error(std::string("pipe: ") + std::strerror(errno));
+    throw IoError(std::string("pipe: ") + std::strerror(e));
   }
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);  // the supervisor died before prctl
-    struct sigaction sa {};
-    sa.sa_handler = SIG_DFL;
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
-    const int null_fd = ::open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::dup2(metrics[1], 3);  // dup2 clears FD_CLOEXEC on the copy
-    ::execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "atoll: error: exec of the worker failed\n";
-    [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
+  Child c;
+  c.name = spec.name;
+  try {
+    c.process = Process::spawn({.argv = spec.argv,
+                                .env = spec.env,
+                                .fds = {{out[1], 1}, {out[1], 2}, {metrics[1], 3}},
+                                .death_signal = SIGKILL});
+  } catch (...) {
+    for (int fd : {out[0], out[1], metrics[0], metrics[1]}) ::close(fd);
+    throw;
   }
   ::close(out[1]);
   ::close(metrics[1]);
-  Child c;
-  c.name = spec.name;
-  c.pid = pid;
   c.out_fd = out[0];
   c.metrics_fd = metrics[0];
   children_.push_back(std::move(c));
@@ -167,7 +132,7 @@ bool Supervisor::pump(int timeout_ms) {
       if (is_metrics) {
         if (opts_.on_metrics) opts_.on_metrics(index, line);
       } else {
-        if (line.rfind("atoll: error:", 0) == 0 || line.rfind("atoll: internal error:", 0) == 0) c.exit.last_error = line;
+        if (line.rfind("atoll: error:", 0) == 0 || line.rfind("atoll: internal error:", 0) == 0) c.last_error = line;
         if (opts_.on_output) opts_.on_output(index, line);
       }
     });
@@ -176,24 +141,14 @@ bool Supervisor::pump(int timeout_ms) {
 }
 
 void Supervisor::reap(bool block) {
-  for (Child& c : children_) {
-    if (c.pid < 0 || c.exit.exited) continue;
-    int status = 0;
-    pid_t r;
-    while ((r = ::waitpid(c.pid, &status, block ? 0 : WNOHANG)) < 0 && errno == EINTR) {
-    }
-    if (r != c.pid) continue;
-    c.exit.exited = true;
-    c.exit.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    c.exit.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  }
+  for (Child& c : children_) block ? void(c.process.wait()) : void(c.process.poll());
 }
 
 SupervisorOutcome Supervisor::run() {
   SupervisorOutcome outcome;
   auto all_done = [&] {
     for (const Child& c : children_)
-      if (!c.exit.exited || c.out_fd >= 0 || c.metrics_fd >= 0) return false;
+      if (!c.exited() || c.out_fd >= 0 || c.metrics_fd >= 0) return false;
     return true;
   };
   while (!all_done()) {
@@ -206,7 +161,7 @@ SupervisorOutcome Supervisor::run() {
     // A failure: the child has exited badly and its output is drained (its error line read).
     for (size_t i = 0; i < children_.size(); ++i) {
       const Child& c = children_[i];
-      if (c.exit.exited && c.out_fd < 0 && (c.exit.exit_code != 0)) {
+      if (c.exited() && c.out_fd < 0 && c.process.status().exit_code != 0) {
         outcome.failed = int(i);
         break;
       }
@@ -214,23 +169,22 @@ SupervisorOutcome Supervisor::run() {
     if (outcome.failed >= 0) break;
   }
   stop_all();
-  for (const Child& c : children_) outcome.children.push_back(c.exit);
+  for (const Child& c : children_) outcome.children.push_back(ChildExit{c.process.status(), c.last_error});
   return outcome;
 }
 
 void Supervisor::stop_all() {
   bool any = false;
   for (Child& c : children_)
-    if (c.pid > 0 && !c.exit.exited) any = true, ::kill(c.pid, SIGTERM);
+    if (c.process.running()) any = true, c.process.signal(SIGTERM);
   const double deadline = now_s() + opts_.stop_grace.count() / 1000.0;
   while (any && now_s() < deadline) {
     pump(50);  // keep draining output (a child blocked on a full pipe would never exit)
     reap(false);
     any = false;
-    for (const Child& c : children_) any = any || (c.pid > 0 && !c.exit.exited);
+    for (const Child& c : children_) any = any || c.process.running();
   }
-  for (Child& c : children_)
-    if (c.pid > 0 && !c.exit.exited) ::kill(c.pid, SIGKILL);
+  for (Child& c : children_) c.process.signal(SIGKILL);
   reap(true);
   // Whatever the children wrote before they ended.
   for (int guard = 0; guard < 1000; ++guard) {

@@ -1,13 +1,14 @@
-// Local process supervision for `atoll launch` (DESIGN.md: supervise/ watches processes from
-// outside): spawn child processes, stream their output and their metrics rows, stop them all.
+// Local process supervision for `atoll launch`: supervise/ watches processes from outside. The
+// Supervisor spawns child processes (process.h: own process group, PR_SET_PDEATHSIG = SIGKILL, so
+// no child outlives a supervisor that is killed outright), streams their output and their metrics
+// rows, and stops them all.
 //
 // Every child gets
 //   stdin  /dev/null
 //   stdout and stderr  one pipe, read by the supervisor line by line (on_output)
 //   fd 3   the write end of its own metrics pipe, read line by line (on_metrics)
-// and runs in its own process group (a Ctrl-C at the terminal reaches the supervisor only, which
-// then stops the children in order) with PR_SET_PDEATHSIG = SIGKILL, so no child outlives a
-// supervisor that is killed outright.
+// A Ctrl-C at the terminal reaches the supervisor only (the children are in their own process
+// groups), which then stops the children in order.
 //
 // run() returns when every child has exited, or at the first child that fails (a non-zero exit
 // or a signal: the others are stopped), or when the supervisor gets SIGINT or SIGTERM (every
@@ -22,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "atoll/supervise/process.h"
+
 namespace atl {
 
 struct ChildSpec {
@@ -30,12 +33,8 @@ struct ChildSpec {
   std::vector<std::string> env;   // "KEY=VALUE" added to (or replacing in) the inherited environment
 };
 
-struct ChildExit {
-  bool exited = false;  // reaped
-  int exit_code = -1;   // -1 when ended by a signal
-  int signal = 0;
+struct ChildExit : ExitStatus {
   std::string last_error;  // the child's last output line that starts with "atoll: error:"
-  std::string describe() const;  // "exit 1" | "signal 9"
 };
 
 struct SupervisorOutcome {
@@ -58,7 +57,7 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Starts a child; returns its index. Throws Error if fork or pipe fails.
+  // Starts a child; returns its index. Throws IoError if fork or pipe fails, ExecFailed if exec does.
   int spawn(const ChildSpec& spec);
   SupervisorOutcome run();
   void stop_all();  // SIGTERM, grace, SIGKILL; reaps every child

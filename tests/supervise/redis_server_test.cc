@@ -1,6 +1,6 @@
 // The private redis-server: starts on a free loopback port and answers PING, stops for good,
 // says what to install when the binary is missing, and says so when a fixed port is taken.
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "atoll/core/errors.h"
+#include "atoll/dist/store.h"
 
 namespace atl {
 namespace {

@@ -1,13 +1,15 @@
 // A private redis-server on loopback, for tests and for `atoll launch` when no --store is given
-// (DESIGN.md, "Core decisions": Redis holds rendezvous keys, heartbeats and membership epochs).
+// (Redis holds the rendezvous keys, heartbeats and membership epochs of a run; the client side,
+// dist/store.h, only connects to it).
 //
 // Start: pick a free port (bind 127.0.0.1:0, read the port, close), run
 //   redis-server --port P --bind HOST --save "" --appendonly no --protected-mode yes
-// with its log in a temporary file, and wait until it answers PING (bounded by
-// start_timeout). Another process can take the port between our probe and redis's bind; then
-// redis exits with "Address already in use" and we try a fresh port (up to `attempts` times),
-// which makes the race harmless. The child gets SIGTERM if the thread that started it exits
-// (PR_SET_PDEATHSIG), so a crashed test leaves no server behind.
+// (spawned by process.h, like the workers: its own process group) with its log in a temporary
+// file, and wait until it answers PING (bounded by start_timeout). Another process can take the
+// port between our probe and redis's bind; then redis exits with "Address already in use" and we
+// try a fresh port (up to `attempts` times), which makes the race harmless. The child gets
+// SIGTERM if the thread that started it exits (PR_SET_PDEATHSIG), so a crashed test leaves no
+// server behind.
 // Stop (destructor or stop()): SIGTERM, wait up to stop_timeout, then SIGKILL.
 //
 // A fixed `port` is used as given: if it is taken, the error says so ("Address already in use").
@@ -20,6 +22,8 @@
 
 #include <chrono>
 #include <string>
+
+#include "atoll/supervise/process.h"
 
 namespace atl {
 
@@ -42,9 +46,9 @@ class RedisServer {
   const std::string& host() const { return opts_.host; }
   int port() const { return port_; }
   std::string url() const;  // "redis://127.0.0.1:PORT", what --store takes
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.running() ? process_.pid() : -1; }
 
-  // Stops the server (idempotent). Safe to call from the process that started it only.
+  // Stops the server (idempotent). Does nothing in a process forked from the one that started it.
   void stop();
 
  private:
@@ -53,13 +57,9 @@ class RedisServer {
 
   RedisServerOptions opts_;
   int port_ = 0;
-  pid_t pid_ = -1;
+  Process process_;
   pid_t owner_ = -1;  // the process that started the server; forked children never stop it
   std::string log_path_;
 };
-
-// True when a Redis server at host:port answers PING within `timeout`; else false, with the
-// reason ("Connection refused") in *error when given.
-bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error = nullptr);
 
 }  // namespace atl

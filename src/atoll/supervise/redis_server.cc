@@ -1,16 +1,11 @@
 // Starts and stops a private redis-server (see redis_server.h for the protocol and its races).
-#include "atoll/dist/redis_server.h"
+#include "atoll/supervise/redis_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <hiredis/hiredis.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +16,7 @@
 #include <vector>
 
 #include "atoll/core/errors.h"
+#include "atoll/dist/store.h"
 
 namespace atl {
 
@@ -51,44 +47,7 @@ int free_port(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
-// Waits up to `timeout` for child `pid` to exit; true if it did (and was reaped). Uses a pidfd
-// so the wait is an event, with a polling fallback for kernels without pidfd_open.
-bool wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(timeout.count()));
-    ::close(pidfd);
-    return ::waitpid(pid, nullptr, WNOHANG) == pid;
-  }
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (::waitpid(pid, nullptr, WNOHANG) == pid) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return ::waitpid(pid, nullptr, WNOHANG) == pid;
-}
-
 }  // namespace
-
-bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error) {
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
-  std::string why = "out of memory";
-  bool ok = false;
-  if (c != nullptr && c->err == 0) {
-    redisSetTimeout(c, tv);
-    auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
-    ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS && std::string(reply->str, reply->len) == "PONG";
-    why = reply == nullptr ? std::string(c->errstr) : "no PONG to PING: not a Redis server?";
-    if (reply) freeReplyObject(reply);
-  } else if (c != nullptr) {
-    why = c->errstr;
-  }
-  if (c) redisFree(c);
-  if (!ok && error) *error = why;
-  return ok;
-}
 
 RedisServer::RedisServer(const RedisServerOptions& opts) : opts_(opts), owner_(::getpid()) {
   try {
@@ -122,70 +81,40 @@ bool RedisServer::try_start(int port, std::string* failure) {
   log_path_ = path;
 
   const std::string port_s = std::to_string(port);
-  std::vector<std::string> args = {opts_.binary, "--port",       port_s, "--bind",           opts_.host, "--save",
-                                   "",           "--appendonly", "no",   "--protected-mode", "yes",      "--daemonize",
-                                   "no"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // exec failures come back through a close-on-exec pipe: EOF means exec succeeded.
-  int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) throw IoError(std::string("pipe: ") + std::strerror(errno));
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw IoError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {  // child: only async-signal-safe calls until exec
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    ::execvp(argv[0], argv.data());
-    const int e = errno;
-    [[maybe_unused]] ssize_t w = ::write(err_pipe[1], &e, sizeof(e));
-    ::_exit(127);
+  try {
+    process_ = Process::spawn({.argv = {opts_.binary, "--port", port_s, "--bind", opts_.host, "--save", "", "--appendonly",
+                                        "no", "--protected-mode", "yes", "--daemonize", "no"},
+                               .fds = {{log_fd, 1}, {log_fd, 2}},
+                               .death_signal = SIGTERM});
+  } catch (const ExecFailed& e) {
+    ::close(log_fd);
+    throw Error(std::string(e.what()) + "; fix: apt-get install redis-server (or pass --store redis://HOST:PORT)");
+  } catch (...) {
+    ::close(log_fd);
+    throw;
   }
-  ::close(err_pipe[1]);
   ::close(log_fd);
-  int exec_errno = 0;
-  ssize_t got;
-  do got = ::read(err_pipe[0], &exec_errno, sizeof(exec_errno));
-  while (got < 0 && errno == EINTR);
-  ::close(err_pipe[0]);
-  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
-    ::waitpid(pid, nullptr, 0);
-    throw Error("cannot run '" + opts_.binary + "': " + std::strerror(exec_errno) +
-                "; fix: apt-get install redis-server (or pass --store redis://HOST:PORT)");
-  }
-  pid_ = pid;
 
   // Ready when it answers PING; give up early if it exits (port taken, bad option).
   const auto deadline = Clock::now() + opts_.start_timeout;
   for (;;) {
-    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
+    if (process_.poll()) {
       *failure = log_tail();
       return false;
     }
     if (redis_ping(opts_.host, port_, std::chrono::milliseconds(200))) return true;
     if (Clock::now() > deadline) {
+      const std::string log = log_tail();  // before stop() removes the log
       stop();
       throw Timeout("redis-server on " + opts_.host + ":" + port_s + " did not answer PING within " +
-                    seconds_text(opts_.start_timeout) + "; log: " + log_tail());
+                    seconds_text(opts_.start_timeout) + "; log: " + log);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // it is still starting up
   }
 }
 
 void RedisServer::stop() {
-  if (pid_ > 0 && ::getpid() == owner_) {
-    ::kill(pid_, SIGTERM);
-    if (!wait_exit(pid_, opts_.stop_timeout)) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    pid_ = -1;
-  }
+  process_.terminate(opts_.stop_timeout);  // does nothing in a forked child: Process checks its owner
   if (!log_path_.empty() && ::getpid() == owner_) {
     ::unlink(log_path_.c_str());
     log_path_.clear();
