@@ -62,14 +62,22 @@ def rows(path):
     return sorted(out, key=lambda r: (r.get("island", 0), r.get("rank", 0), r["step"]))
 bad = 0
 for run in ("adamw-fp32", "adamw-bf16", "muon-fp32", "muon-bf16", "islands"):
-    a, b = rows(f"{ref}/{run}/metrics.jsonl"), rows(f"{new}/{run}/metrics.jsonl")
+    try:
+        a, b = rows(f"{ref}/{run}/metrics.jsonl"), rows(f"{new}/{run}/metrics.jsonl")
+    except OSError as e:  # a run that failed: its log says why
+        print(f"{run:11s} missing ({e.filename}; see {run}.log)"); bad += 1; continue
     same = a == b and len(a) > 0
     bad += not same
-    last = [r for r in a if "loss" in r][-1]
+    last = ([r for r in a if "loss" in r] or [{"loss": None}])[-1]
     print(f"{run:11s} {len(a):4d} rows  {'identical' if same else 'DIFFER'}  (final loss {last['loss']!r})")
 def digest(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()[:16]
-for name in ("eval.json",) + tuple(f"export/{f}" for f in sorted(os.listdir(f"{ref}/export"))):
+def evaluation(path):  # the loss, not the checkpoint's path
+    o = json.load(open(path)); o.pop("checkpoint", None); return o
+same = evaluation(f"{ref}/eval.json") == evaluation(f"{new}/eval.json")
+bad += not same
+print(f"{'eval.json':24s} {'identical' if same else 'DIFFER'}  {evaluation(f'{ref}/eval.json')}")
+for name in tuple(f"export/{f}" for f in sorted(os.listdir(f"{ref}/export"))):
     same = digest(f"{ref}/{name}") == digest(f"{new}/{name}")
     bad += not same
     print(f"{name:24s} {'identical' if same else 'DIFFER'}")
