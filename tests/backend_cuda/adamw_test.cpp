@@ -1,5 +1,5 @@
 // backend/cuda/adamw.cu against optim/adamw.cc.
-#include "atoll/backend/cuda/adamw.h"
+#include "atoll/optim/adamw.cuh"
 
 #include <cstring>
 

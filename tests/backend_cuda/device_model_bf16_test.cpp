@@ -4,10 +4,10 @@
 #include <cmath>
 #include <vector>
 
-#include "atoll/backend/cuda/device_model.h"
-#include "atoll/backend/cuda/device_optimizer.h"
+#include "atoll/model/device_model.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/clip.h"
+#include "atoll/optim/device_optimizer.h"
 #include "atoll/optim/optimizer.h"
 #include "device_run_util.h"
 #include "gpu_test_util.h"

@@ -1,16 +1,16 @@
 // backend/cuda/device_model.cu and device_optimizer.cu against Model<float> and Optimizer on
 // the CPU: the whole model's loss and every gradient, gradient accumulation, clipping, one
 // optimizer step, and short training runs from the same initial parameters on the same data.
-#include "atoll/backend/cuda/device_model.h"
+#include "atoll/model/device_model.h"
 
 #include <cmath>
 #include <vector>
 
 #include "atoll/backend/cuda/arena.h"
-#include "atoll/backend/cuda/device_optimizer.h"
 #include "atoll/core/check.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/clip.h"
+#include "atoll/optim/device_optimizer.h"
 #include "atoll/optim/optimizer.h"
 #include "device_run_util.h"
 #include "gpu_test_util.h"

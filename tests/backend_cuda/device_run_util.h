@@ -8,10 +8,10 @@
 
 #include <utility>
 
-#include "atoll/backend/cuda/device_model.h"
-#include "atoll/backend/cuda/device_optimizer.h"
+#include "atoll/model/device_model.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/clip.h"
+#include "atoll/optim/device_optimizer.h"
 #include "atoll/optim/optimizer.h"
 #include "gpu_test_util.h"
 

@@ -1,5 +1,5 @@
 // backend/cuda/muon.cu against optim/muon.cc.
-#include "atoll/backend/cuda/muon.h"
+#include "atoll/optim/muon.cuh"
 
 #include "atoll/backend/cuda/arena.h"
 #include "gpu_test_util.h"

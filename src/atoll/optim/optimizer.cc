@@ -5,26 +5,38 @@
 
 namespace atl {
 
-Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
-    : cfg_(cfg), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
-  ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon" || cfg.name == "sgd")
-      << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
+OptimizerGroups group_tensors(const OptimConfig& cfg, const ParamLayout& layout) {
+  OptimizerGroups g;
   const bool muon = cfg.name == "muon";
-  // The grouping is decided once, from the table: Muon takes each 2-D matrix of a hidden
-  // tensor (an expert tensor [E, rows, cols] is E independent matrices).
   for (const ParamEntry& e : layout.entries()) {
     if (!muon || !e.is_hidden_matrix()) {
-      adamw_entries_.push_back(e);
+      g.adamw.push_back(e);
       continue;
     }
     const size_t per = size_t(e.rows()) * size_t(e.cols());
     ATOLL_CHECK_EQ(per * size_t(e.n_matrices()), e.numel) << e.name;
     for (int64_t k = 0; k < e.n_matrices(); ++k)
-      muon_matrices_.push_back({.offset = e.offset + size_t(k) * per,
-                                .rows = int(e.rows()),
-                                .cols = int(e.cols()),
-                                .decay = e.takes_weight_decay()});
+      g.muon.push_back({.offset = e.offset + size_t(k) * per,
+                        .rows = int(e.rows()),
+                        .cols = int(e.cols()),
+                        .decay = e.takes_weight_decay()});
   }
+  return g;
+}
+
+AdamWOptions adamw_options(const OptimConfig& cfg, const ParamEntry& e, double lr) {
+  return {.lr = lr,
+          .beta1 = cfg.beta1,
+          .beta2 = cfg.beta2,
+          .eps = cfg.eps,
+          .weight_decay = e.takes_weight_decay() ? cfg.weight_decay : 0.0};
+}
+
+Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
+    : cfg_(cfg), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
+  ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon" || cfg.name == "sgd")
+      << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
+  groups_ = group_tensors(cfg, layout);
 }
 
 void Optimizer::set_step_count(int64_t t) {
@@ -36,7 +48,7 @@ void Optimizer::step(float* params, const float* grads, double lr) {
   ++t_;
   if (cfg_.name == "sgd") {  // every tensor plain SGD (sgd.h); m and v stay zero
     ScopedTimer timer(&times_.adamw_s);
-    for (const ParamEntry& e : adamw_entries_) {
+    for (const ParamEntry& e : groups_.adamw) {
       const SgdOptions opt{.lr = lr, .weight_decay = e.takes_weight_decay() ? cfg_.weight_decay : 0.0};
       sgd_update(params + e.offset, grads + e.offset, e.numel, opt);
     }
@@ -44,21 +56,17 @@ void Optimizer::step(float* params, const float* grads, double lr) {
   }
   {
     ScopedTimer timer(&times_.adamw_s);
-    for (const ParamEntry& e : adamw_entries_) {
-      const AdamWOptions opt{.lr = lr,
-                             .beta1 = cfg_.beta1,
-                             .beta2 = cfg_.beta2,
-                             .eps = cfg_.eps,
-                             .weight_decay = e.takes_weight_decay() ? cfg_.weight_decay : 0.0};
+    for (const ParamEntry& e : groups_.adamw) {
+      const AdamWOptions opt = adamw_options(cfg_, e, lr);
       adamw_update(params + e.offset, m_.data() + e.offset, v_.data() + e.offset, grads + e.offset, e.numel, t_, opt);
     }
   }
-  if (!muon_matrices_.empty()) {
+  if (!groups_.muon.empty()) {
     ScopedTimer timer(&times_.muon_s);
     const MuonOptions opt{
         .lr = lr, .momentum = cfg_.muon_momentum, .weight_decay = cfg_.weight_decay, .ns_steps = cfg_.ns_steps,
         .bf16 = muon_bf16_};
-    muon_update_many(params, m_.data(), grads, muon_matrices_, opt, &workspaces_);
+    muon_update_many(params, m_.data(), grads, groups_.muon, opt, &workspaces_);
   }
 }
 

@@ -24,6 +24,20 @@ struct OptimizerTimes {
   double total_s() const { return adamw_s + muon_s; }
 };
 
+// Which method steps which tensor, decided once from the layout table: with optim.name = muon,
+// Muon takes each 2-D matrix of a hidden tensor (an expert tensor [E, rows, cols] is E
+// independent matrices) and AdamW the rest; otherwise every tensor is in `adamw` (stepped by
+// AdamW, or SGD for optim.name = sgd). Optimizer and the device optimizer
+// (device_optimizer.h) share it, so the CPU and the GPU group alike.
+struct OptimizerGroups {
+  std::vector<ParamEntry> adamw;  // tensors stepped by AdamW (or SGD)
+  std::vector<MuonMatrix> muon;   // matrices stepped by Muon, one per expert
+};
+OptimizerGroups group_tensors(const OptimConfig& cfg, const ParamLayout& layout);
+
+// AdamW's hyperparameters for tensor e at learning rate lr (decay where the table says).
+AdamWOptions adamw_options(const OptimConfig& cfg, const ParamEntry& e, double lr);
+
 class Optimizer {
  public:
   // cfg.name: "adamw" (every tensor AdamW), "muon" (hidden matrices Muon, the rest AdamW) or
@@ -55,8 +69,7 @@ class Optimizer {
 
  private:
   OptimConfig cfg_;
-  std::vector<ParamEntry> adamw_entries_;  // tensors stepped by AdamW
-  std::vector<MuonMatrix> muon_matrices_;  // matrices stepped by Muon, one per expert
+  OptimizerGroups groups_;
   std::vector<float> m_, v_;               // [layout.total()] each
   std::vector<MuonWorkspace> workspaces_;  // one per thread
   int64_t t_ = 0;

@@ -10,9 +10,9 @@
 #include "atoll/optim/clip.h"
 #if ATOLL_WITH_CUDA
 #include "atoll/backend/cuda/device.h"
-#include "atoll/backend/cuda/device_model.h"
-#include "atoll/backend/cuda/device_optimizer.h"
 #include "atoll/backend/cuda/nccl.h"
+#include "atoll/model/device_model.h"
+#include "atoll/optim/device_optimizer.h"
 #endif
 
 namespace atl {

@@ -1,44 +1,25 @@
-#include "atoll/backend/cuda/device_optimizer.h"
+#include "atoll/optim/device_optimizer.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "atoll/backend/cuda/adamw.h"
 #include "atoll/backend/cuda/arena.h"
 #include "atoll/backend/cuda/check.h"
-#include "atoll/backend/cuda/clip.h"
-#include "atoll/backend/cuda/muon.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/optim/adamw.cuh"
+#include "atoll/optim/clip.cuh"
+#include "atoll/optim/muon.cuh"
+#include "atoll/optim/optimizer.h"
 
 namespace atl::gpu {
 namespace {
 
-// The grouping of Optimizer's constructor (optim/optimizer.cc), decided once from the table.
-struct Groups {
-  std::vector<ParamEntry> adamw;  // tensors stepped by AdamW
-  std::vector<MuonMatrix> muon;   // matrices stepped by Muon, one per expert
-  int64_t muon_scratch = 0;       // floats for the largest Muon matrix
-};
-
-Groups group_tensors(const OptimConfig& cfg, const ParamLayout& layout) {
-  Groups g;
-  const bool muon = cfg.name == "muon";
-  for (const ParamEntry& e : layout.entries()) {
-    if (!muon || !e.is_hidden_matrix()) {
-      g.adamw.push_back(e);
-      continue;
-    }
-    const size_t per = size_t(e.rows()) * size_t(e.cols());
-    ATOLL_CHECK_EQ(per * size_t(e.n_matrices()), e.numel) << e.name;
-    for (int64_t k = 0; k < e.n_matrices(); ++k)
-      g.muon.push_back({.offset = e.offset + size_t(k) * per,
-                        .rows = int(e.rows()),
-                        .cols = int(e.cols()),
-                        .decay = e.takes_weight_decay()});
-    g.muon_scratch = std::max(g.muon_scratch, muon_scratch_floats(int(e.rows()), int(e.cols())));
-  }
-  return g;
+// Floats of Muon scratch for the largest matrix Muon steps.
+int64_t muon_scratch_for(const OptimizerGroups& g) {
+  int64_t most = 0;
+  for (const MuonMatrix& mm : g.muon) most = std::max(most, muon_scratch_floats(mm.rows, mm.cols));
+  return most;
 }
 
 }  // namespace
@@ -48,11 +29,12 @@ struct DeviceOptimizer::Impl {
       : cfg(c),
         total(layout.total()),
         groups(group_tensors(c, layout)),
-        arena(3 * DeviceArena::kAlign + sizeof(float) * (2 * total + size_t(groups.muon_scratch)) +
+        muon_scratch_size(muon_scratch_for(groups)),
+        arena(3 * DeviceArena::kAlign + sizeof(float) * (2 * total + size_t(muon_scratch_size)) +
               sizeof(double) * size_t(grad_norm_scratch_doubles())) {
     m = arena.alloc<float>(total);
     v = arena.alloc<float>(total);
-    muon_scratch = arena.alloc<float>(size_t(groups.muon_scratch));
+    muon_scratch = arena.alloc<float>(size_t(muon_scratch_size));
     norm_scratch = arena.alloc<double>(size_t(grad_norm_scratch_doubles()));
     ATOLL_CUDA_CHECK(cudaMemset(m, 0, sizeof(float) * total));
     ATOLL_CUDA_CHECK(cudaMemset(v, 0, sizeof(float) * total));
@@ -60,7 +42,8 @@ struct DeviceOptimizer::Impl {
 
   OptimConfig cfg;
   size_t total;
-  Groups groups;
+  OptimizerGroups groups;
+  int64_t muon_scratch_size;  // floats, for the largest Muon matrix
   DeviceArena arena;
   float *m = nullptr, *v = nullptr, *muon_scratch = nullptr;
   double* norm_scratch = nullptr;
@@ -82,12 +65,8 @@ void DeviceOptimizer::step(float* params, const float* grads, double lr) {
   Impl& s = *impl_;
   ++s.t;
   for (const ParamEntry& e : s.groups.adamw) {
-    const AdamWOptions opt{.lr = lr,
-                           .beta1 = s.cfg.beta1,
-                           .beta2 = s.cfg.beta2,
-                           .eps = s.cfg.eps,
-                           .weight_decay = e.takes_weight_decay() ? s.cfg.weight_decay : 0.0};
-    gpu::adamw_update(params + e.offset, s.m + e.offset, s.v + e.offset, grads + e.offset, e.numel, s.t, opt);
+    gpu::adamw_update(params + e.offset, s.m + e.offset, s.v + e.offset, grads + e.offset, e.numel, s.t,
+                      adamw_options(s.cfg, e, lr));
   }
   for (const MuonMatrix& mm : s.groups.muon) {
     const MuonOptions opt{.lr = lr,

@@ -16,8 +16,8 @@
 #include "atoll/backend/cuda/moe_dispatch.h"
 #include "atoll/backend/cuda/rope.h"
 #include "atoll/backend/cuda/router.h"
-#include "atoll/config/config.h"
 #include "atoll/model/layout.h"
+#include "atoll/model/model_config.h"
 
 namespace atl::gpu {
 

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "atoll/config/config.h"
 #include "atoll/model/layout.h"
 #include "atoll/model/model.h"
+#include "atoll/model/model_config.h"
 
 namespace atl::gpu {
 

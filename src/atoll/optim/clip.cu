@@ -1,4 +1,4 @@
-#include "atoll/backend/cuda/clip.h"
+#include "atoll/optim/clip.cuh"
 
 #include <cmath>
 

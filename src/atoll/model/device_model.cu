@@ -1,4 +1,4 @@
-#include "atoll/backend/cuda/device_model.h"
+#include "atoll/model/device_model.h"
 
 #include <algorithm>
 #include <vector>
@@ -7,12 +7,12 @@
 #include "atoll/backend/cuda/blas.h"
 #include "atoll/backend/cuda/check.h"
 #include "atoll/backend/cuda/cross_entropy.h"
-#include "atoll/backend/cuda/device_model_buffers.h"
 #include "atoll/backend/cuda/elementwise.h"
 #include "atoll/backend/cuda/linear.h"
 #include "atoll/backend/cuda/rmsnorm.h"
 #include "atoll/core/check.h"
 #include "atoll/layers/rope.h"
+#include "atoll/model/device_model_buffers.h"
 
 namespace atl::gpu {
 namespace {

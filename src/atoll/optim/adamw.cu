@@ -1,4 +1,4 @@
-#include "atoll/backend/cuda/adamw.h"
+#include "atoll/optim/adamw.cuh"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "atoll/backend/cuda/muon.h"
+#include "atoll/optim/muon.cuh"
 
 #include <algorithm>
 #include <cmath>
