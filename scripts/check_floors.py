@@ -39,12 +39,12 @@ def check(src_root):
         for name in sorted(files):
             if not name.endswith(SOURCES):
                 continue
-            path = os.path.join(dirpath, name)
-            src_part = part_of(os.path.relpath(path, atoll))
+            path = os.path.relpath(os.path.join(dirpath, name), os.path.dirname(os.path.abspath(src_root)))
+            src_part = part_of(os.path.relpath(os.path.join(dirpath, name), atoll))
             if src_part not in LEVEL:
                 errors.append(f"{path}: folder '{src_part}' has no floor; add it to FLOORS in {__file__}")
                 continue
-            with open(path, encoding="utf-8", errors="replace") as f:
+            with open(os.path.join(dirpath, name), encoding="utf-8", errors="replace") as f:
                 for lineno, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
                     if not m:
