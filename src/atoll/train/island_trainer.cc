@@ -26,6 +26,8 @@
 #include "atoll/optim/clip.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
+#include "atoll/train/driver.h"
+#include "atoll/train/island_hooks.h"
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/run_dir.h"
@@ -107,7 +109,7 @@ std::string island_kind(int island, const std::string& kind) {
 // N islands' buffers while it writes. Returns the checkpoint's directory on worker 0, "" elsewhere.
 std::string save_worker(const Config& cfg, const std::string& run_dir, int island, int rank, int N, int M,
                         ProcessGroup& inner, ProcessGroup& outer, Loop& loop, DilocoSync& diloco) {
-  const size_t n = loop.model.layout().total();
+  const size_t n = loop.engine->layout().total();
   const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
   std::vector<float> residual;  // the island's error-feedback residual, in θ's layout
   if (cfg.diloco.error_feedback) {
@@ -149,7 +151,7 @@ std::string save_worker(const Config& cfg, const std::string& run_dir, int islan
   state["fragment_outer_steps"] = diloco.fragment_outer_steps();
   state["error_feedback_residual"] = cfg.diloco.error_feedback;  // island_kind(i, "diloco_residual")
   return save_checkpoint({.run_dir = run_dir, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
-                         loop.model.layout(), buffers, state);
+                         loop.engine->layout(), buffers, state);
 }
 
 // Worker w of island `island` takes its island's parameters, moments and error-feedback
@@ -164,10 +166,10 @@ void restore_worker(const std::string& dir, const nlohmann::json& saved, const C
   const bool has_residual = saved.value("error_feedback_residual", false);
   std::vector<float> residual;
   if (cfg.diloco.error_feedback && has_residual) {
-    residual.resize(loop.model.layout().total());
+    residual.resize(loop.engine->layout().total());
     buffers.push_back({island_kind(island, "diloco_residual"), residual.data()});
   }
-  nlohmann::json state = load_checkpoint(dir, cfg.model, loop.model.layout(), buffers);
+  nlohmann::json state = load_checkpoint(dir, cfg.model, loop.engine->layout(), buffers);
   state["loader"] = state.at("loaders").at(size_t(w));
   loop.restore(state);
   diloco.set_fragment_outer_steps(state.at("fragment_outer_steps").get<std::vector<int64_t>>());
@@ -176,28 +178,6 @@ void restore_worker(const std::string& dir, const nlohmann::json& saved, const C
   if (cfg.diloco.error_feedback && !has_residual && w == 0)
     log_warn("resuming with diloco.error_feedback from " + dir + ", written without it: the quantization residual "
              "starts from zero");
-}
-
-void scale(float* x, size_t n, double s) {
-  const float f = float(s);
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) x[i] *= f;
-}
-
-// The end of the data-parallel warm start: θ ← the warm parameters, which every island must hold
-// bit for bit (compared by hash across islands, so a broken warm start stops the run here rather
-// than drifting silently). The outer momentum is still zero. Returns θ's hash.
-std::string start_diloco(DilocoSync& diloco, ProcessGroup& outer, const std::string& who, const float* params) {
-  std::vector<float>& theta = diloco.theta();
-  std::copy(params, params + theta.size(), theta.begin());
-  const std::string hash = diloco.theta_hash();
-  try {
-    outer.expect_same("parameters after the data-parallel warm start (xxh3)", hash);
-  } catch (const ConfigError& e) {
-    throw Error(who + ": " + e.what() + "; the islands took different steps while they should have shared every "
-                "gradient (a bug: please report it with the run's config)");
-  }
-  return hash;
 }
 
 }  // namespace
@@ -245,11 +225,12 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   rd.path = run_dir;
   if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, resume);
 
-  // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the host copies in
-  // loop.model / loop.opt serve initialisation, DiLoCo's outer step and checkpoints.
-  Loop loop(cfg, data.dir, w, W, opts.rank);
-  loop.model.init_params(uint64_t(cfg.model.init_seed));
-  const size_t n = loop.model.layout().total();
+  // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
+  // copies serve initialisation, DiLoCo's outer step and checkpoints.
+  Loop loop(cfg, data.dir, {.worker = w, .n_workers = W, .device_index = opts.rank});
+  Engine& engine = *loop.engine;
+  engine.init_params(uint64_t(cfg.model.init_seed));
+  const size_t n = engine.layout().total();
   nlohmann::json resume_state;
   if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
     resume_state = read_checkpoint_manifest(opts.resume_from).at("state");
@@ -281,11 +262,15 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   for (ProcessGroup* g : {&inner, &outer}) {
     expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
     expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
-    expect_same(*g, who, "initial parameters (xxh3)", hash_floats(loop.model.params().data(), n));
+    expect_same(*g, who, "initial parameters (xxh3)", hash_floats(engine.host().params, n));
     expect_same(*g, who, "step resumed from", resume ? resume_state.at("step").dump() : "none (a fresh start)");
   }
-  loop.join_island(inner);  // the island's NCCL communicator, on the GPU with M > 1
-  DilocoSync diloco(outer, loop.model.params().data(), n,
+  // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
+  // before anyone waits on another).
+  check_island_device(cfg.train, M);
+  engine.join_island({.rank = opts.rank, .size = M, .timeout = inner.timeout(),
+                      .allgather = [&](const std::string& s) { return inner.allgather(s); }});
+  DilocoSync diloco(outer, engine.host().params, n,
                     {.outer_lr = cfg.diloco.outer_lr,
                      .outer_momentum = cfg.diloco.outer_momentum,
                      .ring = {.codec = parse_codec(cfg.diloco.codec),
@@ -293,13 +278,13 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                               .timeout = timeout,
                               .error_feedback = cfg.diloco.error_feedback,
                               .compress = cfg.diloco.compress == "zstd"}},
-                    model_fragments(loop.model.layout(), cfg.diloco.fragments), &inner);
+                    model_fragments(engine.layout(), cfg.diloco.fragments), &inner);
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
   if (resume) restore_worker(opts.resume_from, resume_state, cfg, opts.island, w, loop, diloco);
-  loop.to_device();  // the initial or restored parameters and moments (a no-op on the CPU)
+  loop.engine->to_device(kAllState);  // the initial or restored parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0) {
     write_run_config(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
@@ -311,119 +296,32 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   if (w == 0 && resume && opts.metrics_fd < 0)
     events->write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", opts.resume_from}});
   if (!opts.quiet)
-    log_info(who + ": " + std::to_string(loop.model.layout().n_params()) + " parameters, data slice " +
+    log_info(who + ": " + std::to_string(engine.layout().n_params()) + " parameters, data slice " +
              std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
-  WorkerResult result;
-  const int T = cfg.model.seq_len;
-  const double inv_m = 1.0 / M, inv_n = 1.0 / N;
-  // diloco.dp_warmup_steps: steps 1..dp_warmup are data parallel across every worker; DiLoCo
-  // then starts from θ = the warm parameters and counts its inner steps from there.
-  const int64_t dp_warmup = std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps);
-  const int64_t diloco_steps = cfg.train.steps - dp_warmup;
-  const std::vector<size_t> shards = even_part_sizes(n, M);  // the warm start's gradient shards
-  const auto [shard_lo, shard_hi] = even_part(n, opts.rank, M);
-  double compute_s = 0, comm_s = 0, idle_s = 0, overlap_s = 0;
-  bool checkpoint_due = false;
-  float* params = loop.model.params().data();
-  float* grads = loop.model.grads().data();
-  while (loop.step < cfg.train.steps) {
-    const double t0 = now_s();
-    const int batch = batch_at(cfg.train, loop.tokens, T);
-    const LossParts loss = loop.gradients(batch);
-    const double t1 = now_s();
-    compute_s += t1 - t0;
-    if (M > 1 && loop.device) {  // on the GPU: NCCL's mean, in device memory
-      loop.average_device_grads();
-    } else if (M > 1) {  // synchronous data parallel inside the island: the mean gradient
-      inner.allreduce_sum(grads, n);
-      scale(grads, n, inv_m);
-    }
-    // The warm start: the islands' means averaged across islands, so every worker takes the
-    // same step. Gloo's ring hands every rank the same sum, so the islands stay bit-identical.
-    // Rank r averages the r-th M-th over its outer group, then the island shares the shards,
-    // so the slow links carry each gradient element once per island.
-    if (N > 1 && loop.step < dp_warmup) {
-      loop.grads_to_host();
-      outer.allreduce_sum(grads + shard_lo, shard_hi - shard_lo);
-      scale(grads + shard_lo, shard_hi - shard_lo, inv_n);
-      if (M > 1) inner.allgatherv(grads, shards);
-      loop.grads_to_device();
-    }
-    const double t2 = now_s();
-    comm_s += t2 - t1;
-    if (!std::isfinite(loss.total()))
-      throw Error(who + ": loss is " + std::to_string(loss.total()) + " at step " + std::to_string(loop.step + 1) +
-                  "; fix: lower optim.lr or raise optim.warmup_steps");
-    const double grad_norm = loop.clip_grads();  // clip_grad_norm(grads, n, ...) on the CPU
-    const double lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
-    loop.optimizer_step(lr);  // loop.opt.step(params, grads, lr) on the CPU
-    ++loop.step;
-    loop.tokens += int64_t(batch) * T * W;
-    const double t3 = now_s();
-    compute_s += t3 - t2;
-    nlohmann::json row = {{"step", loop.step}, {"tokens", loop.tokens}, {"loss", loss.ce}, {"aux_loss", loss.aux},
-                          {"z_loss", loss.z}, {"lr", lr}, {"grad_norm", grad_norm}, {"batch_size", batch},
-                          {"island", opts.island}, {"rank", opts.rank}};
-    // The outer steps due after this step (dist/streaming.h): blocking, started, or finished.
-    // On the GPU the outer step works on the host copy: down before any step that may read or
-    // write θ (a fragment due, the last step, or an exchange in flight, which may finish here),
-    // up after. after_step() touches θ at no other step.
-    const int64_t inner_step = loop.step - dp_warmup;  // DiLoCo's step count, 0 at its start
-    const bool warm_start_ends = inner_step == 0 && dp_warmup > 0;
-    const bool theta_on_host =
-        loop.device && (warm_start_ends || (inner_step > 0 && (inner_step >= diloco_steps || streaming.in_flight() ||
-                                                               streaming.schedule().due(inner_step, diloco_steps) >= 0)));
-    if (theta_on_host) loop.params_to_host();
-    StreamStep st;
-    if (warm_start_ends) {
-      row["theta_hash"] = start_diloco(diloco, outer, who, params);
-      row["outer_step"] = 0;
-      if (w == 0) events->write({{"event", "diloco_start"}, {"step", loop.step}, {"theta_hash", row["theta_hash"]}});
-    } else if (inner_step > 0) {
-      st = streaming.after_step(inner_step, diloco_steps, params);
-    }
-    if (theta_on_host) loop.params_to_device();
-    comm_s += st.comm_s;
-    idle_s += st.idle_s;
-    overlap_s += st.overlap_s;
-    if (row.contains("theta_hash")) result.theta_hash = row["theta_hash"].get<std::string>();
-    if (st.synced) {
-      row["outer_step"] = st.synced->outer_step;
-      row["fragment"] = st.synced->fragment;
-      row["theta_hash"] = st.synced->theta_hash;
-      result.theta_hash = st.synced->theta_hash;
-    }
-    const bool last = loop.step == cfg.train.steps;
-    if (w == 0 && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last))
-      row["val_loss"] = loop.validate();  // evaluate(loop.model, ...) on the CPU
-    const double dt = now_s() - t0;
-    row["comm_bytes"] = inner.stats().bytes_sent + outer.stats().bytes_sent;
-    row["comm_s"] = comm_s;
-    row["compute_s"] = compute_s;
-    row["idle_s"] = idle_s;
-    if (cfg.diloco.overlap_steps > 0) row["overlap_comm_s"] = overlap_s;
-    row["tokens_per_s"] = double(batch) * T * W / dt;
-    row["time_s"] = now_s() - t_start;
-    if (loop.step == 1) result.first_loss = loss.ce;
-    result.final_loss = loss.ce;
-    if (loop.step % cfg.train.log_every == 0 || last || row.contains("theta_hash") || row.contains("val_loss"))
-      rows.write(row);
-    // A checkpoint waits until no exchange is in flight (the state then holds no half-done outer
-    // step, and the gathers below may use the outer group); every worker takes part.
-    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last;
-    if (checkpoint_due && !streaming.in_flight()) {
-      loop.to_host();  // parameters and moments from the GPU (a no-op on the CPU)
-      const std::string dir = save_worker(cfg, run_dir, opts.island, opts.rank, N, M, inner, outer, loop, diloco);
-      if (w == 0) events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
-      checkpoint_due = false;
-    }
-  }
+  IslandHooks hooks(cfg, {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who},
+                    inner, outer, diloco, streaming, events.get());
+  const DriverResult r = run_steps(
+      loop, hooks,
+      {.who = who,
+       .workers = W,
+       .evaluates = w == 0,
+       .write_row = [&](const nlohmann::json& row) { rows.write(row); },
+       .save =
+           [&] {
+             loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+             return save_worker(cfg, run_dir, opts.island, opts.rank, N, M, inner, outer, loop, diloco);
+           },
+       .events = events.get(),
+       .t_start = t_start});
   if (w == 0) events->write({{"event", "end"}, {"step", loop.step}});
+  WorkerResult result;
   result.steps = loop.step;
   result.outer_steps = diloco.outer_step();
-  if (result.theta_hash.empty()) result.theta_hash = diloco.theta_hash();
+  result.first_loss = r.first_loss;
+  result.final_loss = r.final_loss;
+  result.theta_hash = hooks.theta_hash().empty() ? diloco.theta_hash() : hooks.theta_hash();
   return result;
 }
 

@@ -13,6 +13,28 @@
 
 namespace atl {
 
+nlohmann::json to_json(const StepRow& r) {
+  nlohmann::json row = {{"step", r.step},         {"tokens", r.tokens},           {"loss", r.loss},
+                        {"aux_loss", r.aux_loss}, {"z_loss", r.z_loss},           {"lr", r.lr},
+                        {"grad_norm", r.grad_norm}, {"batch_size", r.batch_size}, {"tokens_per_s", r.tokens_per_s},
+                        {"time_s", r.time_s}};
+  auto put = [&](const char* key, const auto& field) {
+    if (field) row[key] = *field;
+  };
+  put("val_loss", r.val_loss);
+  put("island", r.island);
+  put("rank", r.rank);
+  put("comm_bytes", r.comm_bytes);
+  put("comm_s", r.comm_s);
+  put("compute_s", r.compute_s);
+  put("idle_s", r.idle_s);
+  put("overlap_comm_s", r.overlap_comm_s);
+  put("outer_step", r.outer_step);
+  put("fragment", r.fragment);
+  put("theta_hash", r.theta_hash);
+  return row;
+}
+
 JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(path + ": cannot open for appending: " + std::strerror(errno));

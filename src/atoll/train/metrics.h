@@ -2,7 +2,9 @@
 // written with a single append so lines from several processes never interleave.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace atl {
@@ -22,6 +24,27 @@ class JsonlWriter {
   std::string path_;
   int fd_ = -1;
 };
+
+// One metrics.jsonl row: every field a run logs per step, declared here once (DESIGN.md
+// "Files"); to_json writes the fields that are set. The driver fills the first group; a
+// multi-island run adds the second (cumulative seconds and bytes of this process) and, at an
+// outer step, the third.
+struct StepRow {
+  int64_t step = 0, tokens = 0;
+  double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
+  int batch_size = 0;
+  double tokens_per_s = 0, time_s = 0;
+  std::optional<double> val_loss{};
+
+  std::optional<int> island{}, rank{};
+  std::optional<uint64_t> comm_bytes{};
+  std::optional<double> comm_s{}, compute_s{}, idle_s{}, overlap_comm_s{};
+
+  std::optional<int64_t> outer_step{};
+  std::optional<int> fragment{};
+  std::optional<std::string> theta_hash{};
+};
+nlohmann::json to_json(const StepRow& r);
 
 // Keeps only the lines of a JSONL file whose "step" is at most max_step (and lines without a
 // step), rewriting it through a temporary file: a resumed run drops what the killed run logged

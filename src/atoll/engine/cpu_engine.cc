@@ -1,0 +1,75 @@
+#include "atoll/engine/cpu_engine.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "atoll/backend/cpu/gemm.h"
+#include "atoll/backend/cpu/gemm_bf16.h"
+#include "atoll/core/rng.h"
+#include "atoll/core/timer.h"
+#include "atoll/optim/clip.h"
+
+namespace atl {
+
+CpuEngine::CpuEngine(const Config& cfg) : Engine(cfg, micro_batch(cfg.train)) {}
+
+LossParts CpuEngine::forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) {
+  return host_model_.forward_backward(inputs, targets, B, loss_scale);
+}
+
+LossParts CpuEngine::forward(const int32_t* inputs, const int32_t* targets, int B) {
+  return host_model_.forward(inputs, targets, B);
+}
+
+double CpuEngine::clip_grads(double max_norm) {
+  return clip_grad_norm(host_model_.grads().data(), host_model_.grads().size(), max_norm);
+}
+
+void CpuEngine::optimizer_step(double lr) { host_opt_.step(host_model_.params().data(), host_model_.grads().data(), lr); }
+
+PeakRate CpuEngine::matmul_peak(Precision precision) const {
+  return precision == Precision::kBf16 ? measure_bf16_matmul_peak() : measure_matmul_peak();
+}
+
+void CpuEngine::reset_phase_times() { host_model_.phase_times() = {}; }
+
+std::vector<std::pair<std::string, double>> CpuEngine::phase_times() {
+  const PhaseTimes& ph = host_model_.phase_times();
+  return {{"attention", ph.attention}, {"router_dispatch", ph.router_dispatch}, {"experts", ph.experts},
+          {"head_loss", ph.head_loss}, {"embedding", ph.embed},                 {"weights_bf16", ph.weights_bf16}};
+}
+
+PeakRate measure_matmul_peak(int n, int reps) {
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  Rng rng(1);
+  for (auto& x : a) x = float(rng.uniform() - 0.5);
+  for (auto& x : b) x = float(rng.uniform() - 0.5);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run warms caches and threads up
+    const double t0 = now_s();
+    gemm<float>(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, now_s() - t0);
+  }
+  return {.gflops = 2.0 * n * n * n / best * 1e-9,
+          .method = "best of " + std::to_string(reps) + " fp32 oneDNN sgemm " + std::to_string(n) + "x" +
+                    std::to_string(n) + "x" + std::to_string(n)};
+}
+
+PeakRate measure_bf16_matmul_peak(int n, int reps) {
+  std::vector<bf16> a(size_t(n) * n), b(size_t(n) * n);
+  std::vector<float> c(size_t(n) * n);
+  Rng rng(1);
+  for (auto& x : a) x = float_to_bf16(float(rng.uniform() - 0.5));
+  for (auto& x : b) x = float_to_bf16(float(rng.uniform() - 0.5));
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run also builds the primitive
+    const double t0 = now_s();
+    gemm_bf16(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (r > 0) best = std::min(best, now_s() - t0);
+  }
+  return {.gflops = 2.0 * n * n * n / best * 1e-9,
+          .method = "best of " + std::to_string(reps) + " bf16 oneDNN matmul " + std::to_string(n) + "x" +
+                    std::to_string(n) + "x" + std::to_string(n)};
+}
+
+}  // namespace atl

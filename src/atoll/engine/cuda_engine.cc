@@ -1,0 +1,117 @@
+// The CUDA engine (engine.h), compiled in CUDA builds only: the step on the device model and
+// optimizer (model/device_model.h, optim/device_optimizer.h), the in-island gradient mean with
+// NCCL. The host copies (Engine's host model, activations for one sequence only, and host
+// optimizer) serve initialisation, checkpoints and DiLoCo's outer step.
+#include "atoll/engine/cuda_engine.h"
+
+#include "atoll/backend/cuda/device.h"
+#include "atoll/backend/cuda/nccl.h"
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/model/device_model.h"
+#include "atoll/optim/device_optimizer.h"
+
+namespace atl {
+namespace {
+
+// The GPU in use (gpu::describe_device); an Error with the runtime's reason and the fix when
+// none is usable.
+std::string gpu_in_use() {
+  try {
+    return gpu::describe_device();
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (train.device = \"cuda\"); fix: run where a GPU is visible, or set "
+                "train.device = \"cpu\"");
+  }
+}
+
+// Makes GPU `index` (modulo the count) current unless it is -1, and describes the GPU in use.
+std::string use_gpu(int index) {
+  if (index >= 0) {
+    gpu_in_use();  // no device: the runtime's reason and the fix, before select_device's bare error
+    gpu::select_device(index);
+  }
+  return gpu_in_use();
+}
+
+class CudaEngine final : public Engine {
+ public:
+  // The device first, so that a machine without one fails with the runtime's reason and the fix.
+  CudaEngine(const Config& cfg, const EngineOptions& opts)
+      : Engine(cfg, 1),
+        name_(use_gpu(opts.device_index)),
+        model_(cfg.model, micro_batch(cfg.train), {.precision = parse_precision(cfg.train.precision)}),
+        opt_(cfg.optim, model_.layout()) {}
+
+  std::string device_name() const override { return name_; }
+  void zero_grads() override { model_.zero_grads(); }
+  LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override {
+    return model_.forward_backward(inputs, targets, B, loss_scale);
+  }
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B) override {
+    return model_.forward(inputs, targets, B);
+  }
+  double clip_grads(double max_norm) override { return opt_.clip_grad_norm(model_.grads(), max_norm); }
+  void optimizer_step(double lr) override { opt_.step(model_.params(), model_.grads(), lr); }
+  void synchronize() override { gpu::synchronize(); }
+  int64_t optimizer_steps() const override { return opt_.step_count(); }
+  void set_optimizer_steps(int64_t t) override {
+    opt_.set_step_count(t);
+    host_opt_.set_step_count(t);
+  }
+
+  void to_host(unsigned parts) override {
+    const HostBuffers h = host();
+    if (parts & kParams) model_.download_params(h.params);
+    if (parts & kGrads) model_.download_grads(h.grads);
+    if (parts & kMoments) {
+      opt_.download_state(h.m, h.v);
+      host_opt_.set_step_count(opt_.step_count());
+    }
+  }
+  void to_device(unsigned parts) override {
+    const HostBuffers h = host();
+    if (parts & kParams) model_.upload_params(h.params);
+    if (parts & kGrads) model_.upload_grads(h.grads);
+    if (parts & kMoments) {
+      opt_.upload_state(h.m, h.v);
+      opt_.set_step_count(host_opt_.step_count());
+    }
+  }
+
+  bool has_island_mean() const override { return nccl_ != nullptr; }
+  void join_island(const IslandLink& link) override {
+    if (link.size == 1) return;
+    const std::vector<std::string> ids = link.allgather(link.rank == 0 ? gpu::nccl_unique_id() : std::string());
+    nccl_ = std::make_unique<gpu::NcclComm>(ids.at(0), link.rank, link.size, link.timeout);
+  }
+  void island_grad_mean() override {
+    ATOLL_CHECK(nccl_) << "island_grad_mean() needs join_island() with more than one worker";
+    nccl_->allreduce_mean(model_.grads(), layout().total());
+  }
+
+  PeakRate matmul_peak(Precision precision) const override {
+    const bool bf16 = precision == Precision::kBf16;
+    return {.gflops = gpu::measure_matmul_peak_gflops(4096, 5, bf16),
+            .method = std::string("best of 5 ") +
+                      (bf16 ? "bf16 cuBLAS GemmEx (fp32 accumulation)" : "fp32 cuBLAS sgemm") + " 4096x4096x4096"};
+  }
+  size_t device_bytes() const override { return model_.device_bytes(); }
+
+ private:
+  std::string name_;
+  gpu::DeviceModel model_;
+  gpu::DeviceOptimizer opt_;
+  std::unique_ptr<gpu::NcclComm> nccl_;  // the island's, with several workers per island
+};
+
+}  // namespace
+
+bool cuda_engine_built() { return true; }
+bool cuda_engine_has_nccl() { return gpu::nccl_available(); }
+
+std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const EngineOptions& opts) {
+  return std::make_unique<CudaEngine>(cfg, opts);
+}
+
+}  // namespace atl

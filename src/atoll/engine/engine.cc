@@ -1,0 +1,38 @@
+#include "atoll/engine/engine.h"
+
+#include "atoll/core/errors.h"
+#include "atoll/engine/cpu_engine.h"
+#include "atoll/engine/cuda_engine.h"
+
+namespace atl {
+
+int micro_batch(const TrainConfig& t) { return t.micro_batch_size ? t.micro_batch_size : t.batch_size; }
+
+bool wants_gpu(const TrainConfig& t) {
+  if (t.device != "cuda") return false;
+  if (cuda_engine_built()) return true;
+  throw ConfigError(
+      "train.device = \"cuda\" needs a CUDA build of atoll, and this one has none; fix: build with "
+      "-DATOLL_WITH_CUDA=ON (scripts/build_gpu.sh builds build-cuda), or set train.device = \"cpu\"");
+}
+
+void check_island_device(const TrainConfig& t, int workers_per_island) {
+  if (!wants_gpu(t) || workers_per_island <= 1 || cuda_engine_has_nccl()) return;
+  throw ConfigError("train.device = \"cuda\" with --workers-per-island " + std::to_string(workers_per_island) +
+                    " averages gradients with NCCL, and this build has none (no nccl.h and libnccl beside the "
+                    "CUDA toolkit when build-cuda was configured); fix: install NCCL and reconfigure, or use "
+                    "--workers-per-island 1, or set train.device = \"cpu\"");
+}
+
+Engine::Engine(const Config& cfg, int host_batch)
+    : host_model_(cfg.model, host_batch, parse_precision(cfg.train.precision)),
+      host_opt_(cfg.optim, host_model_.layout()) {
+  host_opt_.set_muon_bf16(host_model_.precision() == Precision::kBf16);
+}
+
+std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& opts) {
+  if (wants_gpu(cfg.train)) return make_cuda_engine(cfg, opts);
+  return std::make_unique<CpuEngine>(cfg);
+}
+
+}  // namespace atl

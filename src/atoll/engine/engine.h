@@ -1,0 +1,149 @@
+// The engine: what runs one training step, wherever it runs (DESIGN.md "engine"). The driver
+// (train/driver.h) talks to this interface only; the CPU engine (cpu_engine.h) and the CUDA
+// engine (cuda_engine.cc, CUDA builds) implement it over model/ and optim/.
+//
+// Ownership and placement. The engine owns the model's parameters and gradients and the
+// optimizer's state (moments and step count), each one flat fp32 buffer laid out by layout()
+// (model/layout.h). The working copies live where the step runs: host memory for the CPU
+// engine, device memory for the CUDA engine. Every engine also holds host copies of the same
+// shape (host()), through which the rest of the program sees the state: initialisation,
+// checkpoints and resume, DiLoCo's outer step on the host, the warm start's gradient mean over
+// Gloo, hashing. On the CPU the host copies ARE the working copies and the transfers below do
+// nothing; on the GPU they are copies, exchanged only when asked (to_host, to_device).
+//
+// A step, in order:
+//   zero_grads(); forward_backward(micro-batch i, loss_scale = 1/n) for i < n   // grads: the batch mean
+//   [in-island gradient mean: island_grad_mean(), or Gloo on host().grads between
+//    to_host(kGrads) and to_device(kGrads)]
+//   clip_grads(optim.grad_clip); optimizer_step(lr)
+// The engine takes token batches ([B, T] inputs and targets in host memory); it reads no data.
+//
+// Synchronous: forward_backward and forward return the loss (so they wait for the device),
+// clip_grads returns the norm (waits), to_host and to_device return with the copy done.
+// optimizer_step and zero_grads may run asynchronously on the device; any later call that
+// reads back (a loss, a norm, a copy) orders after them. synchronize() waits for all of it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/model/layout.h"
+#include "atoll/model/model.h"
+#include "atoll/optim/optimizer.h"
+
+namespace atl {
+
+// Sequences per forward/backward: train.micro_batch_size, or train.batch_size when it is 0.
+int micro_batch(const TrainConfig& t);
+
+// Whether train.device asks for the GPU ("cuda"). ConfigError, naming the key and the fix, for
+// cuda in a build without CUDA. train.precision = bf16 works on both (bf16 products, fp32
+// master weights); on the GPU Muon's Newton-Schulz stays fp32.
+bool wants_gpu(const TrainConfig& t);
+
+// Island workers with train.device = cuda and more than one worker per island average
+// gradients with NCCL: ConfigError, with the fix, in a build without it. Nothing to check on
+// the CPU or with one worker per island.
+void check_island_device(const TrainConfig& t, int workers_per_island);
+
+// The parts of the state that move between host and device (bit flags).
+enum StatePart : unsigned {
+  kParams = 1u,
+  kGrads = 2u,
+  kMoments = 4u,  // both moments and the optimizer's step count
+  kAllState = kParams | kMoments,  // what a checkpoint holds
+};
+
+// Host memory, [layout().total()] floats each (see above).
+struct HostBuffers {
+  float* params = nullptr;
+  float* grads = nullptr;
+  float* m = nullptr;  // AdamW's first moment; Muon's momentum for hidden matrices
+  float* v = nullptr;  // AdamW's second moment
+};
+
+// The island's side of the in-island gradient mean on the device: this worker's rank and the
+// island's size, and an all-gather of one string over the island (the NCCL id's bootstrap).
+struct IslandLink {
+  int rank = 0, size = 1;
+  std::chrono::milliseconds timeout{600000};  // bounds every later gradient mean
+  std::function<std::vector<std::string>(const std::string&)> allgather{};
+};
+
+// The best measured matrix-multiply rate of the engine's device, for MFU.
+struct PeakRate {
+  double gflops = 0;
+  std::string method;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  const ParamLayout& layout() const { return host_model_.layout(); }
+  HostBuffers host() {
+    return {host_model_.params().data(), host_model_.grads().data(), host_opt_.m().data(), host_opt_.v().data()};
+  }
+  // The parameters drawn from `seed` into the host copy (then to_device(kParams)).
+  void init_params(uint64_t seed) { host_model_.init_params(seed); }
+
+  // "cpu", or the GPU in use (gpu::describe_device).
+  virtual std::string device_name() const = 0;
+
+  // The step (see above). B <= micro_batch(cfg.train); gradients of loss_scale * (ce + aux + z)
+  // accumulate (+=).
+  virtual void zero_grads() = 0;
+  virtual LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) = 0;
+  virtual LossParts forward(const int32_t* inputs, const int32_t* targets, int B) = 0;  // loss only
+  // Global-norm clipping at max_norm (0 = off) where the gradients live; the norm before it.
+  virtual double clip_grads(double max_norm) = 0;
+  // One optimizer step at learning rate lr; advances the step count first (the first is t = 1).
+  virtual void optimizer_step(double lr) = 0;
+  virtual void synchronize() {}
+
+  // The optimizer's step count, wherever it is kept.
+  virtual int64_t optimizer_steps() const = 0;
+  virtual void set_optimizer_steps(int64_t t) = 0;
+
+  // Copies of `parts` (StatePart flags) from the working buffers to host() and back.
+  virtual void to_host(unsigned parts) = 0;
+  virtual void to_device(unsigned parts) = 0;
+
+  // The in-island gradient mean in the engine's own memory (NCCL on the GPU), set up by
+  // join_island (collective over the island). False where the engine has none: the caller
+  // then averages host().grads (on the CPU, the working copy itself).
+  virtual bool has_island_mean() const { return false; }
+  virtual void join_island(const IslandLink& link) { (void)link; }
+  virtual void island_grad_mean() {}
+
+  // For `atoll bench`: the device's matrix-multiply peak in train.precision's input type, the
+  // time of each phase since reset_phase_times() (seconds, by name; empty where not measured),
+  // and the device memory the engine holds (bytes; 0 on the CPU).
+  virtual PeakRate matmul_peak(Precision precision) const = 0;
+  virtual void reset_phase_times() {}
+  virtual std::vector<std::pair<std::string, double>> phase_times() { return {}; }
+  virtual size_t device_bytes() const { return 0; }
+
+ protected:
+  // host_batch: sequences the host model holds activations for (1 when the step runs elsewhere).
+  Engine(const Config& cfg, int host_batch);
+  Model<float> host_model_;
+  Optimizer host_opt_;
+};
+
+struct EngineOptions {
+  // GPU index (modulo the device count) for train.device = cuda, e.g. an island worker's rank;
+  // -1: the current GPU.
+  int device_index = -1;
+};
+
+// The engine train.device names: the CPU engine, or the CUDA engine (ConfigError with the fix
+// in a build without CUDA; an Error with the runtime's reason when no GPU is usable).
+std::unique_ptr<Engine> make_engine(const Config& cfg, const EngineOptions& opts = {});
+
+}  // namespace atl

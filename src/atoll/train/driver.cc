@@ -1,0 +1,85 @@
+#include "atoll/train/driver.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "atoll/core/errors.h"
+#include "atoll/core/timer.h"
+#include "atoll/optim/schedule.h"
+
+namespace atl {
+namespace {
+
+// A non-finite loss ends the run; the message names the step and the fix.
+[[noreturn]] void fail_on_loss(const LossParts& loss, int64_t step, const std::string& who) {
+  const std::string what = "loss is " + std::to_string(loss.total()) + " at step " + std::to_string(step) +
+                           "; fix: lower optim.lr or raise optim.warmup_steps";
+  if (who.empty()) throw Error(what + " (checkpoints so far are intact)");
+  throw Error(who + ": " + what);
+}
+
+}  // namespace
+
+DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) {
+  const Config& cfg = loop.cfg;
+  const int T = cfg.model.seq_len;
+  const double t_start = opts.t_start > 0 ? opts.t_start : now_s();
+  Engine& engine = *loop.engine;
+  DriverResult result;
+  StepClocks clocks;
+  bool saved = false, checkpoint_due = false;
+  auto checkpoint = [&] {
+    const std::string dir = opts.save();
+    if (!dir.empty()) result.checkpoint = dir;
+    if (!dir.empty() && opts.events) opts.events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
+    saved = true;
+  };
+  while (loop.step < cfg.train.steps) {
+    const double t0 = now_s();
+    const int batch = batch_at(cfg.train, loop.tokens, T);
+    const LossParts loss = loop.gradients(batch);
+    const double t1 = now_s();
+    hooks.after_gradients(loop);
+    const double t2 = now_s();
+    if (!std::isfinite(loss.total())) fail_on_loss(loss, loop.step + 1, opts.who);
+    StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
+    row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
+    engine.optimizer_step(row.lr);
+    ++loop.step;
+    loop.tokens += int64_t(batch) * T * opts.workers;
+    clocks.compute_s += (t1 - t0) + (now_s() - t2);
+    clocks.comm_s += t2 - t1;
+    row.step = loop.step, row.tokens = loop.tokens;
+    row.loss = loss.ce, row.aux_loss = loss.aux, row.z_loss = loss.z;
+    hooks.after_inner_step(loop, row, clocks);
+    const double dt = now_s() - t0;
+    row.tokens_per_s = double(batch) * T * opts.workers / dt;
+    const bool last = loop.step == cfg.train.steps;
+    if (opts.evaluates && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
+      row.val_loss = result.final_val_loss = loop.validate();
+      if (opts.progress) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "step %ld: val_loss %.4f", long(loop.step), *row.val_loss);
+        opts.progress->note(buf);
+      }
+    }
+    hooks.finish_row(row, clocks);
+    row.time_s = now_s() - t_start;
+    if (loop.step == 1 || result.first_loss == 0) result.first_loss = loss.ce;
+    result.final_loss = loss.ce;
+    if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash) opts.write_row(to_json(row));
+    if (opts.progress) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "loss %.4f | lr %.2e | %.0f tok/s", loss.ce, row.lr, row.tokens_per_s);
+      opts.progress->update(loop.step, buf);
+    }
+    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last;
+    if (checkpoint_due && hooks.can_checkpoint()) checkpoint(), checkpoint_due = false;
+    if (opts.stop_after > 0 && loop.step >= opts.stop_after && !last) break;
+  }
+  if (opts.progress) opts.progress->finish();
+  if (!saved) checkpoint();
+  return result;
+}
+
+}  // namespace atl

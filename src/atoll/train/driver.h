@@ -1,0 +1,72 @@
+// The one training driver (DESIGN.md "train/"): the step of every run, single-process or a
+// worker of a multi-island run. A single-process `atoll train` is one island of one worker:
+// the same steps, no store, no groups, no hooks.
+//
+// One step: the batch size at this point of the run (schedule.h batch_at), the batch's
+// gradients (loop.h: the engine's zero grads + micro-batch forward/backward), hooks.after_gradients
+// (the in-island mean, the warm start's mean across islands), the NaN check, clipping at
+// optim.grad_clip, the optimizer step at lr_at(step), the counters, hooks.after_inner_step
+// (DiLoCo's outer steps), validation at train.eval_every (and at the last step), the metrics
+// row (written every train.log_every steps, at the last, and at rows with val_loss or
+// theta_hash), the progress line, and a checkpoint at checkpoint.every (and at the last step)
+// once hooks.can_checkpoint() allows it. `tokens` counts every worker's batches, so the batch
+// ramp and the learning rate read global figures.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "atoll/train/loop.h"
+#include "atoll/train/metrics.h"
+#include "atoll/train/progress.h"
+
+namespace atl {
+
+// This process's seconds so far, by what it was doing (cumulative).
+struct StepClocks {
+  double compute_s = 0;  // gradients, clipping and the optimizer
+  double comm_s = 0;     // collectives: gradient means and outer-step exchanges
+  double idle_s = 0;     // waiting at a barrier for other islands
+  double overlap_s = 0;  // wall time of exchanges overlapped with inner steps
+};
+
+// What a kind of run adds to the step; each default does nothing (a single-process run).
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // After the batch's gradients, before the NaN check (loop.step: the steps done before this
+  // one). Its time counts as communication.
+  virtual void after_gradients(Loop& loop) { (void)loop; }
+  // After the inner step (loop.step counts it): may fill the row's outer-step fields.
+  virtual void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) { (void)loop, (void)row, (void)clocks; }
+  // The row's fields of this kind of run, at the end of the step.
+  virtual void finish_row(StepRow& row, const StepClocks& clocks) { (void)row, (void)clocks; }
+  // Whether a due checkpoint may be written now; false delays it (an exchange in flight).
+  virtual bool can_checkpoint() { return true; }
+};
+
+struct DriverOptions {
+  std::string who{};          // "island I rank R" in a multi-process run: prefixes errors
+  int workers = 1;            // W: the workers whose batches make one global step
+  bool evaluates = true;      // runs validation (worker 0 of a multi-process run)
+  Progress* progress = nullptr;                          // the live progress line, if any
+  std::function<void(const nlohmann::json&)> write_row{};  // one metrics row
+  // Writes a checkpoint of loop.step (every worker takes part in a multi-process run); returns
+  // its directory where this process wrote it, else "".
+  std::function<std::string()> save{};
+  JsonlWriter* events = nullptr;  // "checkpoint" events, where this process keeps events.jsonl
+  int64_t stop_after = 0;         // > 0: return after this step, as if interrupted
+  double t_start = 0;             // now_s() when the process started: time_s counts from it
+};
+
+struct DriverResult {
+  std::string checkpoint;  // the newest this process wrote
+  double first_loss = 0, final_loss = 0, final_val_loss = -1;
+};
+
+// Steps from loop.step to cfg.train.steps (or opts.stop_after); saves a checkpoint at the end
+// if none was written.
+DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts);
+
+}  // namespace atl
