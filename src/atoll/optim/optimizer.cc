@@ -11,8 +11,10 @@ Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
       << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
   const bool muon = cfg.name == "muon";
   // The grouping is decided once, from the table: Muon takes each 2-D matrix of a hidden
-  // tensor (an expert tensor [E, rows, cols] is E independent matrices).
+  // tensor as its row describes them (an expert tensor [E, rows, cols] is E independent
+  // matrices); buffers (not trainable) are never stepped.
   for (const ParamEntry& e : layout.entries()) {
+    if (!e.trainable) continue;
     if (!muon || !e.is_hidden_matrix()) {
       adamw_entries_.push_back(e);
       continue;
