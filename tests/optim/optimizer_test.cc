@@ -108,6 +108,38 @@ TEST(Optimizer, MuonGroupsByTable) {
   EXPECT_GT(opt.times().muon_s, 0.0);
 }
 
+// Muon reads the matrices from the row, not from the shape: a 3-D kernel [out, in, width]
+// declared as one [out, in*width] matrix steps exactly as that 2-D matrix does. A buffer
+// (trainable = false) is never stepped: it keeps its value and no optimizer state.
+TEST(Optimizer, MuonReadsMatricesFromTheRowAndSkipsBuffers) {
+  auto layout_with = [](ParamEntry kernel) {
+    ParamLayout p;
+    p.add(matrix_entry("embed", 16, 8, ParamGroup::kEmbedding, -1));
+    p.add(std::move(kernel));
+    ParamEntry bias = matrix_entry("bias", 1, 4, ParamGroup::kRouter, 0);
+    bias.shape = {4}, bias.trainable = false, bias.init = ParamInit::kZeros;
+    p.add(std::move(bias));
+    return p;
+  };
+  ParamEntry conv = matrix_entry("conv", 4, 6, ParamGroup::kAttention, 0);
+  conv.shape = {4, 3, 2};
+  const ParamLayout as_3d = layout_with(conv), as_2d = layout_with(matrix_entry("conv", 4, 6, ParamGroup::kAttention, 0));
+  ASSERT_EQ(as_3d.total(), as_2d.total());
+  Optimizer a(optim_config("muon"), as_3d), b(optim_config("muon"), as_2d);
+  std::vector<float> pa = random_buffer(as_3d, 7), pb = pa;
+  const std::vector<float> p0 = pa, g = random_buffer(as_3d, 8);
+  a.step(pa.data(), g.data(), 0.01), b.step(pb.data(), g.data(), 0.01);
+  EXPECT_EQ(pa, pb);
+  const ParamEntry& conv_row = as_3d.at("conv");
+  EXPECT_NE(pa[conv_row.offset], p0[conv_row.offset]);
+  const ParamEntry& bias = as_3d.at("bias");
+  for (size_t i = 0; i < bias.numel; ++i) {
+    EXPECT_EQ(pa[bias.offset + i], p0[bias.offset + i]);
+    EXPECT_EQ(a.m()[bias.offset + i], 0.0f);
+    EXPECT_EQ(a.v()[bias.offset + i], 0.0f);
+  }
+}
+
 TEST(Optimizer, ResumedEqualsUninterrupted) {
   const ParamLayout layout = ParamLayout::build(tiny_model());
   const OptimConfig cfg = optim_config("muon");

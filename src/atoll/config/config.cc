@@ -40,6 +40,8 @@ void visit_config(Config& c, V&& v) {
   v.flag("model.tie_embeddings", m.tie_embeddings, "LM head shares the embedding table");
   v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", 0.0, kInf);
   v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", 0, std::numeric_limits<int64_t>::max());
+  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE", {"gqa"});
+  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", {"topk"});
 
   auto& t = c.train;
   v.num("train.steps", t.steps, "optimizer steps", 0, std::numeric_limits<int64_t>::max());

@@ -1,6 +1,7 @@
 #include "atoll/model/layout.h"
 
 #include "atoll/core/check.h"
+#include "atoll/model/block.h"
 
 namespace atl {
 
@@ -16,39 +17,39 @@ const char* param_group_name(ParamGroup g) {
   return "?";
 }
 
-void ParamLayout::add(std::string name, std::vector<int64_t> shape, ParamGroup group, int layer) {
-  ParamEntry e;
-  e.name = std::move(name);
-  e.shape = std::move(shape);
+ParamEntry gain_entry(std::string name, int64_t n, int layer) {
+  return {.name = std::move(name), .shape = {n}, .group = ParamGroup::kNorm, .layer = layer, .matrix_cols = n,
+          .init = ParamInit::kOnes};
+}
+
+ParamEntry matrix_entry(std::string name, int64_t rows, int64_t cols, ParamGroup group, int layer) {
+  return {.name = std::move(name), .shape = {rows, cols}, .group = group, .layer = layer, .matrix_rows = rows,
+          .matrix_cols = cols};
+}
+
+ParamEntry stacked_matrices_entry(std::string name, int64_t count, int64_t rows, int64_t cols, ParamGroup group,
+                                  int layer) {
+  return {.name = std::move(name), .shape = {count, rows, cols}, .group = group, .layer = layer,
+          .matrix_count = count, .matrix_rows = rows, .matrix_cols = cols};
+}
+
+std::string layer_prefix(int layer) { return "layers." + std::to_string(layer) + "."; }
+
+void ParamLayout::add(ParamEntry e) {
   e.numel = 1;
   for (int64_t d : e.shape) e.numel *= static_cast<size_t>(d);
+  ATOLL_CHECK_EQ(size_t(e.matrix_count * e.matrix_rows * e.matrix_cols), e.numel) << e.name << ": matrices do not cover it";
   e.offset = total_;
-  e.group = group;
-  e.layer = layer;
   total_ += (e.numel + kAlign - 1) / kAlign * kAlign;
   entries_.push_back(std::move(e));
 }
 
 ParamLayout ParamLayout::build(const ModelConfig& m) {
   ParamLayout p;
-  const int64_t V = m.vocab_size, C = m.dim, E = m.n_experts, H = m.expert_hidden;
-  const int64_t QD = int64_t(m.n_heads) * m.head_dim, KVD = int64_t(m.n_kv_heads) * m.head_dim;
-  p.add("embed", {V, C}, ParamGroup::kEmbedding, -1);
-  for (int l = 0; l < m.n_layers; ++l) {
-    const std::string pre = "layers." + std::to_string(l) + ".";
-    p.add(pre + "attn_norm", {C}, ParamGroup::kNorm, l);
-    p.add(pre + "attn.wq", {QD, C}, ParamGroup::kAttention, l);
-    p.add(pre + "attn.wk", {KVD, C}, ParamGroup::kAttention, l);
-    p.add(pre + "attn.wv", {KVD, C}, ParamGroup::kAttention, l);
-    p.add(pre + "attn.wo", {C, QD}, ParamGroup::kAttention, l);
-    p.add(pre + "moe_norm", {C}, ParamGroup::kNorm, l);
-    p.add(pre + "moe.router", {E, C}, ParamGroup::kRouter, l);
-    p.add(pre + "moe.w1", {E, H, C}, ParamGroup::kExpert, l);
-    p.add(pre + "moe.w3", {E, H, C}, ParamGroup::kExpert, l);
-    p.add(pre + "moe.w2", {E, C, H}, ParamGroup::kExpert, l);
-  }
-  p.add("final_norm", {C}, ParamGroup::kNorm, -1);
-  if (!m.tie_embeddings) p.add("head", {V, C}, ParamGroup::kHead, -1);
+  p.add(matrix_entry("embed", m.vocab_size, m.dim, ParamGroup::kEmbedding, -1));
+  for (int l = 0; l < m.n_layers; ++l) append_block_rows(p, m, l);
+  p.add(gain_entry("final_norm", m.dim, -1));
+  if (!m.tie_embeddings) p.add(matrix_entry("head", m.vocab_size, m.dim, ParamGroup::kHead, -1));
   return p;
 }
 

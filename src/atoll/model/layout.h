@@ -19,6 +19,15 @@ enum class ParamGroup { kEmbedding, kHead, kNorm, kRouter, kAttention, kExpert }
 
 const char* param_group_name(ParamGroup g);
 
+// How a tensor's values start (Model::init_params): drawn ~ N(0, init_std²) in layout order,
+// ones (norm gains), or zeros (buffers such as balancing biases).
+enum class ParamInit { kNormal, kOnes, kZeros };
+
+// One row of the table. A part says what its tensor is: how it divides into 2-D matrices
+// (`matrix_count` matrices of [matrix_rows, matrix_cols], stacked along the leading dimension;
+// a vector is one 1 x n matrix), and whether gradients train it: a buffer (trainable = false)
+// lives in the flat arrays and checkpoints like a parameter, but its gradient is always zero
+// and the optimizer never steps it.
 struct ParamEntry {
   std::string name;            // e.g. "layers.3.attn.wq"
   std::vector<int64_t> shape;  // row-major; matrices are [out, in]; experts [E, out, in]
@@ -26,23 +35,44 @@ struct ParamEntry {
   size_t numel = 0;
   ParamGroup group = ParamGroup::kNorm;
   int layer = -1;              // block index, -1 outside the blocks
+  int64_t matrix_count = 1;
+  int64_t matrix_rows = 1, matrix_cols = 1;
+  bool trainable = true;
+  ParamInit init = ParamInit::kNormal;
 
   // Hidden matrices that Muon orthogonalises (one [out, in] matrix per expert).
-  bool is_hidden_matrix() const { return group == ParamGroup::kAttention || group == ParamGroup::kExpert; }
+  bool is_hidden_matrix() const {
+    return trainable && (group == ParamGroup::kAttention || group == ParamGroup::kExpert);
+  }
   // Decoupled weight decay applies to matrices, not to norm gains.
   bool takes_weight_decay() const { return group != ParamGroup::kNorm; }
-  // Number of 2-D matrices in the tensor and their shape (rows, cols).
-  int64_t n_matrices() const { return shape.size() == 3 ? shape[0] : 1; }
-  int64_t rows() const { return shape.size() >= 2 ? shape[shape.size() - 2] : 1; }
-  int64_t cols() const { return shape.back(); }
+  // Number of 2-D matrices in the tensor and their shape (rows, cols), as the part declared them.
+  int64_t n_matrices() const { return matrix_count; }
+  int64_t rows() const { return matrix_rows; }
+  int64_t cols() const { return matrix_cols; }
 };
+
+// Rows as parts declare them: a gain vector [n] (ones, norm group), a matrix [rows, cols], and
+// a stack of `count` matrices [count, rows, cols] (the experts).
+ParamEntry gain_entry(std::string name, int64_t n, int layer);
+ParamEntry matrix_entry(std::string name, int64_t rows, int64_t cols, ParamGroup group, int layer);
+ParamEntry stacked_matrices_entry(std::string name, int64_t count, int64_t rows, int64_t cols, ParamGroup group,
+                                  int layer);
+
+// "layers.{l}.", the prefix of block l's rows.
+std::string layer_prefix(int layer);
 
 class ParamLayout {
  public:
-  // The layout of the model family of DESIGN.md for this config, in this order:
-  // embed, then per layer {attn_norm, wq, wk, wv, wo, moe_norm, router, w1, w3, w2}, final_norm,
-  // head (absent when tied). Offsets are aligned to kAlign elements (64 bytes for fp32).
+  // The layout of the model family of DESIGN.md for this config: embed, then each block's rows
+  // as its parts append them (model/block.h; today {attn_norm, wq, wk, wv, wo, moe_norm, router,
+  // w1, w3, w2}), final_norm, head (absent when tied). Offsets are aligned to kAlign elements
+  // (64 bytes for fp32).
   static ParamLayout build(const ModelConfig& m);
+
+  // Appends a row at the next aligned offset (fills offset and numel; checks the matrices
+  // cover the tensor).
+  void add(ParamEntry e);
 
   static constexpr size_t kAlign = 16;
 
@@ -53,7 +83,6 @@ class ParamLayout {
   const ParamEntry* find(const std::string& name) const;
 
  private:
-  void add(std::string name, std::vector<int64_t> shape, ParamGroup group, int layer);
   std::vector<ParamEntry> entries_;
   size_t total_ = 0;
 };

@@ -2,47 +2,67 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "atoll/core/check.h"
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
-#include "atoll/backend/cpu/attention.h"
-#include "atoll/backend/cpu/expert_mlp.h"
-#include "atoll/backend/cpu/expert_mlp_bf16.h"
-#include "atoll/backend/cpu/linear_bf16.h"
-#include "atoll/core/errors.h"
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
-#include "atoll/backend/cpu/linear.h"
-#include "atoll/layers/moe_dispatch.h"
-#include "atoll/layers/rmsnorm.h"
-#include "atoll/layers/rope.h"
-#include "atoll/layers/router.h"
-#include "atoll/model/model_buffers.h"
+#include "atoll/model/block.h"
 
 namespace atl {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  throw ConfigError(std::string("train.precision = \"").append(name).append("\" is not one of fp32, bf16"));
-}
-
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
-// Only Model<float> has the bf16 path; the branches below compile away for double.
+// Everything a step writes besides parameters and gradients, sized once for max_batch.
 template <typename T>
-constexpr bool kFloat = std::is_same_v<T, float>;
+struct Model<T>::State {
+  static constexpr int kHeadChunk = 256;  // rows of logits alive at once
+
+  State(const ModelConfig& m, const ParamLayout& layout, int max_batch, Precision p)
+      : sizes{max_batch, max_batch * m.seq_len, p}, buf(m, sizes.max_tokens),
+        final_norm(m, layout, "final_norm", sizes) {
+    const size_t N = sizes.max_tokens, C = m.dim;
+    x.assign(m.n_layers + 1, std::vector<T>(N * C));
+    blocks.reserve(m.n_layers);
+    size_t work_elements = size_t(kHeadChunk) * m.vocab_size, block_params = 0;  // the head's logits
+    for (int l = 0; l < m.n_layers; ++l) {
+      const Block<T>& b = blocks.emplace_back(m, layout, l, sizes, scratch, buf);
+      work_elements = std::max(work_elements, b.work_elements());
+      block_params = std::max(block_params, b.end_param() - b.first_param());
+    }
+    tokens.resize(N), logits_lse.resize(kHeadChunk);
+    work.resize(work_elements);
+    head_offset = layout.at(m.tie_embeddings ? "embed" : "head").offset;
+    if (p == Precision::kBf16) {
+      w16.resize(block_params), head16.resize(size_t(m.vocab_size) * C);
+      in16.resize(N * C), logits16.resize(size_t(kHeadChunk) * m.vocab_size);
+    }
+  }
+
+  PartSizes sizes;
+  PartScratch scratch;             // each part kind's scratch, shared by its layers
+  BlockBuffers<T> buf;             // what the blocks pass between their parts
+  std::vector<Block<T>> blocks;    // [L]
+  RmsNormPart<T> final_norm;
+  std::vector<std::vector<T>> x;   // [L+1][N,C] residual stream entering each block (x[L]: final norm input)
+  std::vector<int32_t> tokens;     // [N] inputs, for the embedding backward
+  std::vector<T> work;            // shared scratch of the parts and the head's logits chunk
+  std::vector<T> logits_lse;       // [kHeadChunk]
+  size_t head_offset = 0;
+  // bf16 products: one block's weights at a time (w16 holds block w16_block, -1 when stale),
+  // converted on entry to its forward and again to its backward unless still held, and the
+  // LM head's for the whole step; the head's input [N,C] and d(logits) of one chunk in bf16.
+  std::vector<bf16> w16, head16, in16, logits16;
+  int w16_block = -1;
+};
 
 template <typename T>
 Model<T>::Model(const ModelConfig& cfg, int max_batch, Precision precision)
     : cfg_(cfg), layout_(ParamLayout::build(cfg)), max_batch_(max_batch), precision_(precision) {
   ATOLL_CHECK_GE(max_batch, 1);
-  ATOLL_CHECK(kFloat<T> || precision == Precision::kFp32) << "bf16 products need Model<float>";
+  ATOLL_CHECK(kHasBf16<T> || precision == Precision::kFp32) << "bf16 products need Model<float>";
   params_.assign(layout_.total(), T(0));
   grads_.assign(layout_.total(), T(0));
-  act_ = std::make_unique<Activations>(cfg, max_batch, is_bf16());
+  s_ = std::make_unique<State>(cfg_, layout_, max_batch, precision);
 }
 
 template <typename T>
@@ -54,7 +74,8 @@ void Model<T>::init_params(uint64_t seed) {
   std::fill(params_.begin(), params_.end(), T(0));
   for (const ParamEntry& e : layout_.entries()) {
     T* p = params_.data() + e.offset;
-    for (size_t i = 0; i < e.numel; ++i) p[i] = e.group == ParamGroup::kNorm ? T(1) : T(rng.normal() * cfg_.init_std);
+    for (size_t i = 0; i < e.numel; ++i)
+      p[i] = e.init == ParamInit::kOnes ? T(1) : e.init == ParamInit::kZeros ? T(0) : T(rng.normal() * cfg_.init_std);
   }
 }
 
@@ -74,129 +95,61 @@ LossParts Model<T>::forward(const int32_t* inputs, const int32_t* targets, int B
 }
 
 template <typename T>
+PartContext<T> Model<T>::context(int B, double loss_scale) {
+  return {.B = B,
+          .d = block_dims(cfg_, B),
+          .mm = {.precision = precision_, .params = params_.data()},
+          .grads = grads_.data(),
+          .work = s_->work.data(),
+          .loss_scale = loss_scale,
+          .times = &times_};
+}
+
+// Under bf16 products, points c.mm at block l's weights in bf16, converting them unless held.
+template <typename T>
+void Model<T>::use_block_weights(PartContext<T>& c, int l) {
+  if (!c.mm.is_bf16()) return;
+  const Block<T>& b = s_->blocks[l];
+  if (s_->w16_block != l) {
+    ScopedTimer t(&times_.weights_bf16);
+    round_to_bf16(s_->w16.data(), params_.data() + b.first_param(), b.end_param() - b.first_param());
+    s_->w16_block = l;
+  }
+  c.mm.w16 = s_->w16.data(), c.mm.w16_begin = b.first_param();
+}
+
+template <typename T>
 LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale) {
   ATOLL_CHECK(B >= 1 && B <= max_batch_) << "batch of " << B << " sequences, model sized for " << max_batch_;
-  Activations& A = *act_;
+  State& S = *s_;
   const int N = B * cfg_.seq_len, C = cfg_.dim;
-  std::memcpy(A.tokens.data(), inputs, sizeof(int32_t) * N);
-  if constexpr (kFloat<T>)
-    if (is_bf16()) {  // the parameters may have changed since the last call (optimizer, checkpoint, sync)
-      ScopedTimer t(&times_.weights_bf16);
-      to_bf16(A.head16.data(), params_.data() + A.head_offset, A.head16.size());
-      A.w16_block = -1;
-    }
+  std::memcpy(S.tokens.data(), inputs, sizeof(int32_t) * N);
+  PartContext<T> c = context(B, loss_scale);
+  if (c.mm.is_bf16()) {  // the parameters may have changed since the last call (optimizer, checkpoint, sync)
+    ScopedTimer t(&times_.weights_bf16);
+    round_to_bf16(S.head16.data(), params_.data() + S.head_offset, S.head16.size());
+    S.w16_block = -1;
+  }
   {
     ScopedTimer t(&times_.embed);
-    embedding_forward(A.x[0].data(), inputs, param("embed"), N, C, cfg_.vocab_size);
+    embedding_forward(S.x[0].data(), inputs, param("embed"), N, C, cfg_.vocab_size);
   }
   LossParts loss;
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    forward_block(l, B);
-    loss.aux += A.layers[l].losses.aux;
-    loss.z += A.layers[l].losses.z;
+    use_block_weights(c, l);
+    const RouterLosses r = S.blocks[l].forward(S.x[l + 1].data(), S.x[l].data(), c);
+    loss.aux += r.aux;
+    loss.z += r.z;
   }
   loss.ce = head_and_loss(targets, B, backward, loss_scale) / N;
   if (!backward) return loss;
-  for (int l = cfg_.n_layers - 1; l >= 0; --l) backward_block(l, B, loss_scale);
+  for (int l = cfg_.n_layers - 1; l >= 0; --l) {
+    use_block_weights(c, l);
+    S.blocks[l].backward(S.x[l].data(), c);
+  }
   ScopedTimer t(&times_.embed);
-  embedding_backward(grads_.data() + layout_.at("embed").offset, A.dx.data(), A.tokens.data(), N, C);
+  embedding_backward(grads_.data() + layout_.at("embed").offset, S.buf.dx.data(), S.tokens.data(), N, C);
   return loss;
-}
-
-template <typename T>
-typename Model<T>::BlockWeights16 Model<T>::block_weights16(int l) {
-  Activations& A = *act_;
-  const LayerOffsets& o = A.offsets[l];
-  if constexpr (kFloat<T>)
-    if (A.w16_block != l) {
-      ScopedTimer t(&times_.weights_bf16);
-      to_bf16(A.w16.data(), params_.data() + o.attn_norm, o.end - o.attn_norm);
-      A.w16_block = l;
-    }
-  return {A.w16.data(), o.attn_norm};
-}
-
-namespace {
-// out = a + b over n elements (the residual adds), split over the threads.
-template <typename T>
-void add(T* out, const T* a, const T* b, size_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-
-}  // namespace
-
-template <typename T>
-void Model<T>::forward_block(int l, int B) {
-  Activations& A = *act_;
-  typename Activations::Layer& S = A.layers[l];
-  const LayerOffsets& o = A.offsets[l];
-  const ModelConfig& m = cfg_;
-  const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
-  const T* p = params_.data();
-  const T* x = A.x[l].data();
-  const BlockWeights16 w16 = is_bf16() ? block_weights16(l) : BlockWeights16{nullptr, 0};
-  {
-    ScopedTimer t(&times_.attention);
-    T* h1 = A.hn.data();  // [N,C], recomputed in backward
-    rmsnorm_forward(h1, S.rstd1.data(), x, p + o.attn_norm, N, C, m.norm_eps);
-    if constexpr (kFloat<T>)
-      if (is_bf16()) {  // q, k, v in fp32 scratch for RoPE, then kept in bf16
-        to_bf16(A.in16.data(), h1, size_t(N) * C);
-        linear_forward_bf16(A.dq, A.in16.data(), w16.at(o.wq), N, C, QD);
-        linear_forward_bf16(A.dk, A.in16.data(), w16.at(o.wk), N, C, KVD);
-        linear_forward_bf16(A.dv, A.in16.data(), w16.at(o.wv), N, C, KVD);
-        rope_forward(A.dq, A.rope, B, T_, m.n_heads, m.head_dim);
-        rope_forward(A.dk, A.rope, B, T_, m.n_kv_heads, m.head_dim);
-        to_bf16(S.q16.data(), A.dq, size_t(N) * QD);
-        to_bf16(S.k16.data(), A.dk, size_t(N) * KVD);
-        to_bf16(S.v16.data(), A.dv, size_t(N) * KVD);
-        attention_forward_blocked_bf16(S.att16.data(), S.lse.data(), S.q16.data(), S.k16.data(), S.v16.data(), B, T_,
-                                       m.n_heads, m.n_kv_heads, m.head_dim);
-        linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
-      }
-    if (!is_bf16()) {
-      cpu::linear_forward(S.q.data(), h1, p + o.wq, N, C, QD);
-      cpu::linear_forward(S.k.data(), h1, p + o.wk, N, C, KVD);
-      cpu::linear_forward(S.v.data(), h1, p + o.wv, N, C, KVD);
-      rope_forward(S.q.data(), A.rope, B, T_, m.n_heads, m.head_dim);
-      rope_forward(S.k.data(), A.rope, B, T_, m.n_kv_heads, m.head_dim);
-      attention_forward_blocked(S.att.data(), S.lse.data(), S.q.data(), S.k.data(), S.v.data(), B, T_, m.n_heads,
-                                m.n_kv_heads, m.head_dim);
-      cpu::linear_forward(A.tmp.data(), S.att.data(), p + o.wo, N, QD, C);
-    }
-    T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
-    add(xmid, x, A.tmp.data(), size_t(N) * C);
-  }
-  const T* xmid = is_bf16() ? A.xmid.data() : S.xmid.data();
-  {
-    ScopedTimer t(&times_.router_dispatch);
-    const T* h2 = A.hn.data();  // [N,C], recomputed in backward
-    rmsnorm_forward(A.hn.data(), S.rstd2.data(), xmid, p + o.moe_norm, N, C, m.norm_eps);
-    cpu::linear_forward(A.rlogits.data(), h2, p + o.router, N, C, E);
-    router_forward(S.probs.data(), S.rlse.data(), S.topk_idx.data(), S.topk_w.data(), A.rlogits.data(), N, E, K);
-    S.losses = router_losses(S.probs.data(), S.rlse.data(), S.topk_idx.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef);
-    build_routing(S.routing, S.topk_idx.data(), N, E, K);
-    // Each row's combine weight, for the fused dispatch-experts-combine.
-    const int32_t* slot_row = S.routing.slot_row.data();
-    for (size_t i = 0; i < size_t(N) * K; ++i) A.wrow[slot_row[i]] = S.topk_w[i];
-  }
-  {
-    ScopedTimer t(&times_.experts);  // dispatch, experts and combine in one, into tmp
-    if constexpr (kFloat<T>)
-      if (is_bf16()) {
-        to_bf16(A.in16.data(), A.hn.data(), size_t(N) * C);
-        expert_mlp_forward_bf16(A.tmp.data(), S.ab.data(), A.expert_chunk, A.in16.data(),
-                                S.routing.row_token.data(), A.wrow.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
-                                S.routing.offsets.data(), N, E, C, H);
-      }
-    if (!is_bf16())
-      expert_mlp_forward_fused(A.tmp.data(), S.a.data(), S.b.data(), A.expert_chunk32, A.hn.data(),
-                               S.routing.row_token.data(), A.wrow.data(), p + o.w1, p + o.w3, p + o.w2,
-                               S.routing.offsets.data(), N, E, C, H);
-  }
-  T* x_next = A.x[l + 1].data();
-  add(x_next, xmid, A.tmp.data(), size_t(N) * C);
 }
 
 // Final norm, LM head and cross-entropy, in chunks of rows so the [N,V] logits never exist
@@ -205,136 +158,32 @@ void Model<T>::forward_block(int l, int B) {
 template <typename T>
 double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale) {
   ScopedTimer timer(&times_.head_loss);
-  Activations& A = *act_;
+  State& S = *s_;
   const int N = B * cfg_.seq_len, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
-  const T* w_head = params_.data() + A.head_offset;
-  T* dw_head = grads_.data() + A.head_offset;
-  T* hf = A.tmp.data();  // final norm output [N,C]
-  rmsnorm_forward(hf, A.rstdf.data(), A.x[L].data(), params_.data() + A.final_norm_offset, N, C,
-                  cfg_.norm_eps);
-  const bf16* w16_head = A.head16.data();
-  if constexpr (kFloat<T>)
-    if (is_bf16()) to_bf16(A.in16.data(), hf, size_t(N) * C);
-  if (backward) std::fill(A.dh.begin(), A.dh.begin() + size_t(N) * C, T(0));
+  const PartContext<T> c = context(B, loss_scale);
+  const Operand<T> w_head = {params_.data() + S.head_offset, c.mm.is_bf16() ? S.head16.data() : nullptr};
+  T* dw_head = grads_.data() + S.head_offset;
+  T* logits = S.work.data();
+  T* hf = S.buf.tmp.data();  // final norm output [N,C]
+  S.final_norm.forward(hf, S.x[L].data(), c);
+  const Operand<T> hin = c.mm.input(S.in16.data(), hf, size_t(N) * C);
+  if (backward) std::fill(S.buf.dh.begin(), S.buf.dh.begin() + size_t(N) * C, T(0));
   double ce_sum = 0.0;
-  for (int r0 = 0; r0 < N; r0 += Activations::kHeadChunk) {
-    const int n = std::min(Activations::kHeadChunk, N - r0);
-    const T* h = hf + size_t(r0) * C;
-    const bf16* h16 = is_bf16() ? A.in16.data() + size_t(r0) * C : nullptr;
-    if constexpr (kFloat<T>)
-      if (is_bf16()) linear_forward_bf16(A.logits, h16, w16_head, n, C, V);
-    if (!is_bf16()) cpu::linear_forward(A.logits, h, w_head, n, C, V);
-    ce_sum += cross_entropy_forward(A.logits_lse.data(), A.logits, targets + r0, n, V);
+  for (int r0 = 0; r0 < N; r0 += State::kHeadChunk) {
+    const int n = std::min(State::kHeadChunk, N - r0);
+    const Operand<T> h = hin.at(size_t(r0) * C);
+    c.mm.forward(logits, h, w_head, n, C, V);
+    ce_sum += cross_entropy_forward(S.logits_lse.data(), logits, targets + r0, n, V);
     if (!backward) continue;
-    cross_entropy_backward(A.logits, A.logits, A.logits_lse.data(), targets + r0, n, V,
-                           T(loss_scale / N));
-    if constexpr (kFloat<T>)
-      if (is_bf16()) {
-        to_bf16(A.logits16.data(), A.logits, size_t(n) * V);
-        linear_backward_bf16(A.dh.data() + size_t(r0) * C, dw_head, A.logits16.data(), h16, w16_head, n, C, V);
-      }
-    if (!is_bf16()) cpu::linear_backward(A.dh.data() + size_t(r0) * C, dw_head, A.logits, h, w_head, n, C, V);
+    cross_entropy_backward(logits, logits, S.logits_lse.data(), targets + r0, n, V, T(loss_scale / N));
+    c.mm.backward(S.buf.dh.data() + size_t(r0) * C, dw_head, c.mm.input(S.logits16.data(), logits, size_t(n) * V), h,
+                  w_head, n, C, V);
   }
   if (backward) {
-    std::fill(A.dx.begin(), A.dx.begin() + size_t(N) * C, T(0));
-    rmsnorm_backward(A.dx.data(), grads_.data() + A.final_norm_offset, A.dh.data(), A.x[L].data(), A.rstdf.data(),
-                     params_.data() + A.final_norm_offset, N, C);
+    std::fill(S.buf.dx.begin(), S.buf.dx.begin() + size_t(N) * C, T(0));
+    S.final_norm.backward(S.buf.dx.data(), S.buf.dh.data(), S.x[L].data(), c);
   }
   return ce_sum;
-}
-
-// The forward of one block in reverse. On entry A.dx holds d(block output); on exit d(block input).
-template <typename T>
-void Model<T>::backward_block(int l, int B, double loss_scale) {
-  Activations& A = *act_;
-  typename Activations::Layer& S = A.layers[l];
-  const LayerOffsets& o = A.offsets[l];
-  const ModelConfig& m = cfg_;
-  const auto [T_, N, C, E, K, H, QD, KVD] = block_dims(m, B);
-  const T* p = params_.data();
-  const BlockWeights16 w16 = is_bf16() ? block_weights16(l) : BlockWeights16{nullptr, 0};
-  T* g = grads_.data();
-  const size_t NC = size_t(N) * C;
-  const T* xmid = S.xmid.data();
-  if constexpr (kFloat<T>)
-    if (is_bf16()) {  // xmid = x + wo(att), exactly as in forward
-      ScopedTimer t(&times_.attention);
-      linear_forward_bf16(A.tmp.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
-      const T* x = A.x[l].data();
-      add(A.xmid.data(), x, A.tmp.data(), NC);
-      xmid = A.xmid.data();
-    }
-  {  // x_next = xmid + combine(experts(dispatch(h2)))
-    ScopedTimer t(&times_.router_dispatch);
-    // Each row's combine weight; the weight gradient comes back from the expert backward.
-    const int32_t* slot_row = S.routing.slot_row.data();
-    for (size_t i = 0; i < size_t(N) * K; ++i) A.wrow[slot_row[i]] = S.topk_w[i];
-    // h2 = rmsnorm(xmid) is recomputed rather than kept.
-    rmsnorm_forward(A.hn.data(), S.rstd2.data(), xmid, p + o.moe_norm, N, C, m.norm_eps);
-  }
-  {
-    ScopedTimer t(&times_.experts);  // d(expert inputs) go straight to their tokens in dh
-    std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
-    if constexpr (kFloat<T>)
-      if (is_bf16()) {
-        to_bf16(A.in16.data(), A.hn.data(), NC);
-        to_bf16(A.dout16.data(), A.dx.data(), NC);
-        expert_mlp_backward_bf16(A.dh.data(), g + o.w1, g + o.w3, g + o.w2, A.dwrow.data(), A.expert_chunk,
-                                 A.dout16.data(), A.in16.data(), S.routing.row_token.data(), A.wrow.data(),
-                                 S.ab.data(), w16.at(o.w1), w16.at(o.w3), w16.at(o.w2),
-                                 S.routing.offsets.data(), E, C, H);
-      }
-    if (!is_bf16())
-      expert_mlp_backward_fused(A.dh.data(), g + o.w1, g + o.w3, g + o.w2, A.dwrow.data(), A.expert_chunk32,
-                                A.dx.data(), A.hn.data(), S.routing.row_token.data(), A.wrow.data(), S.a.data(),
-                                S.b.data(), p + o.w1, p + o.w3, p + o.w2, S.routing.offsets.data(), E, C, H);
-    const int32_t* slot_row = S.routing.slot_row.data();
-    for (size_t i = 0; i < size_t(N) * K; ++i) A.dtopk_w[i] = A.dwrow[slot_row[i]];
-  }
-  {
-    ScopedTimer t(&times_.router_dispatch);
-    router_backward(A.drlogits.data(), A.dtopk_w.data(), S.probs.data(), S.rlse.data(), S.topk_idx.data(),
-                    S.topk_w.data(), N, E, K, m.aux_loss_coef, m.z_loss_coef, loss_scale);
-    cpu::linear_backward(A.dh.data(), g + o.router, A.drlogits.data(), A.hn.data(), p + o.router, N, C, E);
-    rmsnorm_backward(A.dx.data(), g + o.moe_norm, A.dh.data(), xmid, S.rstd2.data(), p + o.moe_norm, N, C);
-  }
-  // xmid = x + wo(attention(rope(h1 wq), rope(h1 wk), h1 wv)), h1 = rmsnorm(x)
-  ScopedTimer t(&times_.attention);
-  std::fill(A.datt, A.datt + size_t(N) * QD, T(0));
-  if constexpr (kFloat<T>)
-    if (is_bf16()) {
-      to_bf16(A.dout16.data(), A.dx.data(), NC);
-      linear_backward_bf16(A.datt, g + o.wo, A.dout16.data(), S.att16.data(), w16.at(o.wo), N, QD, C);
-      to_bf16(A.dout16.data(), A.datt, size_t(N) * QD);
-      attention_backward_blocked_bf16(A.dq, A.dk, A.dv, A.dout16.data(), S.att16.data(), S.lse.data(), S.q16.data(),
-                                      S.k16.data(), S.v16.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
-    }
-  if (!is_bf16()) {
-    cpu::linear_backward(A.datt, g + o.wo, A.dx.data(), S.att.data(), p + o.wo, N, QD, C);
-    attention_backward_blocked(A.dq, A.dk, A.dv, A.datt, S.att.data(), S.lse.data(), S.q.data(), S.k.data(),
-                               S.v.data(), B, T_, m.n_heads, m.n_kv_heads, m.head_dim);
-  }
-  rope_backward(A.dq, A.rope, B, T_, m.n_heads, m.head_dim);
-  rope_backward(A.dk, A.rope, B, T_, m.n_kv_heads, m.head_dim);
-  std::fill(A.dh.begin(), A.dh.begin() + NC, T(0));
-  T* h1 = A.hn.data();  // recomputed: rmsnorm(x) as in forward
-  rmsnorm_forward(h1, S.rstd1.data(), A.x[l].data(), p + o.attn_norm, N, C, m.norm_eps);
-  if constexpr (kFloat<T>)
-    if (is_bf16()) {
-      to_bf16(A.in16.data(), h1, NC);
-      const struct { const T* d; size_t w; int out; } proj[] = {{A.dq, o.wq, QD}, {A.dk, o.wk, KVD},
-                                                                {A.dv, o.wv, KVD}};
-      for (const auto& pr : proj) {
-        to_bf16(A.dout16.data(), pr.d, size_t(N) * pr.out);
-        linear_backward_bf16(A.dh.data(), g + pr.w, A.dout16.data(), A.in16.data(), w16.at(pr.w), N, C, pr.out);
-      }
-    }
-  if (!is_bf16()) {
-    cpu::linear_backward(A.dh.data(), g + o.wq, A.dq, h1, p + o.wq, N, C, QD);
-    cpu::linear_backward(A.dh.data(), g + o.wk, A.dk, h1, p + o.wk, N, C, KVD);
-    cpu::linear_backward(A.dh.data(), g + o.wv, A.dv, h1, p + o.wv, N, C, KVD);
-  }
-  rmsnorm_backward(A.dx.data(), g + o.attn_norm, A.dh.data(), A.x[l].data(), S.rstd1.data(), p + o.attn_norm, N, C);
 }
 
 double flops_per_token(const ModelConfig& m) {

@@ -1,6 +1,7 @@
 // The MoE transformer of DESIGN.md ("The model"): pre-norm blocks
 //   x += attn(rmsnorm(x));  x += moe(rmsnorm(x))
-// then a final RMSNorm, the LM head and cross-entropy on the next tokens. Parameters and
+// (each block composed of parts chosen per layer, model/block.h), then a final RMSNorm, the
+// LM head and cross-entropy on the next tokens. Parameters and
 // gradients are flat buffers laid out by ParamLayout; activations live in buffers sized once
 // for up to `max_batch` sequences, so a step allocates nothing. Templated on the scalar type:
 // float for training, double for the whole-model gradient check.
@@ -11,9 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "atoll/backend/cpu/bf16.h"
-#include "atoll/model/model_config.h"
 #include "atoll/model/layout.h"
+#include "atoll/model/model_config.h"
+#include "atoll/model/part.h"
+#include "atoll/model/precision.h"
 
 namespace atl {
 
@@ -23,30 +25,6 @@ struct LossParts {
   double z = 0.0;    // router z-loss, summed over layers
   double total() const { return ce + aux + z; }
 };
-
-// The precision of the matrix products (train.precision). kBf16: inputs and weights rounded to
-// bf16, products accumulated in fp32 through oneDNN (backend/cpu/gemm_bf16.h); parameters,
-// gradients, optimizer state and every other operation stay fp32. Model<float> only.
-enum class Precision { kFp32, kBf16 };
-Precision parse_precision(const std::string& name);  // "fp32" | "bf16"; ConfigError otherwise
-const char* precision_name(Precision p);
-
-// Seconds spent per phase, accumulated until reset (for `atoll bench`).
-struct PhaseTimes {
-  double embed = 0, attention = 0, router_dispatch = 0, experts = 0, head_loss = 0;
-  double weights_bf16 = 0;  // rounding the parameters to bf16 once per forward (bf16 products)
-  double total() const { return embed + attention + router_dispatch + experts + head_loss + weights_bf16; }
-};
-
-// The sizes one block works with, for B sequences (see the legend in config.h); shared by the
-// CPU model and the device model (backend/cuda/device_model.cu).
-struct BlockDims {
-  int T, N, C, E, K, H, QD, KVD;
-};
-inline BlockDims block_dims(const ModelConfig& m, int B) {
-  return {m.seq_len, B * m.seq_len, m.dim, m.n_experts, m.top_k, m.expert_hidden, m.n_heads * m.head_dim,
-          m.n_kv_heads * m.head_dim};
-}
 
 template <typename T>
 class Model {
@@ -65,7 +43,8 @@ class Model {
   const std::vector<T>& params() const { return params_; }
   T* param(const std::string& name) { return params_.data() + layout_.at(name).offset; }
 
-  // Matrices ~ N(0, init_std²) drawn in layout order from Rng(seed); norm gains = 1.
+  // Each row as its ParamInit says: matrices ~ N(0, init_std²) drawn in layout order from
+  // Rng(seed), norm gains 1, buffers 0.
   void init_params(uint64_t seed);
   void zero_grads();
 
@@ -79,28 +58,18 @@ class Model {
   PhaseTimes& phase_times() { return times_; }
 
  private:
-  struct Activations;
+  struct State;  // the blocks, the buffers between them, the head's (model.cc)
   LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
-  void forward_block(int l, int B);
-  void backward_block(int l, int B, double loss_scale);
+  PartContext<T> context(int B, double loss_scale);
+  void use_block_weights(PartContext<T>& c, int l);
   double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale);
-  // Block l's weights in bf16 (converted unless already held): `at(offset)` maps a flat
-  // parameter offset of the block to its bf16 copy.
-  struct BlockWeights16 {
-    const bf16* base;
-    size_t begin;
-    const bf16* at(size_t offset) const { return base + (offset - begin); }
-  };
-  BlockWeights16 block_weights16(int l);
-
-  bool is_bf16() const { return precision_ == Precision::kBf16; }
 
   ModelConfig cfg_;
   ParamLayout layout_;
   int max_batch_;
   Precision precision_;
   std::vector<T> params_, grads_;
-  std::unique_ptr<Activations> act_;
+  std::unique_ptr<State> s_;
   PhaseTimes times_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace atl {
 
@@ -27,6 +28,10 @@ struct ModelConfig {
   bool tie_embeddings = false;  // LM head shares the embedding table
   double init_std = 0.02;
   int64_t init_seed = 1234;
+  // The block's part kinds (model/block.cc): "gqa" grouped-query causal attention with RoPE;
+  // "topk" Mixtral's top-k softmax router with renormalised weights.
+  std::string attention = "gqa";
+  std::string router = "topk";
 };
 
 }  // namespace atl

@@ -8,7 +8,11 @@ namespace atl {
 OptimizerGroups group_tensors(const OptimConfig& cfg, const ParamLayout& layout) {
   OptimizerGroups g;
   const bool muon = cfg.name == "muon";
+  // The grouping is decided once, from the table: Muon takes each 2-D matrix of a hidden
+  // tensor as its row describes them (an expert tensor [E, rows, cols] is E independent
+  // matrices); buffers (not trainable) are never stepped.
   for (const ParamEntry& e : layout.entries()) {
+    if (!e.trainable) continue;
     if (!muon || !e.is_hidden_matrix()) {
       g.adamw.push_back(e);
       continue;

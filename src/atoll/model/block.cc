@@ -1,0 +1,144 @@
+#include "atoll/model/block.h"
+
+#include <algorithm>
+
+#include "atoll/core/errors.h"
+#include "atoll/model/attention_gqa.h"
+#include "atoll/model/experts_swiglu.h"
+#include "atoll/model/router_topk.h"
+
+namespace atl {
+namespace {
+
+// The part kinds a config may choose (model.attention, model.router); config/ declares the
+// same choices, this is the check for configs built in code.
+enum class AttentionKind { kGqa };
+enum class RouterKind { kTopk };
+
+AttentionKind attention_kind(const ModelConfig& m, int /*layer*/) {
+  if (m.attention == "gqa") return AttentionKind::kGqa;
+  throw ConfigError("model.attention = \"" + m.attention + "\" is not a known attention; fix: use \"gqa\"");
+}
+
+RouterKind router_kind(const ModelConfig& m, int /*layer*/) {
+  if (m.router == "topk") return RouterKind::kTopk;
+  throw ConfigError("model.router = \"" + m.router + "\" is not a known router; fix: use \"topk\"");
+}
+
+template <typename T>
+std::unique_ptr<AttentionPart<T>> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                                 const PartSizes& s, PartScratch& scratch) {
+  switch (attention_kind(m, layer)) {
+    case AttentionKind::kGqa: return std::make_unique<AttentionGqa<T>>(m, layout, layer, s, scratch);
+  }
+  return nullptr;
+}
+
+template <typename T>
+std::unique_ptr<RouterPart<T>> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                           const PartSizes& s, PartScratch& scratch) {
+  switch (router_kind(m, layer)) {
+    case RouterKind::kTopk: return std::make_unique<RouterTopk<T>>(m, layout, layer, s, scratch);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void append_block_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
+  const std::string pre = layer_prefix(layer);
+  rmsnorm_rows(layout, m, pre + "attn_norm", layer);
+  switch (attention_kind(m, layer)) {
+    case AttentionKind::kGqa: attention_gqa_rows(layout, m, layer); break;
+  }
+  rmsnorm_rows(layout, m, pre + "moe_norm", layer);
+  switch (router_kind(m, layer)) {
+    case RouterKind::kTopk: router_topk_rows(layout, m, layer); break;
+  }
+  experts_swiglu_rows(layout, m, layer);
+}
+
+template <typename T>
+BlockBuffers<T>::BlockBuffers(const ModelConfig& m, int max_tokens)
+    : hn(size_t(max_tokens) * m.dim), tmp(size_t(max_tokens) * m.dim), dx(size_t(max_tokens) * m.dim),
+      dh(size_t(max_tokens) * m.dim), dtopk_w(size_t(max_tokens) * m.top_k) {}
+
+template <typename T>
+Block<T>::Block(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s, PartScratch& scratch,
+                BlockBuffers<T>& buf)
+    : buf_(buf),
+      attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s),
+      attention_(make_attention<T>(m, layout, layer, s, scratch)),
+      mid_(size_t(s.max_tokens) * m.dim, s, scratch),
+      moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s),
+      router_(make_router<T>(m, layout, layer, s, scratch)),
+      experts_(std::make_unique<ExpertsSwiglu<T>>(m, layout, layer, s, scratch)) {
+  first_ = layout.total(), end_ = 0;
+  for (const ParamEntry& e : layout.entries())
+    if (e.layer == layer) first_ = std::min(first_, e.offset), end_ = std::max(end_, e.offset + e.numel);
+}
+
+template <typename T>
+size_t Block<T>::work_elements() const {
+  return std::max({attention_->work_elements(), router_->work_elements(), experts_->work_elements()});
+}
+
+template <typename T>
+RouterLosses Block<T>::forward(T* x_next, const T* x, const PartContext<T>& c) {
+  const size_t NC = size_t(c.d.N) * c.d.C;
+  T* mid = mid_.data();
+  attn_norm_.forward(buf_.hn.data(), x, c);
+  attention_->forward(buf_.tmp.data(), buf_.hn.data(), c);
+  residual_add(mid, x, buf_.tmp.data(), NC);
+  moe_norm_.forward(buf_.hn.data(), mid, c);
+  const RouterLosses losses = router_->forward(buf_.hn.data(), c);
+  experts_->forward(buf_.tmp.data(), buf_.hn.data(), router_->topk_idx(), router_->topk_w(), c);
+  residual_add(x_next, mid, buf_.tmp.data(), NC);
+  return losses;
+}
+
+// xmid for backward: kept, or recomputed as x + attention output exactly as forward did.
+template <typename T>
+const T* Block<T>::mid_for_backward(const T* x, const PartContext<T>& c) {
+  if (mid_.kept()) return mid_.data();
+  attention_->recompute_output(buf_.tmp.data(), c);
+  residual_add(mid_.data(), x, buf_.tmp.data(), size_t(c.d.N) * c.d.C);
+  return mid_.data();
+}
+
+// The forward in reverse. The norms' outputs are recomputed (rstd as kept, the same values).
+template <typename T>
+void Block<T>::backward(const T* x, const PartContext<T>& c) {
+  const size_t NC = size_t(c.d.N) * c.d.C;
+  T *hn = buf_.hn.data(), *dx = buf_.dx.data(), *dh = buf_.dh.data();
+  const T* mid = mid_for_backward(x, c);
+  moe_norm_.forward(hn, mid, c);
+  std::fill(dh, dh + NC, T(0));
+  experts_->backward(dh, buf_.dtopk_w.data(), dx, hn, router_->topk_w(), c);
+  router_->backward(dh, buf_.dtopk_w.data(), hn, c);
+  moe_norm_.backward(dx, dh, mid, c);
+  attn_norm_.forward(hn, x, c);
+  std::fill(dh, dh + NC, T(0));
+  attention_->backward(dh, dx, hn, c);
+  attn_norm_.backward(dx, dh, x, c);
+}
+
+// The position-wise parts (norms, router, experts) decode by their forward on one token.
+template <typename T>
+void Block<T>::decode(T* x, int pos, const PartContext<T>& c) {
+  const int C = c.d.C;
+  attn_norm_.forward(buf_.hn.data(), x, c);
+  attention_->decode(buf_.tmp.data(), buf_.hn.data(), pos, c);
+  residual_add(x, x, buf_.tmp.data(), C);
+  moe_norm_.forward(buf_.hn.data(), x, c);
+  router_->forward(buf_.hn.data(), c);
+  experts_->forward(buf_.tmp.data(), buf_.hn.data(), router_->topk_idx(), router_->topk_w(), c);
+  residual_add(x, x, buf_.tmp.data(), C);
+}
+
+template struct BlockBuffers<float>;
+template struct BlockBuffers<double>;
+template class Block<float>;
+template class Block<double>;
+
+}  // namespace atl

@@ -1,0 +1,66 @@
+// One transformer block, composed of parts chosen per layer by the config (the attention kind
+// model.attention, the router kind model.router), as gemma.cpp picks a layer's attention type:
+//   xmid   = x + attention(attn_norm(x))
+//   x_next = xmid + experts(moe_norm(xmid), router(moe_norm(xmid)))
+// Forward calls the parts in that order; backward calls them in reverse. Decoding runs the
+// same parts on one token.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "atoll/model/norm_residual.h"
+#include "atoll/model/part.h"
+
+namespace atl {
+
+// Appends block `layer`'s rows to the layout, part by part in the block's order.
+void append_block_rows(ParamLayout& layout, const ModelConfig& m, int layer);
+
+// The buffers the blocks pass between their parts, shared by all blocks: [N,C] each unless said.
+template <typename T>
+struct BlockBuffers {
+  BlockBuffers(const ModelConfig& m, int max_tokens);
+  std::vector<T> hn;       // a norm's output (recomputed in backward rather than kept)
+  std::vector<T> tmp;      // a sub-layer's output before its residual add
+  std::vector<T> dx, dh;   // d(residual stream), d(norm output)
+  std::vector<T> dtopk_w;  // [N,K] d(combine weights), experts -> router
+};
+
+template <typename T>
+class Block {
+ public:
+  Block(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s, PartScratch& scratch,
+        BlockBuffers<T>& buf);
+  // Shared work elements the parts need (PartContext::work).
+  size_t work_elements() const;
+  // The block's parameters are the flat range [first_param, end_param).
+  size_t first_param() const { return first_; }
+  size_t end_param() const { return end_; }
+
+  // x_next[N,C] (=) from x[N,C]; returns the router's auxiliary losses.
+  RouterLosses forward(T* x_next, const T* x, const PartContext<T>& c);
+  // On entry buf.dx holds d(x_next); on exit d(x). x as in forward.
+  void backward(const T* x, const PartContext<T>& c);
+
+  void start_decode(int max_len) { attention_->start_decode(max_len); }
+  // x[C] (in place) for the token at position pos.
+  void decode(T* x, int pos, const PartContext<T>& c);
+
+ private:
+  const T* mid_for_backward(const T* x, const PartContext<T>& c);
+
+  BlockBuffers<T>& buf_;
+  size_t first_, end_;
+  RmsNormPart<T> attn_norm_;
+  std::unique_ptr<AttentionPart<T>> attention_;
+  MidResidual<T> mid_;
+  RmsNormPart<T> moe_norm_;
+  std::unique_ptr<RouterPart<T>> router_;
+  std::unique_ptr<ExpertsPart<T>> experts_;
+};
+
+extern template class Block<float>;
+extern template class Block<double>;
+
+}  // namespace atl

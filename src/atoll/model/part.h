@@ -1,0 +1,129 @@
+// Block parts: each piece of a transformer block (an attention kind, a router kind, the
+// experts, the norms and residuals) is one file pair that declares
+//   - its rows of the layout table (a free function `<part>_rows(layout, config, layer)`,
+//     called by model/block.cc in the table's order),
+//   - the activations it keeps for backward (members, sized for PartSizes::max_tokens),
+//   - its forward, its backward (the same steps reversed), and its decode step: one token,
+//     with a cache where the part looks across positions (attention's keys and values);
+//     position-wise parts decode by their forward on one token.
+// The interfaces below are what the block composes (model/block.h); a CUDA mirror of a part
+// sits beside it (e.g. attention_gqa.cu beside attention_gqa.cc) with the same structure.
+//
+// Buffers: a part owns what it keeps per layer; scratch that no call keeps comes from a pool
+// shared by every layer's part of one kind (PartScratch), and one work buffer of T shared by
+// all parts and the head (PartContext::work, at least every part's work_elements()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <typeindex>
+
+#include "atoll/core/timer.h"
+#include "atoll/layers/router.h"
+#include "atoll/model/layout.h"
+#include "atoll/model/model_config.h"
+#include "atoll/model/precision.h"
+
+namespace atl {
+
+// Seconds spent per phase, accumulated until reset (for `atoll bench`).
+struct PhaseTimes {
+  double embed = 0, attention = 0, router_dispatch = 0, experts = 0, head_loss = 0;
+  double weights_bf16 = 0;  // rounding the parameters to bf16 once per forward (bf16 products)
+  double total() const { return embed + attention + router_dispatch + experts + head_loss + weights_bf16; }
+};
+
+// The sizes one block works with, for B sequences (see the legend in model_config.h); shared by
+// the CPU model and the device model (backend/cuda/device_model.cu).
+struct BlockDims {
+  int T, N, C, E, K, H, QD, KVD;
+};
+inline BlockDims block_dims(const ModelConfig& m, int B) {
+  return {m.seq_len, B * m.seq_len, m.dim, m.n_experts, m.top_k, m.expert_hidden, m.n_heads * m.head_dim,
+          m.n_kv_heads * m.head_dim};
+}
+
+// What a part allocates for: at most max_batch sequences of the config's seq_len (training),
+// or one token (decoding: max_batch = 1, max_tokens = 1).
+struct PartSizes {
+  int max_batch = 1;
+  int max_tokens = 1;
+  Precision precision = Precision::kFp32;
+};
+
+// Scratch shared by every layer's part of one kind: the first part that asks creates it.
+class PartScratch {
+ public:
+  template <class S, class... Args>
+  std::shared_ptr<S> get(Args&&... args) {
+    std::shared_ptr<void>& slot = items_[std::type_index(typeid(S))];
+    if (!slot) slot = std::make_shared<S>(std::forward<Args>(args)...);
+    return std::static_pointer_cast<S>(slot);
+  }
+
+ private:
+  std::map<std::type_index, std::shared_ptr<void>> items_;
+};
+
+// What one call of a part sees: the batch at hand, the products in the model's precision over
+// the parameters, the gradients (+=), the shared work buffer and the timers.
+template <typename T>
+struct PartContext {
+  int B;              // sequences (decoding: 1)
+  BlockDims d;        // d.N tokens (decoding: 1)
+  Products<T> mm;     // params, bf16 weights, matrix products
+  T* grads;           // flat gradients (+=); null when decoding
+  T* work;            // shared scratch, at least every part's work_elements()
+  double loss_scale;  // factor of the loss whose gradient backward accumulates
+  PhaseTimes* times;  // null: not timed
+  double* timer(double PhaseTimes::*phase) const { return times ? &(times->*phase) : nullptr; }
+};
+
+// Causal mixing across positions: out[N,C] from the normed residual h[N,C].
+template <typename T>
+class AttentionPart {
+ public:
+  virtual ~AttentionPart() = default;
+  virtual size_t work_elements() const = 0;
+  // out[N,C] (=); keeps what backward needs.
+  virtual void forward(T* out, const T* h, const PartContext<T>& c) = 0;
+  // out[N,C] (=) forward's output again, bit for bit, from what forward kept.
+  virtual void recompute_output(T* out, const PartContext<T>& c) = 0;
+  // dh[N,C] (+=) and the weight gradients (+=) from dout[N,C]; h as in forward.
+  virtual void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) = 0;
+  // Decoding: allocates the cache for max_len positions, then out[C] (=) for the token h[C] at
+  // position pos, whose keys and values join the cache.
+  virtual void start_decode(int max_len) = 0;
+  virtual void decode(T* out, const T* h, int pos, const PartContext<T>& c) = 0;
+};
+
+// Chooses K experts per token: topk_idx[N,K], topk_w[N,K] (combine weights), and the
+// auxiliary losses of this layer.
+template <typename T>
+class RouterPart {
+ public:
+  virtual ~RouterPart() = default;
+  virtual size_t work_elements() const = 0;
+  virtual RouterLosses forward(const T* h, const PartContext<T>& c) = 0;
+  virtual const int32_t* topk_idx() const = 0;
+  virtual const T* topk_w() const = 0;
+  // dh[N,C] (+=) and the router's gradients (+=) from dtopk_w[N,K] and loss_scale times the
+  // auxiliary losses' gradients.
+  virtual void backward(T* dh, const T* dtopk_w, const T* h, const PartContext<T>& c) = 0;
+};
+
+// The experts with dispatch and combine: out[n] = Σ_j topk_w[n,j] Expert_topk_idx[n,j](h[n]).
+template <typename T>
+class ExpertsPart {
+ public:
+  virtual ~ExpertsPart() = default;
+  virtual size_t work_elements() const = 0;
+  // out[N,C] (=); keeps what backward needs.
+  virtual void forward(T* out, const T* h, const int32_t* topk_idx, const T* topk_w, const PartContext<T>& c) = 0;
+  // dh[N,C] (+=), dtopk_w[N,K] (=) and the experts' gradients (+=) from dout[N,C].
+  virtual void backward(T* dh, T* dtopk_w, const T* dout, const T* h, const T* topk_w, const PartContext<T>& c) = 0;
+};
+
+}  // namespace atl

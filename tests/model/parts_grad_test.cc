@@ -1,0 +1,222 @@
+// Each block part's backward against central differences of its forward, in double, with the
+// loss = sum(out * random_dout) trick; gradients are accumulated onto non-zero starting values
+// (checking += rather than =). Then a whole block's decode steps against its training forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "atoll/core/rng.h"
+#include "atoll/model/attention_gqa.h"
+#include "atoll/model/block.h"
+#include "atoll/model/experts_swiglu.h"
+#include "atoll/model/norm_residual.h"
+#include "atoll/model/router_topk.h"
+
+namespace atl {
+namespace {
+
+ModelConfig micro_config() {
+  ModelConfig m;
+  m.vocab_size = 11;
+  m.dim = 8;
+  m.n_layers = 1;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;  // grouped-query on purpose
+  m.head_dim = 4;
+  m.n_experts = 4;
+  m.top_k = 2;
+  m.expert_hidden = 6;
+  m.seq_len = 5;
+  m.aux_loss_coef = 0.05;
+  m.z_loss_coef = 0.01;
+  return m;
+}
+
+std::vector<double> randn(size_t n, Rng& rng, double scale = 1.0) {
+  std::vector<double> v(n);
+  for (double& x : v) x = scale * rng.normal();
+  return v;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One part's world: the layout of micro_config, random parameters (norm gains near 1),
+// gradients starting at random values, and a context for B sequences.
+struct Harness {
+  static constexpr int B = 2;
+  ModelConfig m = micro_config();
+  ParamLayout layout = ParamLayout::build(m);
+  PartSizes sizes{.max_batch = B, .max_tokens = B * m.seq_len, .precision = Precision::kFp32};
+  PartScratch scratch;
+  std::vector<double> params, grads, work;
+  Rng rng{17};
+
+  Harness() {
+    params = randn(layout.total(), rng, 0.5);
+    for (const ParamEntry& e : layout.entries())
+      if (e.init == ParamInit::kOnes)
+        for (size_t i = 0; i < e.numel; ++i) params[e.offset + i] = 1.0 + 0.3 * rng.normal();
+    grads = randn(layout.total(), rng);
+  }
+  int N() const { return B * m.seq_len; }
+  PartContext<double> ctx(size_t work_elements) {
+    work.assign(std::max<size_t>(work_elements, 1), 0.0);
+    return {.B = B, .d = block_dims(m, B), .mm = {.params = params.data()}, .grads = grads.data(),
+            .work = work.data(), .loss_scale = 1.0, .times = nullptr};
+  }
+};
+
+// Compares got[i] - start[i] (the accumulated gradient) with central differences of loss()
+// over x[i] for up to 16 coordinates. Where two step sizes disagree the step crossed a kink
+// (a top-k switch) and the coordinate is skipped; most must be checked.
+void check(const char* what, const std::function<double()>& loss, double* x, size_t n, const double* got,
+           const double* start = nullptr) {
+  Rng pick(5);
+  int checked = 0, kinks = 0;
+  for (size_t s = 0; s < std::min<size_t>(n, 16); ++s) {
+    const size_t i = n <= 16 ? s : pick.below(n);
+    auto diff = [&](double h) {
+      const double old = x[i];
+      x[i] = old + h;
+      const double lp = loss();
+      x[i] = old - h;
+      const double lm = loss();
+      x[i] = old;
+      return (lp - lm) / (2 * h);
+    };
+    const double n1 = diff(1e-5), n2 = diff(5e-6);
+    if (std::abs(n1 - n2) > 1e-6 * (std::abs(n1) + 1e-3)) {
+      ++kinks;
+      continue;
+    }
+    const double g = got[i] - (start ? start[i] : 0.0);
+    // Central differences at h=5e-6 in double: truncation ~h² and rounding ~1e-16/h ~ 2e-11.
+    EXPECT_NEAR(g, n2, 1e-7 * (1 + std::abs(n2))) << what << "[" << i << "]";
+    ++checked;
+  }
+  EXPECT_GT(checked, kinks) << what;
+}
+
+// The gradient of every row of `layer` whose name contains `part`.
+void check_rows(Harness& t, const char* part, const std::vector<double>& start, const std::function<double()>& loss) {
+  for (const ParamEntry& e : t.layout.entries())
+    if (e.layer == 0 && e.name.find(part) != std::string::npos)
+      check(e.name.c_str(), loss, t.params.data() + e.offset, e.numel, t.grads.data() + e.offset,
+            start.data() + e.offset);
+}
+
+TEST(PartsGrad, RmsNorm) {
+  Harness t;
+  const int NC = t.N() * t.m.dim;
+  RmsNormPart<double> norm(t.m, t.layout, "layers.0.attn_norm", t.sizes);
+  std::vector<double> x = randn(NC, t.rng), dout = randn(NC, t.rng), out(NC), dx = randn(NC, t.rng);
+  const auto dx0 = dx, g0 = t.grads;
+  auto c = t.ctx(0);
+  auto loss = [&] {
+    norm.forward(out.data(), x.data(), c);
+    return dot(out, dout);
+  };
+  loss();
+  norm.backward(dx.data(), dout.data(), x.data(), c);
+  check("dx", loss, x.data(), NC, dx.data(), dx0.data());
+  check_rows(t, "attn_norm", g0, loss);
+}
+
+TEST(PartsGrad, AttentionGqa) {
+  Harness t;
+  const int NC = t.N() * t.m.dim;
+  AttentionGqa<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+  std::vector<double> h = randn(NC, t.rng), dout = randn(NC, t.rng), out(NC), dh = randn(NC, t.rng);
+  const auto dh0 = dh, g0 = t.grads;
+  auto c = t.ctx(attn.work_elements());
+  auto loss = [&] {
+    attn.forward(out.data(), h.data(), c);
+    return dot(out, dout);
+  };
+  loss();
+  std::vector<double> again(NC);
+  attn.recompute_output(again.data(), c);
+  EXPECT_EQ(again, out) << "recompute_output must give forward's output bit for bit";
+  attn.backward(dh.data(), dout.data(), h.data(), c);
+  check("dh", loss, h.data(), NC, dh.data(), dh0.data());
+  check_rows(t, "attn.", g0, loss);
+}
+
+TEST(PartsGrad, RouterTopk) {
+  Harness t;
+  const int N = t.N(), NC = N * t.m.dim, NK = N * t.m.top_k;
+  RouterTopk<double> router(t.m, t.layout, 0, t.sizes, t.scratch);
+  std::vector<double> h = randn(NC, t.rng), dw = randn(NK, t.rng), dh = randn(NC, t.rng);
+  const auto dh0 = dh, g0 = t.grads;
+  auto c = t.ctx(router.work_elements());
+  auto loss = [&] {  // sum(topk_w * dw) + aux + z
+    const RouterLosses r = router.forward(h.data(), c);
+    double s = r.aux + r.z;
+    for (int i = 0; i < NK; ++i) s += router.topk_w()[i] * dw[i];
+    return s;
+  };
+  loss();
+  router.backward(dh.data(), dw.data(), h.data(), c);
+  check("dh", loss, h.data(), NC, dh.data(), dh0.data());
+  check_rows(t, "moe.router", g0, loss);
+}
+
+TEST(PartsGrad, ExpertsSwiglu) {
+  Harness t;
+  const int N = t.N(), NC = N * t.m.dim, K = t.m.top_k, NK = N * K;
+  ExpertsSwiglu<double> experts(t.m, t.layout, 0, t.sizes, t.scratch);
+  // Each token's K distinct experts, and free combine weights (the router's choice is an input here).
+  std::vector<int32_t> idx(NK);
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < K; ++j) idx[n * K + j] = int32_t((n + 3 * j) % t.m.n_experts);
+  std::vector<double> w = randn(NK, t.rng), h = randn(NC, t.rng), dout = randn(NC, t.rng), out(NC), dh = randn(NC, t.rng);
+  std::vector<double> dw(NK, 0.0);
+  const auto dh0 = dh, g0 = t.grads;
+  auto c = t.ctx(experts.work_elements());
+  auto loss = [&] {
+    experts.forward(out.data(), h.data(), idx.data(), w.data(), c);
+    return dot(out, dout);
+  };
+  loss();
+  experts.backward(dh.data(), dw.data(), dout.data(), h.data(), w.data(), c);
+  check("dh", loss, h.data(), NC, dh.data(), dh0.data());
+  check("dtopk_w", loss, w.data(), NK, dw.data());
+  check_rows(t, "moe.w", g0, loss);
+}
+
+// Decoding a sequence token by token through a block's parts gives the block's training
+// forward at every position (double: only the summation order differs).
+TEST(PartsDecode, BlockDecodeMatchesForward) {
+  Harness t;
+  const int T_ = t.m.seq_len, C = t.m.dim;
+  BlockBuffers<double> buf(t.m, t.sizes.max_tokens);
+  Block<double> block(t.m, t.layout, 0, t.sizes, t.scratch, buf);
+  std::vector<double> x = randn(size_t(t.N()) * C, t.rng), next(x.size());
+  auto c = t.ctx(block.work_elements());
+  c.B = 1, c.d = block_dims(t.m, 1);
+  block.forward(next.data(), x.data(), c);  // the first sequence
+
+  PartSizes one{.max_batch = 1, .max_tokens = 1, .precision = Precision::kFp32};
+  PartScratch scratch;
+  BlockBuffers<double> buf1(t.m, 1);
+  Block<double> dec(t.m, t.layout, 0, one, scratch, buf1);
+  dec.start_decode(T_);
+  std::vector<double> work(dec.work_elements());
+  PartContext<double> c1 = c;
+  c1.d.T = 1, c1.d.N = 1, c1.work = work.data();
+  for (int pos = 0; pos < T_; ++pos) {
+    std::vector<double> tok(x.begin() + pos * C, x.begin() + (pos + 1) * C);
+    dec.decode(tok.data(), pos, c1);
+    for (int i = 0; i < C; ++i) EXPECT_NEAR(tok[i], next[pos * C + i], 1e-12) << "position " << pos << ", " << i;
+  }
+}
+
+}  // namespace
+}  // namespace atl
