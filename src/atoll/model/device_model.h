@@ -1,9 +1,15 @@
 // The whole model on one GPU: Model<float>'s forward and backward (model/model.h) with the
-// parameters, gradients and activations in device memory, run by the kernels of this folder
+// parameters, gradients and activations in device memory, run by the kernels of backend/cuda/
 // and products through the BLAS wrapper in fp32. Parameters and gradients are flat device
 // buffers laid out by ParamLayout (the same offsets as the host buffers, so one copy moves
 // them); activations come from one device arena sized at construction for `max_batch`
 // sequences, so a step allocates nothing.
+//
+// Where things live, as on the CPU: device_model.cu is the model (embedding, the blocks, final
+// norm, head and loss, the arena; device_model_buffers.h its buffers); device_block.cu composes
+// one block from the device parts of device_part.cuh in model/block.cc's order; each part's
+// device side sits beside its CPU file pair: attention_gqa.cu, router_topk.cu, experts_swiglu.cu,
+// norm_residual.cu.
 //
 // Precision::kBf16 (train.precision = bf16), as Model<float>'s bf16 mode: parameters,
 // gradients and every non-product operation stay fp32; each forward rounds the parameters to

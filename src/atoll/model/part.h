@@ -36,7 +36,7 @@ struct PhaseTimes {
 };
 
 // The sizes one block works with, for B sequences (see the legend in model_config.h); shared by
-// the CPU model and the device model (backend/cuda/device_model.cu).
+// the CPU model and the device model (model/device_model.cu).
 struct BlockDims {
   int T, N, C, E, K, H, QD, KVD;
 };

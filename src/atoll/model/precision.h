@@ -3,7 +3,7 @@
 // `Products::input()` rounds an activation to bf16 only under bf16 products,
 // `Products::weight()` hands out the bf16 copy of a weight only then, and `Kept` holds a
 // tensor kept for backward in the precision its consumers read. The helpers are the only
-// code that tests the precision (as weight() and product_input() in backend/cuda/device_model.cu).
+// code that tests the precision (as DeviceProducts::weight() and input() in model/device_part.cuh).
 // Model<double> (the gradient checks) has no bf16 path: its branches compile away.
 #pragma once
 

@@ -1,0 +1,104 @@
+// The device side of model/attention_gqa.h: grouped-query causal attention with RoPE over
+// backend/cuda/{linear,rope,attention}.h.
+//   out = wo · attention(rope(h wqᵀ), rope(h wkᵀ), h wvᵀ)
+// Keeps q, k, v (after RoPE), the attention output and each row's log-sum-exp per layer, all in
+// fp32: unlike the CPU, attention itself runs in fp32 on fp32 q, k, v under bf16 products too.
+// The RoPE table and the gradients' buffers are shared by the layers.
+#include "atoll/backend/cuda/attention.h"
+#include "atoll/backend/cuda/check.h"
+#include "atoll/backend/cuda/linear.h"
+#include "atoll/backend/cuda/rope.h"
+#include "atoll/core/check.h"
+#include "atoll/layers/rope.h"
+#include "atoll/model/device_part.cuh"
+
+namespace atl::gpu {
+namespace {
+
+class DeviceAttentionGqa final : public DeviceAttentionPart {
+ public:
+  DeviceAttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
+                     PartScratch& scratch, Carver& carve)
+      : NH_(m.n_heads), NKV_(m.n_kv_heads), HD_(m.head_dim), sh_(scratch.get<Scratch>(m, s, carve)) {
+    const std::string pre = layer_prefix(layer) + "attn.";
+    wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
+    wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
+    const size_t N = s.max_tokens, QD = size_t(NH_) * HD_, KVD = size_t(NKV_) * HD_;
+    q_ = carve.take<float>(N * QD), k_ = carve.take<float>(N * KVD), v_ = carve.take<float>(N * KVD);
+    att_ = carve.take<float>(N * QD), lse_ = carve.take<float>(size_t(s.max_batch) * NH_ * m.seq_len);
+  }
+
+  void forward(float* out, const float* h, const DeviceContext& c) override {
+    const auto [T_, N, C, E, K, H, QD, KVD] = c.d;
+    const DeviceProducts& mm = c.mm;
+    const void* h1 = mm.input(mm.in16, h, size_t(N) * C);
+    linear_forward(*mm.blas, q_, h1, mm.weight(wq_), N, C, QD, mm.dt);
+    linear_forward(*mm.blas, k_, h1, mm.weight(wk_), N, C, KVD, mm.dt);
+    linear_forward(*mm.blas, v_, h1, mm.weight(wv_), N, C, KVD, mm.dt);
+    rope_forward(q_, sh_->table, c.B, T_, NH_, HD_);
+    rope_forward(k_, sh_->table, c.B, T_, NKV_, HD_);
+    attention_forward(att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_);
+    linear_forward(*mm.blas, out, mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
+  }
+
+  void backward(float* dh, const float* dout, const float* h, const DeviceContext& c) override {
+    const auto [T_, N, C, E, K, H, QD, KVD] = c.d;
+    const DeviceProducts& mm = c.mm;
+    Scratch& s = *sh_;
+    float* g = c.grads;
+    ATOLL_CUDA_CHECK(cudaMemset(s.datt, 0, sizeof(float) * N * QD));
+    linear_backward(*mm.blas, s.datt, g + wo_, mm.input(mm.dout16, dout, size_t(N) * C),
+                    mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
+    attention_backward(s.dq, s.dk, s.dv, s.datt, att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_, s.attn_scratch);
+    rope_backward(s.dq, s.table, c.B, T_, NH_, HD_);
+    rope_backward(s.dk, s.table, c.B, T_, NKV_, HD_);
+    const void* h1 = mm.input(mm.in16, h, size_t(N) * C);
+    // dout16 holds one projection's d(output) at a time: each product is queued before the next
+    // rounding overwrites it (one stream).
+    linear_backward(*mm.blas, dh, g + wq_, mm.input(mm.dout16, s.dq, size_t(N) * QD), h1, mm.weight(wq_), N, C, QD,
+                    mm.dt);
+    linear_backward(*mm.blas, dh, g + wk_, mm.input(mm.dout16, s.dk, size_t(N) * KVD), h1, mm.weight(wk_), N, C, KVD,
+                    mm.dt);
+    linear_backward(*mm.blas, dh, g + wv_, mm.input(mm.dout16, s.dv, size_t(N) * KVD), h1, mm.weight(wv_), N, C, KVD,
+                    mm.dt);
+  }
+
+ private:
+  // Shared by the layers: the RoPE table (uploaded once) and the gradients' buffers.
+  struct Scratch {
+    Scratch(const ModelConfig& m, const DevicePartSizes& s, Carver& carve) {
+      const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
+      dq = carve.take<float>(N * QD), dk = carve.take<float>(N * KVD), dv = carve.take<float>(N * KVD);
+      datt = carve.take<float>(N * QD);
+      attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
+      const size_t half = size_t(m.seq_len) * (m.head_dim / 2);
+      float* cos = carve.take<float>(half);
+      float* sin = carve.take<float>(half);
+      table = {cos, sin, m.seq_len, m.head_dim};
+      if (!carve.allocates()) return;
+      const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, m.rope_theta);
+      ATOLL_CHECK_EQ(rope.cos.size(), half);
+      copy_to_device(cos, rope.cos.data(), sizeof(float) * rope.cos.size());
+      copy_to_device(sin, rope.sin.data(), sizeof(float) * rope.sin.size());
+    }
+    float *dq, *dk, *dv, *datt;  // [N,QD], [N,KVD] x2, [N,QD]
+    float* attn_scratch;         // attention_scratch_floats(B, T, NH)
+    DeviceRopeTable table;       // cos, sin [T, HD/2]
+  };
+
+  int NH_, NKV_, HD_;
+  size_t wq_, wk_, wv_, wo_;
+  std::shared_ptr<Scratch> sh_;
+  float *q_, *k_, *v_;  // after RoPE [N,QD], [N,KVD], [N,KVD]
+  float *att_, *lse_;   // attention out [N,QD], row log-sum-exp [B,NH,T]
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
+                                                               int layer, const DevicePartSizes& s,
+                                                               PartScratch& scratch, Carver& carve) {
+  return std::make_unique<DeviceAttentionGqa>(m, layout, layer, s, scratch, carve);
+}
+
+}  // namespace atl::gpu

@@ -1,0 +1,67 @@
+#include "atoll/model/device_block.cuh"
+
+#include "atoll/backend/cuda/check.h"
+#include "atoll/backend/cuda/elementwise.h"
+#include "atoll/core/errors.h"
+
+namespace atl::gpu {
+namespace {
+
+// The part kinds a config may choose (model.attention, model.router), as model/block.cc.
+std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                                    const DevicePartSizes& s, PartScratch& scratch, Carver& carve) {
+  if (m.attention == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
+  throw ConfigError("model.attention = \"" + m.attention + "\" is not a known attention on the GPU; fix: use \"gqa\"");
+}
+
+std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                              const DevicePartSizes& s, PartScratch& scratch, Carver& carve) {
+  if (m.router == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
+  throw ConfigError("model.router = \"" + m.router + "\" is not a known router on the GPU; fix: use \"topk\"");
+}
+
+}  // namespace
+
+DeviceBlockBuffers::DeviceBlockBuffers(const ModelConfig& m, int max_tokens, Carver& carve) {
+  const size_t NC = size_t(max_tokens) * m.dim;
+  hn = carve.take<float>(NC), tmp = carve.take<float>(NC);
+  dx = carve.take<float>(NC), dh = carve.take<float>(NC);
+  dtopk_w = carve.take<float>(size_t(max_tokens) * m.top_k);
+}
+
+DeviceBlock::DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
+                         PartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve)
+    : buf_(buf),
+      attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s, carve),
+      attention_(make_attention(m, layout, layer, s, scratch, carve)),
+      xmid_(carve.take<float>(size_t(s.max_tokens) * m.dim)),
+      moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s, carve),
+      router_(make_router(m, layout, layer, s, scratch, carve)),
+      experts_(make_device_experts_swiglu(m, layout, layer, s, scratch, carve)) {}
+
+void DeviceBlock::forward(float* x_next, const float* x, double* losses, const DeviceContext& c) {
+  const size_t NC = size_t(c.d.N) * c.d.C;
+  attn_norm_.forward(buf_.hn, x, c);
+  attention_->forward(buf_.tmp, buf_.hn, c);
+  add(xmid_, x, buf_.tmp, NC);
+  moe_norm_.forward(buf_.hn, xmid_, c);
+  router_->forward(losses, buf_.hn, c);
+  experts_->forward(buf_.tmp, buf_.hn, router_->topk_idx(), router_->topk_w(), c);
+  add(x_next, xmid_, buf_.tmp, NC);
+}
+
+// The forward in reverse. The norms' outputs are recomputed (rstd as kept, the same values).
+void DeviceBlock::backward(const float* x, const DeviceContext& c) {
+  const size_t NC = size_t(c.d.N) * c.d.C;
+  moe_norm_.forward(buf_.hn, xmid_, c);
+  ATOLL_CUDA_CHECK(cudaMemset(buf_.dh, 0, sizeof(float) * NC));
+  experts_->backward(buf_.dh, buf_.dtopk_w, buf_.dx, buf_.hn, router_->topk_w(), c);
+  router_->backward(buf_.dh, buf_.dtopk_w, buf_.hn, c);
+  moe_norm_.backward(buf_.dx, buf_.dh, xmid_, c);
+  attn_norm_.forward(buf_.hn, x, c);
+  ATOLL_CUDA_CHECK(cudaMemset(buf_.dh, 0, sizeof(float) * NC));
+  attention_->backward(buf_.dh, buf_.dx, buf_.hn, c);
+  attn_norm_.backward(buf_.dx, buf_.dh, x, c);
+}
+
+}  // namespace atl::gpu

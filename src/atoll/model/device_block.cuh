@@ -1,0 +1,46 @@
+// One transformer block on the device (model/block.h's Block), composed of the device parts
+// (model/device_part.cuh) chosen per layer by the config, model.attention and model.router:
+//   xmid   = x + attention(attn_norm(x))
+//   x_next = xmid + experts(moe_norm(xmid), router(moe_norm(xmid)))
+// Forward calls the parts in that order; backward calls them in reverse.
+#pragma once
+
+#include <memory>
+
+#include "atoll/model/device_part.cuh"
+
+namespace atl::gpu {
+
+// The buffers the blocks pass between their parts, shared by all blocks (and the head, which
+// uses tmp, dx and dh too): [N,C] each unless said.
+struct DeviceBlockBuffers {
+  DeviceBlockBuffers() = default;
+  DeviceBlockBuffers(const ModelConfig& m, int max_tokens, Carver& carve);
+  float* hn = nullptr;       // a norm's output (recomputed in backward rather than kept)
+  float* tmp = nullptr;      // a sub-layer's output before its residual add
+  float *dx = nullptr, *dh = nullptr;  // d(residual stream), d(norm output)
+  float* dtopk_w = nullptr;  // [N,K] d(combine weights), experts -> router
+};
+
+class DeviceBlock {
+ public:
+  // Throws ConfigError when model.attention or model.router names no known part.
+  DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
+              PartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve);
+
+  // x_next[N,C] (=) from x[N,C]; the router's auxiliary losses (aux, z) to losses[2] (=).
+  void forward(float* x_next, const float* x, double* losses, const DeviceContext& c);
+  // On entry buf.dx holds d(x_next); on exit d(x). x as in forward.
+  void backward(const float* x, const DeviceContext& c);
+
+ private:
+  DeviceBlockBuffers& buf_;
+  DeviceRmsNorm attn_norm_;
+  std::unique_ptr<DeviceAttentionPart> attention_;
+  float* xmid_;  // [N,C] the residual stream between the two sub-layers, kept for backward
+  DeviceRmsNorm moe_norm_;
+  std::unique_ptr<DeviceRouterPart> router_;
+  std::unique_ptr<DeviceExpertsPart> experts_;
+};
+
+}  // namespace atl::gpu

@@ -1,0 +1,148 @@
+// The device side of the block parts (model/part.h), for gpu::DeviceModel (model/device_model.h).
+// Each CPU part's CUDA mirror sits beside it with the same structure: attention_gqa.cu,
+// router_topk.cu, experts_swiglu.cu and norm_residual.cu each hold that part's device buffers
+// (what it keeps for backward), its forward and its backward over the kernels of backend/cuda/,
+// with the offsets of its rows read from the layout table by name (the rows themselves are
+// declared once, by the CPU part). model/device_block.cu composes them per layer in
+// model/block.cc's order. There is no decode step on the device (`atoll generate` runs on the CPU).
+//
+// Buffers: every buffer comes from the model's one device arena through a Carver. A part takes
+// what it keeps per layer in its constructor; scratch that no call keeps comes from a pool shared
+// by every layer's part of one kind (PartScratch, as on the CPU). The model is built twice, once
+// with a counting Carver to size the arena and once to hand the buffers out, so the two passes
+// can never disagree; nothing but Carver::allocates() tells them apart.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "atoll/backend/cuda/arena.h"
+#include "atoll/backend/cuda/blas.h"
+#include "atoll/model/part.h"
+
+namespace atl::gpu {
+
+// Hands out buffers from `arena`, or with no arena only counts the bytes they would take.
+class Carver {
+ public:
+  explicit Carver(DeviceArena* arena) : arena_(arena) {}
+  template <typename T>
+  T* take(size_t n) {
+    bytes_ += (n * sizeof(T) + DeviceArena::kAlign - 1) / DeviceArena::kAlign * DeviceArena::kAlign;
+    return arena_ ? arena_->alloc<T>(n) : nullptr;
+  }
+  size_t bytes() const { return bytes_; }
+  bool allocates() const { return arena_ != nullptr; }  // false: the counting pass (no device work)
+
+ private:
+  DeviceArena* arena_;
+  size_t bytes_ = 0;
+};
+
+// What a device part carves for: at most max_batch sequences of the config's seq_len.
+struct DevicePartSizes {
+  int max_batch = 1;
+  int max_tokens = 1;  // max_batch * seq_len
+  bool bf16 = false;   // bf16 products (train.precision = bf16)
+};
+
+// The precision of the matrix products, folded into two helpers so the parts carry no precision
+// branches (the device counterpart of model/precision.h's Products): weight() hands out a
+// product's weight, the fp32 parameter or its bf16 copy; input() hands out a product's input,
+// x itself in fp32, else its bf16 rounding into x16 (in16 or dout16).
+struct DeviceProducts {
+  Blas* blas = nullptr;  // on the default stream, like every kernel here
+  Dtype dt = Dtype::kF32;
+  const float* params = nullptr;  // [layout.total()]
+  const uint16_t* w16 = nullptr;  // [layout.total()] the parameters rounded once per forward (bf16 only)
+  uint16_t* in16 = nullptr;       // [N, max(C,QD,KVD)] a product's bf16 input (bf16 only)
+  uint16_t* dout16 = nullptr;     // [N, max(C,QD,KVD)] a product's bf16 d(output) (bf16 only)
+
+  const float* param(size_t off) const { return params + off; }
+  const void* weight(size_t off) const {
+    return dt == Dtype::kBF16 ? static_cast<const void*>(w16 + off) : static_cast<const void*>(params + off);
+  }
+  const void* input(uint16_t* x16, const float* x, size_t n) const {
+    if (dt == Dtype::kF32) return x;
+    f32_to_bf16(x16, x, n);
+    return x16;
+  }
+};
+
+// What one call of a device part sees (as PartContext on the CPU).
+struct DeviceContext {
+  int B;              // sequences
+  BlockDims d;        // d.N = B * T tokens
+  DeviceProducts mm;  // params, bf16 weights, the products
+  float* grads;       // flat gradients (+=)
+  double loss_scale;  // factor of the loss whose gradient backward accumulates
+  int32_t* ids;       // integer scratch shared by the parts and the embedding backward
+                      // (at least routing_scratch_ints(N, K))
+};
+
+// Causal mixing across positions: out[N,C] from the normed residual h[N,C].
+class DeviceAttentionPart {
+ public:
+  virtual ~DeviceAttentionPart() = default;
+  // out[N,C] (=); keeps what backward needs.
+  virtual void forward(float* out, const float* h, const DeviceContext& c) = 0;
+  // dh[N,C] (+=) and the weight gradients (+=) from dout[N,C]; h as in forward.
+  virtual void backward(float* dh, const float* dout, const float* h, const DeviceContext& c) = 0;
+};
+
+// Chooses K experts per token: topk_idx[N,K], topk_w[N,K], and this layer's auxiliary losses,
+// left on the device in losses[2] (aux, z).
+class DeviceRouterPart {
+ public:
+  virtual ~DeviceRouterPart() = default;
+  virtual void forward(double* losses, const float* h, const DeviceContext& c) = 0;
+  virtual const int32_t* topk_idx() const = 0;
+  virtual const float* topk_w() const = 0;
+  // dh[N,C] (+=) and the router's gradients (+=) from dtopk_w[N,K] and loss_scale times the
+  // auxiliary losses' gradients.
+  virtual void backward(float* dh, const float* dtopk_w, const float* h, const DeviceContext& c) = 0;
+};
+
+// The experts with dispatch and combine: out[n] = Σ_j topk_w[n,j] Expert_topk_idx[n,j](h[n]).
+class DeviceExpertsPart {
+ public:
+  virtual ~DeviceExpertsPart() = default;
+  // out[N,C] (=); keeps what backward needs.
+  virtual void forward(float* out, const float* h, const int32_t* topk_idx, const float* topk_w,
+                       const DeviceContext& c) = 0;
+  // dh[N,C] (+=), dtopk_w[N,K] (=) and the experts' gradients (+=) from dout[N,C].
+  virtual void backward(float* dh, float* dtopk_w, const float* dout, const float* h, const float* topk_w,
+                        const DeviceContext& c) = 0;
+};
+
+// RMSNorm with a gain [C] (norm_residual.cu; RmsNormPart on the CPU). Keeps rstd [N]; backward
+// needs the output again, which the block recomputes by calling forward.
+class DeviceRmsNorm {
+ public:
+  DeviceRmsNorm(const ModelConfig& m, const ParamLayout& layout, const std::string& name, const DevicePartSizes& s,
+                Carver& carve);
+  // out[N,C] (=) rmsnorm(x) * gain.
+  void forward(float* out, const float* x, const DeviceContext& c);
+  // dx[N,C] (+=), d(gain) (+=) from dout[N,C]; x as in forward.
+  void backward(float* dx, const float* dout, const float* x, const DeviceContext& c);
+
+ private:
+  size_t gain_;
+  double eps_;
+  float* rstd_;  // [N]
+};
+
+// The parts of each kind, one per file (the choice between kinds is model/device_block.cu's).
+std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
+                                                               int layer, const DevicePartSizes& s,
+                                                               PartScratch& scratch, Carver& carve);
+std::unique_ptr<DeviceRouterPart> make_device_router_topk(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                                          const DevicePartSizes& s, PartScratch& scratch,
+                                                          Carver& carve);
+std::unique_ptr<DeviceExpertsPart> make_device_experts_swiglu(const ModelConfig& m, const ParamLayout& layout,
+                                                              int layer, const DevicePartSizes& s,
+                                                              PartScratch& scratch, Carver& carve);
+
+}  // namespace atl::gpu
