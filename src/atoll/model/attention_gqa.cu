@@ -18,7 +18,7 @@ namespace {
 class DeviceAttentionGqa final : public DeviceAttentionPart {
  public:
   DeviceAttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
-                     PartScratch& scratch, Carver& carve)
+                     DevicePartScratch& scratch, Carver& carve)
       : NH_(m.n_heads), NKV_(m.n_kv_heads), HD_(m.head_dim), sh_(scratch.get<Scratch>(m, s, carve)) {
     const std::string pre = layer_prefix(layer) + "attn.";
     wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
@@ -97,7 +97,7 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
 
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,
-                                                               PartScratch& scratch, Carver& carve) {
+                                                               DevicePartScratch& scratch, Carver& carve) {
   return std::make_unique<DeviceAttentionGqa>(m, layout, layer, s, scratch, carve);
 }
 

@@ -9,13 +9,13 @@ namespace {
 
 // The part kinds a config may choose (model.attention, model.router), as model/block.cc.
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                                    const DevicePartSizes& s, PartScratch& scratch, Carver& carve) {
+                                                    const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
   if (m.attention == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
   throw ConfigError("model.attention = \"" + m.attention + "\" is not a known attention on the GPU; fix: use \"gqa\"");
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                              const DevicePartSizes& s, PartScratch& scratch, Carver& carve) {
+                                              const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
   if (m.router == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
   throw ConfigError("model.router = \"" + m.router + "\" is not a known router on the GPU; fix: use \"topk\"");
 }
@@ -30,7 +30,7 @@ DeviceBlockBuffers::DeviceBlockBuffers(const ModelConfig& m, int max_tokens, Car
 }
 
 DeviceBlock::DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
-                         PartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve)
+                         DevicePartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve)
     : buf_(buf),
       attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s, carve),
       attention_(make_attention(m, layout, layer, s, scratch, carve)),

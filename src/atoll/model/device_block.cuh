@@ -26,7 +26,7 @@ class DeviceBlock {
  public:
   // Throws ConfigError when model.attention or model.router names no known part.
   DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
-              PartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve);
+              DevicePartScratch& scratch, DeviceBlockBuffers& buf, Carver& carve);
 
   // x_next[N,C] (=) from x[N,C]; the router's auxiliary losses (aux, z) to losses[2] (=).
   void forward(float* x_next, const float* x, double* losses, const DeviceContext& c);

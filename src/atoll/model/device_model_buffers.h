@@ -22,7 +22,7 @@ struct DeviceBuffers {
   float *params, *grads;   // [layout.total()]
   std::vector<float*> x;   // [L+1][N,C] residual stream entering each block (x[L]: final norm input)
   DeviceBlockBuffers blk;  // hn, tmp, dx, dh, dtopk_w: shared by the blocks and the head
-  PartScratch scratch;     // each part kind's scratch, shared by its layers
+  DevicePartScratch scratch;     // each part kind's scratch, shared by its layers
   std::vector<std::unique_ptr<DeviceBlock>> blocks;  // [L]
   float* rstdf;                // final norm [N] (its output goes to blk.tmp)
   float *logits, *ce_lse;      // one head chunk: [head_rows,V], [head_rows]

@@ -8,7 +8,7 @@
 //
 // Buffers: every buffer comes from the model's one device arena through a Carver. A part takes
 // what it keeps per layer in its constructor; scratch that no call keeps comes from a pool shared
-// by every layer's part of one kind (PartScratch, as on the CPU). The model is built twice, once
+// by every layer's part of one kind (DevicePartScratch, as PartScratch on the CPU). The model is built twice, once
 // with a counting Carver to size the arena and once to hand the buffers out, so the two passes
 // can never disagree; nothing but Carver::allocates() tells them apart.
 #pragma once
@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "atoll/backend/cuda/arena.h"
 #include "atoll/backend/cuda/blas.h"
@@ -39,6 +41,25 @@ class Carver {
  private:
   DeviceArena* arena_;
   size_t bytes_ = 0;
+};
+
+// Scratch shared by every layer's part of one kind: the first part that asks creates it (and so
+// carves it once). As model/part.h's PartScratch, keyed by the address of a static per type
+// instead of a std::map on std::type_index, which crashes hipcc's device compilation (clang 15).
+class DevicePartScratch {
+ public:
+  template <class S, class... Args>
+  std::shared_ptr<S> get(Args&&... args) {
+    static const char tag = 0;  // one address per S
+    for (auto& [key, item] : items_)
+      if (key == &tag) return std::static_pointer_cast<S>(item);
+    auto item = std::make_shared<S>(std::forward<Args>(args)...);
+    items_.emplace_back(&tag, item);
+    return item;
+  }
+
+ private:
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> items_;
 };
 
 // What a device part carves for: at most max_batch sequences of the config's seq_len.
@@ -137,12 +158,12 @@ class DeviceRmsNorm {
 // The parts of each kind, one per file (the choice between kinds is model/device_block.cu's).
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,
-                                                               PartScratch& scratch, Carver& carve);
+                                                               DevicePartScratch& scratch, Carver& carve);
 std::unique_ptr<DeviceRouterPart> make_device_router_topk(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                                          const DevicePartSizes& s, PartScratch& scratch,
+                                                          const DevicePartSizes& s, DevicePartScratch& scratch,
                                                           Carver& carve);
 std::unique_ptr<DeviceExpertsPart> make_device_experts_swiglu(const ModelConfig& m, const ParamLayout& layout,
                                                               int layer, const DevicePartSizes& s,
-                                                              PartScratch& scratch, Carver& carve);
+                                                              DevicePartScratch& scratch, Carver& carve);
 
 }  // namespace atl::gpu

@@ -15,7 +15,7 @@ namespace {
 class DeviceExpertsSwiglu final : public DeviceExpertsPart {
  public:
   DeviceExpertsSwiglu(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
-                      PartScratch& scratch, Carver& carve)
+                      DevicePartScratch& scratch, Carver& carve)
       : layer_(layer), host_offsets_(size_t(m.n_experts) + 1), sh_(scratch.get<Scratch>(m, s, carve)) {
     const std::string pre = layer_prefix(layer) + "moe.";
     w1_ = layout.at(pre + "w1").offset, w3_ = layout.at(pre + "w3").offset, w2_ = layout.at(pre + "w2").offset;
@@ -77,7 +77,7 @@ class DeviceExpertsSwiglu final : public DeviceExpertsPart {
 
 std::unique_ptr<DeviceExpertsPart> make_device_experts_swiglu(const ModelConfig& m, const ParamLayout& layout,
                                                               int layer, const DevicePartSizes& s,
-                                                              PartScratch& scratch, Carver& carve) {
+                                                              DevicePartScratch& scratch, Carver& carve) {
   return std::make_unique<DeviceExpertsSwiglu>(m, layout, layer, s, scratch, carve);
 }
 

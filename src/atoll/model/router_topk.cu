@@ -11,7 +11,7 @@ namespace {
 class DeviceRouterTopk final : public DeviceRouterPart {
  public:
   DeviceRouterTopk(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
-                   PartScratch& scratch, Carver& carve)
+                   DevicePartScratch& scratch, Carver& carve)
       : E_(m.n_experts), K_(m.top_k), aux_coef_(m.aux_loss_coef), z_coef_(m.z_loss_coef),
         w_(layout.at(layer_prefix(layer) + "moe.router").offset), sh_(scratch.get<Scratch>(m, s, carve)) {
     const size_t N = s.max_tokens;
@@ -61,7 +61,7 @@ class DeviceRouterTopk final : public DeviceRouterPart {
 }  // namespace
 
 std::unique_ptr<DeviceRouterPart> make_device_router_topk(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                                          const DevicePartSizes& s, PartScratch& scratch,
+                                                          const DevicePartSizes& s, DevicePartScratch& scratch,
                                                           Carver& carve) {
   return std::make_unique<DeviceRouterTopk>(m, layout, layer, s, scratch, carve);
 }
