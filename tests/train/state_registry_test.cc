@@ -4,8 +4,6 @@
 // kinds loaded, a single-process checkpoint resumed by a DiLoCo run, and the resume check's
 // refusals naming the field and the fix. DiLoCo's state lives in a DilocoSync over an outer group
 // of one island (a real group on the suite's redis-server).
-#include "atoll/train/state_checkpoint.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,6 +15,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/dist/store.h"
 #include "atoll/train/dataset.h"
+#include "atoll/train/state_checkpoint.h"
 #include "data/temp_dir.h"
 #include "data/text_gen.h"
 #include "dist/dist_test_util.h"
@@ -73,7 +72,8 @@ struct Worker {
     const size_t n = loop.engine->layout().total();
     const HostBuffers h = loop.engine->host();
     auto fill = [&](float* x, int k) {
-      for (size_t i = 0; i < n; ++i) x[i] = float((i * 7919 + size_t(seed) * 104729 + size_t(k) * 31) % 1000) / 997.0f - 0.5f;
+      for (size_t i = 0; i < n; ++i)
+        x[i] = float((i * 7919 + size_t(seed) * 104729 + size_t(k) * 31) % 1000) / 997.0f - 0.5f;
     };
     fill(h.params, 0), fill(h.m, 1), fill(h.v, 2);
     loop.step = 10 + seed, loop.tokens = 1000 * seed, loop.engine->set_optimizer_steps(7 + seed);
@@ -132,8 +132,8 @@ TEST_F(StateRegistryTest, DeclaresEachPieceOnceWithItsDivision) {
     EXPECT_TRUE(e.type == StateType::kTensor ? bool(e.data) != bool(e.read) : bool(e.get)) << e.name;
   }
   EXPECT_EQ(names, (std::set<std::string>{"param", "adam_m", "adam_v", "step", "tokens", "optimizer_step", "loaders",
-                                          "diloco_theta", "diloco_momentum", "diloco_residual",
-                                          "fragment_outer_steps", "outer_step"}));
+                                          "diloco_theta", "diloco_momentum", "diloco_residual", "fragment_outer_steps",
+                                          "outer_step"}));
   EXPECT_EQ(state_registry(cfg, false, nullptr).size(), 7u);  // `atoll train`: no DiLoCo state
 }
 
@@ -206,11 +206,13 @@ TEST_F(StateRegistryTest, ResumeCheckNamesTheFieldAndTheFix) {
   auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
 
   std::string msg = refusal([&] { check_resume(good, dir, cfg, 2, 1, true); });
-  EXPECT_TRUE(has(msg, dir) && has(msg, "1 islands x 1 workers") && has(msg, "--islands 1 --workers-per-island 1")) << msg;
+  EXPECT_TRUE(has(msg, dir) && has(msg, "1 islands x 1 workers") && has(msg, "--islands 1 --workers-per-island 1"))
+      << msg;
   json shaped = good;
   shaped["islands"] = 2, shaped["workers_per_island"] = 2;
   msg = refusal([&] { check_resume(shaped, dir, cfg, 1, 1, /*diloco=*/false); });
-  EXPECT_TRUE(has(msg, "not a single-process run") && has(msg, "atoll launch --islands 2 --workers-per-island 2 --resume"))
+  EXPECT_TRUE(has(msg, "not a single-process run") &&
+              has(msg, "atoll launch --islands 2 --workers-per-island 2 --resume"))
       << msg;
 
   json missing = good;

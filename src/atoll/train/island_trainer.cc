@@ -13,7 +13,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
@@ -100,7 +99,8 @@ void expect_same_state(ProcessGroup& inner, ProcessGroup& outer, const std::stri
                        const std::vector<StateEntry>& entries, const ParamLayout& layout) {
   using D = Division;
   try {
-    inner.expect_same("training state (xxh3)", state_hash(entries, layout, {D::kRun, D::kReplicatedInIsland, D::kPerIsland}));
+    inner.expect_same("training state (xxh3)",
+                      state_hash(entries, layout, {D::kRun, D::kReplicatedInIsland, D::kPerIsland}));
     outer.expect_same("run-wide training state (xxh3)", state_hash(entries, layout, {D::kRun}));
   } catch (const ConfigError& e) {
     throw Error(who + ": " + e.what() + " after start-up; fix: start every worker from the same checkpoint "

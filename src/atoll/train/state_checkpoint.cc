@@ -15,8 +15,8 @@ using nlohmann::json;
 // What one save gathers and writes (worker 0), and the values it assembled on the way.
 struct SaveWalk {
   const StatePlace& p;
-  size_t n;                         // layout().total()
-  bool writer;                      // worker 0
+  size_t n;                               // layout().total()
+  bool writer;                            // worker 0
   std::deque<std::vector<float>> held{};  // assembled or gathered values (stable addresses)
   std::vector<CheckpointBuffer> buffers{};
   json state = json::object();
@@ -89,7 +89,8 @@ const json& saved_value(const json& state, const StateEntry& e, int island, int 
 void upgrade_v1(json& m, const std::string& dir) {
   json& st = m["state"];
   if (!st.is_object())
-    throw CorruptCheckpoint("checkpoint " + dir + "/manifest.json: field 'state' is not an object; fix: resume from "
+    throw CorruptCheckpoint("checkpoint " + dir +
+                            "/manifest.json: field 'state' is not an object; fix: resume from "
                             "an older checkpoint (or start a fresh --run-dir)");
   m["islands"] = st.value("islands", 1);
   m["workers_per_island"] = st.value("workers_per_island", 1);
@@ -118,8 +119,10 @@ std::string save_training_state(const Config& cfg, const std::string& run_dir, T
   json entries = json::object();
   for (const StateEntry& e : state_registry(cfg, s.diloco != nullptr, &s)) {
     entries[e.name] = describe_entry(e, place.islands, place.workers_per_island);
-    if (e.type == StateType::kTensor) walk.tensor(e);
-    else walk.value(e);
+    if (e.type == StateType::kTensor)
+      walk.tensor(e);
+    else
+      walk.value(e);
   }
   if (!walk.writer) return "";
   return save_checkpoint({.run_dir = run_dir,
@@ -137,15 +140,17 @@ json read_training_manifest(const std::string& dir) {
   return m;
 }
 
-void check_resume(const json& manifest, const std::string& dir, const Config& cfg, int islands,
-                  int workers_per_island, bool diloco) {
+void check_resume(const json& manifest, const std::string& dir, const Config& cfg, int islands, int workers_per_island,
+                  bool diloco) {
   const int n = manifest.value("islands", 0), m = manifest.value("workers_per_island", 0);
   if (n != islands || m != workers_per_island) {
     const std::string shape = std::to_string(n) + " islands x " + std::to_string(m) + " workers";
     const std::string resume = "--islands " + std::to_string(n) + " --workers-per-island " + std::to_string(m);
     if (!diloco)
-      refuse(dir, "holds a run of " + shape + ", not a single-process run (1 island x 1 worker); fix: resume it with "
-                  "`atoll launch " + resume + " --resume`, or start a new --run-dir");
+      refuse(dir, "holds a run of " + shape +
+                      ", not a single-process run (1 island x 1 worker); fix: resume it with "
+                      "`atoll launch " +
+                      resume + " --resume`, or start a new --run-dir");
     refuse(dir, "holds a run of " + shape + ", not --islands " + std::to_string(islands) + " --workers-per-island " +
                     std::to_string(workers_per_island) + "; fix: resume with " + resume);
   }
@@ -155,15 +160,18 @@ void check_resume(const json& manifest, const std::string& dir, const Config& cf
     const std::string field = "manifest.json entries." + e.name;
     if (!saved.contains(e.name)) {
       if (e.if_absent.empty())
-        refuse(dir, "has no " + e.name + " (" + e.what + "), which this run needs (" + field + " is missing); fix: "
-                    "resume from a checkpoint of this run, or start a new --run-dir");
+        refuse(dir, "has no " + e.name + " (" + e.what + "), which this run needs (" + field +
+                        " is missing); fix: "
+                        "resume from a checkpoint of this run, or start a new --run-dir");
       continue;
     }
     if (saved[e.name].value("division", "") != division_name(e.division))
-      refuse(dir, "saved " + e.name + " divided '" + saved[e.name].value("division", "") + "', this build divides it '" +
-                      division_name(e.division) + "' (" + field + "); fix: use the atoll version that wrote it");
+      refuse(dir, "saved " + e.name + " divided '" + saved[e.name].value("division", "") +
+                      "', this build divides it '" + division_name(e.division) + "' (" + field +
+                      "); fix: use the atoll version that wrote it");
     if (e.type != StateType::kJson) continue;
-    if (!state.contains(e.name)) refuse(dir, "has no manifest.json state." + e.name + "; fix: resume from another checkpoint");
+    if (!state.contains(e.name))
+      refuse(dir, "has no manifest.json state." + e.name + "; fix: resume from another checkpoint");
     const json& v = state[e.name];
     const size_t copies = saved[e.name].value("copies", size_t(1));
     if (e.division != Division::kRun && (!v.is_array() || v.size() != copies))

@@ -46,7 +46,7 @@ void check_resume(const nlohmann::json& manifest, const std::string& dir, const 
 // This worker's state from checkpoint `dir` (checked by check_resume first): its island's copy
 // of each tensor entry, its own value of each JSON entry. Validates every tensor before it
 // changes anything (ckpt/checkpoint.h load_checkpoint).
-void restore_training_state(const std::string& dir, const nlohmann::json& manifest, const Config& cfg,
-                            TrainingState& s, const StatePlace& place);
+void restore_training_state(const std::string& dir, const nlohmann::json& manifest, const Config& cfg, TrainingState& s,
+                            const StatePlace& place);
 
 }  // namespace atl

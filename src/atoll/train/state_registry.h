@@ -48,11 +48,11 @@ struct TrainingState {
 // One piece of training state. Accessors are called only by walks that move values, with the
 // TrainingState the registry was built over; the resume check walks without one.
 struct StateEntry {
-  std::string name;   // checkpoint kind (tensors) or key in the manifest's "state" (JSON)
+  std::string name;  // checkpoint kind (tensors) or key in the manifest's "state" (JSON)
   StateType type = StateType::kJson;
   std::string owner;  // engine, driver, loader, diloco
   Division division = Division::kRun;
-  std::string what;   // for messages
+  std::string what;  // for messages
   // Tensors: the buffer itself (data) or, where the value is assembled, read/write of this
   // rank's value in the layout (a shard: zeros outside it). layout().total() floats.
   std::function<float*()> data{};
