@@ -6,11 +6,14 @@
 // streaming fragments overlapped, with error feedback, with Muon as the inner optimizer (its
 // momentum travels in adam_m), inside and after a data-parallel warm start, and after a real
 // stop (SIGINT to the launcher). A resume with another island shape is refused before anything
-// starts.
+// starts. One checkpoint format for every kind of run: a single-process `atoll train` writes the
+// manifest of a run of 1 island x 1 worker, and `atoll train --resume` and `atoll launch --islands 1
+// --workers-per-island 1 --resume` continue each other's checkpoints.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -131,6 +134,99 @@ TEST_F(IslandResume, StoppedRunResumesToTheSameResult) {
   const RunResult r = run_atoll(v, 180);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   expect_same_rows(full, stopped, 40);
+}
+
+// Step -> loss of a run's metrics (every step once).
+std::map<int64_t, double> losses(const std::string& run) {
+  std::map<int64_t, double> r;
+  for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
+    const int64_t step = row["step"].get<int64_t>();
+    EXPECT_FALSE(r.count(step)) << "step " << step << " logged twice in " << run;
+    r[step] = row["loss"].get<double>();
+  }
+  return r;
+}
+
+std::set<std::string> keys(const json& j) {
+  std::set<std::string> k;
+  for (const auto& [key, value] : j.items()) k.insert(key);
+  return k;
+}
+
+TEST_F(IslandResume, TrainAndLaunchShareOneCheckpointFormat) {
+  // diloco.inner_steps beyond train.steps: a 1 x 1 launch's only outer step follows the last
+  // step, so its 10 losses are the single-process run's.
+  const std::vector<std::string> steps = {"--set", "train.steps=10", "--set", "diloco.inner_steps=100"};
+  const std::vector<std::string> one = {"--islands", "1", "--workers-per-island", "1"};
+  auto train_args = [&](const std::string& run) {
+    std::vector<std::string> a = args(run, steps);
+    a[0] = "train";
+    a.push_back("--no-sample");
+    return a;
+  };
+  auto launch_args = [&](const std::string& run) {
+    std::vector<std::string> a = args(run, steps);
+    a.insert(a.end(), one.begin(), one.end());
+    return a;
+  };
+  const std::string trained = dir("train"), launched = dir("launch"), wide = dir("wide");
+  RunResult r = run_atoll(train_args(trained), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  r = run_atoll(launch_args(launched), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  r = run_atoll(args(wide, {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=5", "--set",
+                            "diloco.inner_steps=2"}), 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+
+  // The same manifest layout: the same top-level keys, the shape, every worker's cursor, and the
+  // single-process run's entries a subset of the multi-island run's, described alike.
+  auto manifest = [](const std::string& run, const char* step) {
+    return json::parse(read_file(run + "/checkpoints/" + step + "/manifest.json"));
+  };
+  const json mt = manifest(trained, "step-00000010"), ml = manifest(launched, "step-00000010"),
+             mw = manifest(wide, "step-00000005");
+  EXPECT_EQ(keys(mt), keys(mw));
+  EXPECT_EQ(keys(mt), keys(ml));
+  EXPECT_EQ(mt["format_version"], mw["format_version"]);
+  EXPECT_EQ(mt["islands"], 1);
+  EXPECT_EQ(mt["workers_per_island"], 1);
+  EXPECT_EQ(mw["islands"], 2);
+  EXPECT_EQ(mw["workers_per_island"], 2);
+  EXPECT_EQ(mt["state"]["loaders"].size(), 1u);
+  EXPECT_EQ(mw["state"]["loaders"].size(), 4u);
+  EXPECT_TRUE(mw["tensors"].contains("island1_param/embed"));
+  for (const auto& [name, entry] : mt["entries"].items()) {
+    ASSERT_TRUE(mw["entries"].contains(name)) << name;
+    for (const char* k : {"type", "owner", "division"}) EXPECT_EQ(entry[k], mw["entries"][name][k]) << name;
+  }
+  for (const std::string& key : keys(mt["state"])) EXPECT_TRUE(mw["state"].contains(key)) << key;
+  EXPECT_EQ(keys(ml["entries"]), keys(mw["entries"]));
+
+  const auto reference = losses(trained);
+  ASSERT_EQ(reference.size(), 10u);
+  EXPECT_EQ(losses(launched), reference);
+
+  // Each command resumes the other's checkpoint of step 5 and logs the same losses, bit for bit.
+  const std::string train_then_launch = dir("train-then-launch"), launch_then_train = dir("launch-then-train");
+  cut_at(trained, train_then_launch, 5);
+  auto v = launch_args(train_then_launch);
+  v.push_back("--resume");
+  r = run_atoll(v, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(losses(train_then_launch), reference);
+  cut_at(launched, launch_then_train, 5);
+  v = train_args(launch_then_train);
+  v.push_back("--resume");
+  r = run_atoll(v, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(losses(launch_then_train), reference);
+
+  // Shapes that do not agree are refused, naming the fix.
+  const auto before = snapshot(wide);
+  v = train_args(wide);
+  v.push_back("--resume");
+  EXPECT_TRUE(fails_clearly(run_atoll(v), {"2 islands x 2 workers", "atoll launch --islands 2 --workers-per-island 2"}));
+  EXPECT_TRUE(unchanged(before, snapshot(wide)));
 }
 
 TEST_F(IslandResume, AnotherIslandShapeIsRefused) {

@@ -94,6 +94,10 @@ TEST_F(KillAndResume, ResumedRunLogsTheSameLosses) {
   const std::string fb = killed + "/checkpoints/step-00000015/manifest.json";
   const json ma = json::parse(read_file(fa)), mb = json::parse(read_file(fb));
   for (const auto& [name, meta] : ma["tensors"].items()) EXPECT_EQ(meta["xxh3"], mb["tensors"][name]["xxh3"]) << name;
+  // A single-process run's checkpoint is a run of 1 island x 1 worker (ckpt/checkpoint.h).
+  EXPECT_EQ(mb["islands"], 1);
+  EXPECT_EQ(mb["workers_per_island"], 1);
+  EXPECT_EQ(mb["state"]["loaders"].size(), 1u);
 }
 
 }  // namespace

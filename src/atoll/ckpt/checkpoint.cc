@@ -233,6 +233,7 @@ std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const Pa
                             const std::vector<CheckpointBuffer>& buffers, const json& state) {
   check_buffers(layout, buffers);
   ATOLL_CHECK_GE(opts.step, 0);
+  ATOLL_CHECK(opts.islands >= 1 && opts.workers_per_island >= 1 && opts.entries.is_object());
   ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(cfg.model).total()) << "layout does not match cfg.model";
   const std::string ckdir = join(opts.run_dir, "checkpoints");
   const std::string name = checkpoint_dir_name(opts.step);
@@ -246,10 +247,13 @@ std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const Pa
     json manifest = {{"format_version", kCheckpointFormatVersion},
                      {"step", opts.step},
                      {"world_size", 1},
+                     {"islands", opts.islands},
+                     {"workers_per_island", opts.workers_per_island},
                      {"config", config_to_toml(cfg)},
                      {"model", model_config_to_toml(cfg.model)},
                      {"files", {{rank0["file"].get<std::string>(), {{"rank", 0}, {"bytes", rank0["bytes"]}}}}},
                      {"tensors", rank0["tensors"]},
+                     {"entries", opts.entries},
                      {"state", state}};
     write_text_file(join(tmp, kManifest), manifest.dump(1) + "\n", /*sync=*/true);
     fsync_dir(tmp);
@@ -274,15 +278,23 @@ json read_checkpoint_manifest(const std::string& dir) {
   json m = json::parse(read_text_file(path), nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object()) corrupt(path, "is not valid JSON");
   const auto version = field(m, "format_version", json::value_t::number_integer, path).get<int64_t>();
-  if (version != kCheckpointFormatVersion)
+  if (version < kOldestCheckpointFormat || version > kCheckpointFormatVersion)
     corrupt(path, "format_version is " + std::to_string(version) + ", this build reads " +
-                      std::to_string(kCheckpointFormatVersion), "fix: use the atoll version that wrote it");
+                      std::to_string(kOldestCheckpointFormat) + " to " + std::to_string(kCheckpointFormatVersion),
+            "fix: use the atoll version that wrote it");
   field(m, "step", json::value_t::number_integer, path);
   field(m, "config", json::value_t::string, path);
   field(m, "model", json::value_t::string, path);
   field(m, "files", json::value_t::object, path);
   field(m, "tensors", json::value_t::object, path);
   if (!m.contains("state")) corrupt(path, "field 'state' is missing");
+  if (version >= 2) {
+    for (const char* key : {"islands", "workers_per_island"})
+      if (field(m, key, json::value_t::number_integer, path).get<int64_t>() < 1)
+        corrupt(path, std::string("field '") + key + "' is below 1");
+    field(m, "entries", json::value_t::object, path);
+    field(m, "state", json::value_t::object, path);
+  }
   return m;
 }
 

@@ -24,6 +24,7 @@
 #include "atoll/train/metrics.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
+#include "atoll/train/state_checkpoint.h"
 
 namespace atl {
 
@@ -131,9 +132,9 @@ int launch(const LaunchOptions& o) {
   RunDir rd = inspect_run_dir(o.run_dir.empty() ? default_run_dir() : o.run_dir, cfg, o.resume);
   int64_t resume_step = 0;
   if (!rd.checkpoint.empty()) {  // refused here, before any worker starts, if it cannot resume
-    const nlohmann::json state = read_checkpoint_manifest(rd.checkpoint).at("state");
-    check_resume(state, rd.checkpoint, cfg, N, M);
-    resume_step = state.at("step").get<int64_t>();
+    const nlohmann::json manifest = read_training_manifest(rd.checkpoint);
+    check_resume(manifest, rd.checkpoint, cfg, N, M, /*diloco=*/true);
+    resume_step = manifest.at("step").get<int64_t>();
   }
   std::unique_ptr<RedisServer> redis;
   const std::string store = open_store(o.store, std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)), &redis);

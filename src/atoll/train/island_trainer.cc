@@ -13,7 +13,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
@@ -31,6 +30,7 @@
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/run_dir.h"
+#include "atoll/train/state_checkpoint.h"
 #include "atoll/train/trainer.h"
 
 namespace atl {
@@ -91,114 +91,24 @@ FragmentPlan model_fragments(const ParamLayout& layout, int fragments) {
   return plan_fragments(spans, layout.total(), fragments);
 }
 
-// Checkpoint kinds of island i's own buffers: island 0 uses the plain names ("param", "adam_m",
-// ...), so `atoll eval` / `export` read island 0's parameters; island i > 0 saves
-// "island<i>_param", "island<i>_adam_m", ...
-std::string island_kind(int island, const std::string& kind) {
-  return island == 0 ? kind : "island" + std::to_string(island) + "_" + kind;
-}
-
-// Every worker's training state into one checkpoint written by worker 0, following the
-// checkpoint contract (ckpt/checkpoint.h: one writing rank, tensors by name, the state in the
-// manifest). Ranks of an island hold bit-identical parameters and moments, so each island's rank
-// 0 sends its own (param, adam_m, ...) to worker 0 over outer-r0, saved as island_kind(i, kind);
-// the loader cursors of all W workers are gathered (island group, then outer-r0) into
-// state["loaders"][w]. The buffers are gathered to worker 0 only, one kind at a time (an
-// all-gather once gave every island's rank 0 a copy of all N islands' buffers, which ran a
-// 4-island small-config run out of memory). Until the sharded writer exists, worker 0 holds
-// N islands' buffers while it writes. Returns the checkpoint's directory on worker 0, "" elsewhere.
-std::string save_worker(const Config& cfg, const std::string& run_dir, int island, int rank, int N, int M,
-                        ProcessGroup& inner, ProcessGroup& outer, Loop& loop, DilocoSync& diloco) {
-  const size_t n = loop.engine->layout().total();
-  const std::vector<std::string> cursors = inner.allgather(nlohmann::json(loop.train_data.cursor()).dump());
-  std::vector<float> residual;  // the island's error-feedback residual, in θ's layout
-  if (cfg.diloco.error_feedback) {
-    residual.resize(n);
-    diloco.residual(residual.data());
-    inner.allreduce_sum(residual.data(), n);  // the ranks' shards: disjoint, so the sum is exact
+// After start-up (a fresh start or a resume): the island's ranks must hold the same state where
+// the registry says it is replicated in the island or run-wide, and the islands the same
+// run-wide state (θ, the outer momentum, the counters), compared by hash. A difference is a bug
+// or workers resumed from different checkpoints.
+void expect_same_state(ProcessGroup& inner, ProcessGroup& outer, const std::string& who,
+                       const std::vector<StateEntry>& entries, const ParamLayout& layout) {
+  using D = Division;
+  try {
+    inner.expect_same("training state (xxh3)",
+                      state_hash(entries, layout, {D::kRun, D::kReplicatedInIsland, D::kPerIsland}));
+    outer.expect_same("run-wide training state (xxh3)", state_hash(entries, layout, {D::kRun}));
+  } catch (const ConfigError& e) {
+    throw Error(who + ": " + e.what() + " after start-up; fix: start every worker from the same checkpoint "
+                "(--resume-from) and the same config");
   }
-  if (rank != 0) return "";
-  const std::string island_cursors = nlohmann::json(cursors).dump();
-  std::vector<CheckpointBuffer> own = loop.buffers();
-  if (cfg.diloco.error_feedback) own.push_back({"diloco_residual", residual.data()});
-  const std::vector<std::string> all_cursors = outer.allgather(island_cursors);
-  // gathered[j]: kind j of every island, [N, n] (worker 0 only; island 0's slot is its own copy).
-  std::vector<std::vector<float>> gathered(island == 0 && N > 1 ? own.size() : 0);
-  for (size_t j = 0; N > 1 && j < own.size(); ++j) {
-    if (island == 0) gathered[j].resize(size_t(N) * n);
-    outer.gather(own[j].data, n * sizeof(float), island == 0 ? gathered[j].data() : nullptr, 0);
-  }
-  if (island != 0) return "";
-
-  std::vector<CheckpointBuffer> buffers = own;
-  for (int i = 1; i < N; ++i)
-    for (size_t j = 0; j < own.size(); ++j)
-      buffers.push_back({island_kind(i, own[j].kind), gathered[j].data() + size_t(i) * n});
-  buffers.push_back({"diloco_theta", diloco.theta().data()});
-  buffers.push_back({"diloco_momentum", diloco.momentum().data()});
-  nlohmann::json state = loop.state();  // its "loader" is worker 0's, as `atoll train` writes it
-  nlohmann::json loaders = nlohmann::json::array();
-  for (int i = 0; i < N; ++i) {
-    const auto island_list = nlohmann::json::parse(all_cursors[size_t(i)]);
-    ATOLL_CHECK_EQ(island_list.size(), size_t(M));
-    for (const auto& c : island_list) loaders.push_back(nlohmann::json::parse(c.get<std::string>()));
-  }
-  state["loaders"] = loaders;  // by global worker index w = island * M + rank
-  state["islands"] = N;
-  state["workers_per_island"] = M;
-  state["outer_step"] = diloco.outer_step();
-  state["fragments"] = diloco.fragments();
-  state["fragment_outer_steps"] = diloco.fragment_outer_steps();
-  state["error_feedback_residual"] = cfg.diloco.error_feedback;  // island_kind(i, "diloco_residual")
-  return save_checkpoint({.run_dir = run_dir, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
-                         loop.engine->layout(), buffers, state);
-}
-
-// Worker w of island `island` takes its island's parameters, moments and error-feedback
-// residual, θ, the outer momentum, its own loader cursor and the outer step counts from
-// checkpoint `dir` (whose manifest's state is `saved`).
-void restore_worker(const std::string& dir, const nlohmann::json& saved, const Config& cfg, int island, int w,
-                    Loop& loop, DilocoSync& diloco) {
-  std::vector<CheckpointBuffer> buffers;
-  for (const CheckpointBuffer& b : loop.buffers()) buffers.push_back({island_kind(island, b.kind), b.data});
-  buffers.push_back({"diloco_theta", diloco.theta().data()});
-  buffers.push_back({"diloco_momentum", diloco.momentum().data()});
-  const bool has_residual = saved.value("error_feedback_residual", false);
-  std::vector<float> residual;
-  if (cfg.diloco.error_feedback && has_residual) {
-    residual.resize(loop.engine->layout().total());
-    buffers.push_back({island_kind(island, "diloco_residual"), residual.data()});
-  }
-  nlohmann::json state = load_checkpoint(dir, cfg.model, loop.engine->layout(), buffers);
-  state["loader"] = state.at("loaders").at(size_t(w));
-  loop.restore(state);
-  diloco.set_fragment_outer_steps(state.at("fragment_outer_steps").get<std::vector<int64_t>>());
-  if (!residual.empty()) diloco.set_residual(residual.data());
-  // A checkpoint written without error feedback has no residual: it starts from zero.
-  if (cfg.diloco.error_feedback && !has_residual && w == 0)
-    log_warn("resuming with diloco.error_feedback from " + dir + ", written without it: the quantization residual "
-             "starts from zero");
 }
 
 }  // namespace
-
-void check_resume(const nlohmann::json& state, const std::string& dir, const Config& cfg, int islands,
-                  int workers_per_island) {
-  if (!state.contains("islands") || !state.contains("workers_per_island") || !state.contains("loaders"))
-    throw ConfigError("checkpoint " + dir + " was not written by a multi-island run (`atoll launch`); fix: resume it "
-                      "with `atoll train --resume`, or start a new --run-dir");
-  const int n = state["islands"].get<int>(), m = state["workers_per_island"].get<int>();
-  if (n != islands || m != workers_per_island)
-    throw ConfigError("checkpoint " + dir + " holds a run of " + std::to_string(n) + " islands x " + std::to_string(m) +
-                      " workers, not --islands " + std::to_string(islands) + " --workers-per-island " +
-                      std::to_string(workers_per_island) + "; fix: resume with --islands " + std::to_string(n) +
-                      " --workers-per-island " + std::to_string(m));
-  const int p = state.value("fragments", 1);
-  if (p != cfg.diloco.fragments)
-    throw ConfigError("checkpoint " + dir + " was written with diloco.fragments = " + std::to_string(p) + ", not " +
-                      std::to_string(cfg.diloco.fragments) + "; fix: resume with --set diloco.fragments=" +
-                      std::to_string(p));
-}
 
 std::string shared_config_toml(const Config& cfg) {
   Config c = cfg;
@@ -231,10 +141,10 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
   const size_t n = engine.layout().total();
-  nlohmann::json resume_state;
+  nlohmann::json manifest;
   if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
-    resume_state = read_checkpoint_manifest(opts.resume_from).at("state");
-    check_resume(resume_state, opts.resume_from, cfg, N, M);
+    manifest = read_training_manifest(opts.resume_from);
+    check_resume(manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
   }
 
   // Rendezvous, bounded by fault.timeout_s: the store must answer and every peer arrive.
@@ -262,8 +172,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   for (ProcessGroup* g : {&inner, &outer}) {
     expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
     expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
-    expect_same(*g, who, "initial parameters (xxh3)", hash_floats(engine.host().params, n));
-    expect_same(*g, who, "step resumed from", resume ? resume_state.at("step").dump() : "none (a fresh start)");
+    expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
   }
   // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
   // before anyone waits on another).
@@ -283,7 +192,11 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
-  if (resume) restore_worker(opts.resume_from, resume_state, cfg, opts.island, w, loop, diloco);
+  TrainingState state{.loop = loop, .diloco = &diloco};
+  const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
+                         .inner = &inner, .outer = &outer};
+  if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
+  expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
   loop.engine->to_device(kAllState);  // the initial or restored parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0) {
     write_run_config(rd, cfg);
@@ -311,7 +224,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
        .save =
            [&] {
              loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
-             return save_worker(cfg, run_dir, opts.island, opts.rank, N, M, inner, outer, loop, diloco);
+             return save_training_state(cfg, run_dir, state, place);
            },
        .events = events.get(),
        .t_start = t_start});

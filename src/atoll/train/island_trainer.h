@@ -25,12 +25,13 @@
 // idle_s (cumulative seconds; overlap_comm_s too when exchanges overlap), and outer_step /
 // fragment / theta_hash after every outer step; written to `metrics_fd` (one line per write; the
 // launcher merges them into one metrics.jsonl) or, when -1, appended to RUN_DIR/metrics.jsonl.
-// Worker 0 (island 0, rank 0) evaluates. Checkpoints hold the whole run: every island's
-// parameters and optimizer moments (island 0's under the plain names, island i's under
-// "island<i>_param", ...), diloco_theta, diloco_momentum, and in the state every worker's loader
-// cursor ("loaders", by global index w), the island shape and the per-fragment outer step
-// counts; every worker takes part (gathers to worker 0, which writes). A checkpoint waits until
-// no exchange is in flight. `resume_from` restarts every worker from such a checkpoint.
+// Worker 0 (island 0, rank 0) evaluates. Checkpoints hold the whole run: every entry of the state
+// registry (state_registry.h: every island's parameters and moments, θ, the outer momentum, every
+// worker's loader cursor, the counters), saved and restored by walks of it (state_checkpoint.h);
+// every worker takes part (gathers to worker 0, which writes). A checkpoint waits until no
+// exchange is in flight. `resume_from` restarts every worker from such a checkpoint, or from a
+// single-process run's when the run is 1 island x 1 worker (DiLoCo then starts from θ = its
+// parameters). After start-up the workers compare the hash of the state they must share.
 #pragma once
 
 #include <cstdint>
@@ -60,11 +61,6 @@ struct WorkerResult {
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
-
-// Throws ConfigError (naming the checkpoint and the fix) unless checkpoint `dir`, whose manifest
-// state is `state`, was written by a multi-island run of this shape and diloco.fragments.
-void check_resume(const nlohmann::json& state, const std::string& dir, const Config& cfg, int islands,
-                  int workers_per_island);
 
 // The resolved config TOML without the placement keys (what workers must agree on).
 std::string shared_config_toml(const Config& cfg);

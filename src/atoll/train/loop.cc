@@ -61,21 +61,4 @@ double Loop::validate() {
   return sum / double(windows);
 }
 
-std::vector<CheckpointBuffer> Loop::buffers() {
-  const HostBuffers h = engine->host();
-  return {{"param", h.params}, {"adam_m", h.m}, {"adam_v", h.v}};
-}
-
-nlohmann::json Loop::state() const {
-  return {{"step", step}, {"tokens", tokens}, {"optimizer_step", engine->optimizer_steps()},
-          {"loader", train_data.cursor()}};
-}
-
-void Loop::restore(const nlohmann::json& s) {
-  step = s.at("step").get<int64_t>();
-  tokens = s.at("tokens").get<int64_t>();
-  engine->set_optimizer_steps(s.at("optimizer_step").get<int64_t>());
-  train_data.set_cursor(s.at("loader").get<Cursor>());
-}
-
 }  // namespace atl

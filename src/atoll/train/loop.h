@@ -2,6 +2,7 @@
 // step runs; engine/engine.h), this worker's slice of the training data and the validation
 // split, and the counters. The driver (driver.h) runs the steps; this file feeds the engine its
 // token batches: one batch's gradients with accumulation over micro-batches, and validation.
+// What a checkpoint holds of it is declared in the state registry (state_registry.h).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "atoll/ckpt/checkpoint.h"
 #include "atoll/config/config.h"
 #include "atoll/data/loader.h"
 #include "atoll/engine/engine.h"
@@ -39,12 +39,6 @@ struct Loop {
   // Mean cross-entropy over the first train.eval_batches micro-batches of the validation split
   // (val_data must exist), where the step runs.
   double validate();
-
-  // The checkpoint's view of the host copies (the caller brings them up to date first:
-  // engine->to_host(kAllState)), and the counters and loader cursor.
-  std::vector<CheckpointBuffer> buffers();
-  nlohmann::json state() const;
-  void restore(const nlohmann::json& s);
 };
 
 }  // namespace atl

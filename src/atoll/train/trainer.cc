@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
-#include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
 #include "atoll/train/dataset.h"
@@ -17,6 +16,7 @@
 #include "atoll/train/metrics.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
+#include "atoll/train/state_checkpoint.h"
 
 namespace atl {
 namespace fs = std::filesystem;
@@ -41,8 +41,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   Loop loop(cfg, data.dir);
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
-  if (!rd.checkpoint.empty())
-    loop.restore(load_checkpoint(rd.checkpoint, cfg.model, engine.layout(), loop.buffers()));
+  TrainingState state{.loop = loop};  // one island of one worker, without DiLoCo
+  if (!rd.checkpoint.empty()) {
+    const nlohmann::json manifest = read_training_manifest(rd.checkpoint);
+    check_resume(manifest, rd.checkpoint, cfg, 1, 1, /*diloco=*/false);
+    restore_training_state(rd.checkpoint, manifest, cfg, state, {});
+  }
   engine.to_device(kAllState);
   write_run_config(rd, cfg);
   if (!data.tokenizer_path.empty()) {
@@ -72,8 +76,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
        .save =
            [&] {
              engine.to_host(kAllState);
-             return save_checkpoint({.run_dir = rd.path, .step = loop.step, .keep = cfg.checkpoint.keep}, cfg,
-                                    engine.layout(), loop.buffers(), loop.state());
+             return save_training_state(cfg, rd.path, state, {});
            },
        .events = &events,
        .stop_after = opts.stop_after,

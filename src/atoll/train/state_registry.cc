@@ -1,0 +1,145 @@
+#include "atoll/train/state_registry.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "atoll/core/check.h"
+
+namespace atl {
+namespace {
+
+using nlohmann::json;
+
+// A counter saved as a JSON integer.
+std::string integer_check(const json& v) { return v.is_number_integer() ? "" : "is not an integer"; }
+
+}  // namespace
+
+const char* division_name(Division d) {
+  switch (d) {
+    case Division::kRun: return "run";
+    case Division::kPerIsland: return "per_island";
+    case Division::kReplicatedInIsland: return "replicated_in_island";
+    case Division::kShardedInIsland: return "sharded_in_island";
+    case Division::kPerWorker: return "per_worker";
+  }
+  return "?";
+}
+
+// Every piece of training state, declared once. The accessors capture `live` (and `cfg`) and are
+// called only by the walks that move values; the declarations alone serve the resume check.
+std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingState* live) {
+  using D = Division;
+  const auto T = StateType::kTensor, J = StateType::kJson;
+  TrainingState* s = live;
+  auto engine = [s]() -> Engine& { return *s->loop.engine; };
+  std::vector<StateEntry> r;
+  r.push_back({.name = "param", .type = T, .owner = "engine", .division = D::kReplicatedInIsland,
+               .what = "the parameters", .data = [=] { return engine().host().params; }});
+  r.push_back({.name = "adam_m", .type = T, .owner = "engine", .division = D::kReplicatedInIsland,
+               .what = "the optimizer's first moment (Muon's momentum for hidden matrices)",
+               .data = [=] { return engine().host().m; }});
+  r.push_back({.name = "adam_v", .type = T, .owner = "engine", .division = D::kReplicatedInIsland,
+               .what = "the optimizer's second moment", .data = [=] { return engine().host().v; }});
+  r.push_back({.name = "step", .type = J, .owner = "driver", .division = D::kRun, .what = "steps done",
+               .get = [s] { return json(s->loop.step); },
+               .set = [s](const json& v) { s->loop.step = v.get<int64_t>(); }, .check = integer_check});
+  r.push_back({.name = "tokens", .type = J, .owner = "driver", .division = D::kRun,
+               .what = "tokens trained on (every worker's)", .get = [s] { return json(s->loop.tokens); },
+               .set = [s](const json& v) { s->loop.tokens = v.get<int64_t>(); }, .check = integer_check});
+  r.push_back({.name = "optimizer_step", .type = J, .owner = "engine", .division = D::kRun,
+               .what = "the optimizer's step count", .get = [=] { return json(engine().optimizer_steps()); },
+               .set = [=](const json& v) { engine().set_optimizer_steps(v.get<int64_t>()); },
+               .check = integer_check});
+  r.push_back({.name = "loaders", .type = J, .owner = "loader", .division = D::kPerWorker,
+               .what = "the training data cursor", .get = [s] { return json(s->loop.train_data.cursor()); },
+               .set = [s](const json& v) { s->loop.train_data.set_cursor(v.get<Cursor>()); },
+               .check = [](const json& v) -> std::string {
+                 try {
+                   (void)v.get<Cursor>();
+                   return "";
+                 } catch (const json::exception& e) {
+                   return std::string("is not a data cursor (") + e.what() + ")";
+                 }
+               }});
+  if (!diloco) return r;
+  r.push_back({.name = "diloco_theta", .type = T, .owner = "diloco", .division = D::kRun,
+               .what = "DiLoCo's global parameters θ", .data = [s] { return s->diloco->theta().data(); },
+               .if_absent = "θ starts from the restored parameters",
+               .on_absent = [=] {
+                 const float* p = engine().host().params;
+                 std::copy(p, p + s->diloco->theta().size(), s->diloco->theta().begin());
+               }});
+  r.push_back({.name = "diloco_momentum", .type = T, .owner = "diloco", .division = D::kRun,
+               .what = "DiLoCo's outer momentum", .data = [s] { return s->diloco->momentum().data(); },
+               .if_absent = "the outer momentum starts from zero"});
+  if (cfg.diloco.error_feedback)
+    r.push_back({.name = "diloco_residual", .type = T, .owner = "diloco", .division = D::kShardedInIsland,
+                 .what = "the island's quantization residual (diloco.error_feedback)",
+                 .read = [s](float* out) { s->diloco->residual(out); },
+                 .write = [s](const float* in) { s->diloco->set_residual(in); },
+                 .if_absent = "the quantization residual starts from zero"});
+  r.push_back({.name = "fragment_outer_steps", .type = J, .owner = "diloco", .division = D::kRun,
+               .what = "outer steps done per fragment",
+               .get = [s] { return json(s->diloco->fragment_outer_steps()); },
+               .set = [s](const json& v) { s->diloco->set_fragment_outer_steps(v.get<std::vector<int64_t>>()); },
+               .check = [&cfg](const json& v) -> std::string {
+                 if (!v.is_array()) return "is not a list";
+                 if (int(v.size()) == cfg.diloco.fragments) return "";
+                 const std::string p = std::to_string(v.size());
+                 return "was written with diloco.fragments = " + p + ", not " + std::to_string(cfg.diloco.fragments) +
+                        "; fix: resume with --set diloco.fragments=" + p;
+               },
+               .if_absent = "the outer step counts start from zero"});
+  r.push_back({.name = "outer_step", .type = J, .owner = "diloco", .division = D::kRun,
+               .what = "outer steps done (the sum of fragment_outer_steps)",
+               .get = [s] { return json(s->diloco->outer_step()); }, .check = integer_check,
+               .if_absent = "derived from fragment_outer_steps"});
+  return r;
+}
+
+json describe_entry(const StateEntry& e, int islands, int workers_per_island) {
+  int copies = islands;
+  if (e.division == Division::kRun) copies = 1;
+  if (e.division == Division::kPerWorker) copies = islands * workers_per_island;
+  return {{"type", e.type == StateType::kTensor ? "tensor" : "json"},
+          {"owner", e.owner},
+          {"division", division_name(e.division)},
+          {"copies", copies}};
+}
+
+std::string island_kind(int island, const std::string& name) {
+  return island == 0 ? name : "island" + std::to_string(island) + "_" + name;
+}
+
+std::string state_hash(const std::vector<StateEntry>& entries, const ParamLayout& layout,
+                       const std::vector<Division>& divisions) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> h(XXH3_createState(), XXH3_freeState);
+  ATOLL_CHECK(h != nullptr);
+  XXH3_64bits_reset(h.get());
+  std::vector<float> staged;
+  for (const StateEntry& e : entries) {
+    if (std::find(divisions.begin(), divisions.end(), e.division) == divisions.end()) continue;
+    XXH3_64bits_update(h.get(), e.name.data(), e.name.size() + 1);  // with its terminator: names separate
+    if (e.type == StateType::kJson) {
+      const std::string text = e.get().dump();
+      XXH3_64bits_update(h.get(), text.data(), text.size());
+      continue;
+    }
+    const float* x = e.data ? e.data() : nullptr;
+    if (!x) {
+      staged.assign(layout.total(), 0.0f);
+      e.read(staged.data());
+      x = staged.data();
+    }
+    for (const ParamEntry& p : layout.entries()) XXH3_64bits_update(h.get(), x + p.offset, p.numel * sizeof(float));
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(h.get())));
+  return buf;
+}
+
+}  // namespace atl
