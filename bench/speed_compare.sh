@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `atoll bench` of two trees side by side in one session: a reference revision's binary and this
 # tree's build/atoll, alternating per round (ref fp32, new fp32, ref bf16, new bf16, ...) so a
-# drifting machine load hits both alike. Prints the median tokens/s of each and the ratio.
+# drifting machine load hits both alike. Prints the median tokens/s of each and the ratio, and
+# the same from each side's best step (the least disturbed by other load on a shared host).
 #   bench/speed_compare.sh REV [CONFIG] [ROUNDS]     # e.g. bench/speed_compare.sh ddac503 small 3
 # The reference binary is built as bench/identity.sh builds it (shared folder $OUT/ref-<sha>).
 set -euo pipefail
@@ -33,11 +34,14 @@ done
 python3 - "$results" "$sha" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"| precision | ref {sys.argv[2]} tokens/s (median; runs) | this tree tokens/s (median; runs) | ratio |")
-print("|---|---|---|---:|")
+print(f"| precision | ref {sys.argv[2]} tokens/s (median; runs) | this tree tokens/s (median; runs) | ratio | ratio of best steps |")
+print("|---|---|---|---:|---:|")
 for prec in ("fp32", "bf16"):
     t = {w: [r["result"]["tokens_per_s"] for r in rows if r["who"] == w and r["precision"] == prec] for w in ("ref", "new")}
     m = {w: statistics.median(v) for w, v in t.items()}
     runs = {w: ", ".join(f"{x:.0f}" for x in v) for w, v in t.items()}
-    print(f"| {prec} | {m['ref']:.0f} ({runs['ref']}) | {m['new']:.0f} ({runs['new']}) | {m['new'] / m['ref']:.3f} |")
+    best = {w: min(r["result"]["step_s_min"] for r in rows if r["who"] == w and r["precision"] == prec)
+            for w in ("ref", "new")}
+    print(f"| {prec} | {m['ref']:.0f} ({runs['ref']}) | {m['new']:.0f} ({runs['new']}) | {m['new'] / m['ref']:.3f} | "
+          f"{best['ref'] / best['new']:.3f} |")
 PY

@@ -76,9 +76,10 @@ class Model {
 extern template class Model<float>;
 extern template class Model<double>;
 
-// Training FLOPs per token, the peer's formula (../shared/peer/ref_moe.py flops_per_token):
-// 6 * (active matrix parameters + V*C head) + 12 * L * T * (NH*HD) for attention, counting
-// the full T×T matrix as the peer computes it; used for GFLOP/s and MFU so the figures compare.
+// Training FLOPs per token, the formula of the PyTorch reference benchmark that atoll is
+// measured against (bench/vs_pytorch.sh): 6 * (active matrix parameters + V*C head) +
+// 12 * L * T * (NH*HD) for attention, counting the full T×T matrix as PyTorch's eager
+// attention computes it; used for GFLOP/s and MFU so the two sides' figures compare.
 double flops_per_token(const ModelConfig& m);
 
 }  // namespace atl
