@@ -6,26 +6,14 @@
 #include <cstddef>
 
 #include "atoll/core/check.h"
+#include "atoll/layers/blas.h"
 
 namespace atl {
-namespace {
-
-// BLAS routines reject zero-sized products with leading dimensions of 0; K == 0 still scales C.
-template <typename T>
-bool handle_empty(int M, int N, int K, T beta, T* C, int ldc) {
-  if (M == 0 || N == 0) return true;
-  if (K > 0) return false;
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < N; ++j) C[size_t(i) * ldc + j] = beta == T(0) ? T(0) : beta * C[size_t(i) * ldc + j];
-  return true;
-}
-
-}  // namespace
 
 template <>
 void gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
                  float beta, float* C, int ldc) {
-  if (handle_empty(M, N, K, beta, C, ldc)) return;
+  if (gemm_handle_empty(M, N, K, beta, C, ldc)) return;
   const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   ATOLL_CHECK(status == dnnl_success) << "dnnl_sgemm " << M << "x" << N << "x" << K << " status " << int(status);
 }
@@ -33,7 +21,7 @@ void gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float
 template <>
 void gemm<double>(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,
                   int ldb, double beta, double* C, int ldc) {
-  if (handle_empty(M, N, K, beta, C, ldc)) return;
+  if (gemm_handle_empty(M, N, K, beta, C, ldc)) return;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
 }
