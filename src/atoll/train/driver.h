@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
@@ -44,6 +46,31 @@ class StepHooks {
   virtual void finish_row(StepRow& row, const StepClocks& clocks) { (void)row, (void)clocks; }
   // Whether a due checkpoint may be written now; false delays it (an exchange in flight).
   virtual bool can_checkpoint() { return true; }
+};
+
+// Hooks in a row: each call goes to every hook in the order given (the step meets them in that
+// order: the in-island mean before the warm start's mean across islands, say); a checkpoint may
+// be written when every hook allows it. A kind of run is a list of the hooks it needs.
+class HookList final : public StepHooks {
+ public:
+  explicit HookList(std::vector<StepHooks*> hooks) : hooks_(std::move(hooks)) {}
+  void after_gradients(Loop& loop) override {
+    for (StepHooks* h : hooks_) h->after_gradients(loop);
+  }
+  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override {
+    for (StepHooks* h : hooks_) h->after_inner_step(loop, row, clocks);
+  }
+  void finish_row(StepRow& row, const StepClocks& clocks) override {
+    for (StepHooks* h : hooks_) h->finish_row(row, clocks);
+  }
+  bool can_checkpoint() override {
+    for (StepHooks* h : hooks_)
+      if (!h->can_checkpoint()) return false;
+    return true;
+  }
+
+ private:
+  std::vector<StepHooks*> hooks_;
 };
 
 struct DriverOptions {

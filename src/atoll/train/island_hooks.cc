@@ -31,23 +31,11 @@ std::string start_diloco(DilocoSync& diloco, ProcessGroup& outer, const std::str
 
 }  // namespace
 
-IslandHooks::IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
-                         DilocoSync& diloco, StreamingDiloco& streaming, JsonlWriter* events)
-    : cfg_(cfg),
-      place_(place),
-      inner_(inner),
-      outer_(outer),
-      diloco_(diloco),
-      streaming_(streaming),
-      events_(events),
-      // diloco.dp_warmup_steps: steps 1..dp_warmup are data parallel across every worker; DiLoCo
-      // then starts from θ = the warm parameters and counts its inner steps from there.
-      dp_warmup_(std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps)),
-      diloco_steps_(cfg.train.steps - dp_warmup_) {}
+int64_t dp_warmup_steps(const Config& cfg) { return std::min(cfg.diloco.dp_warmup_steps, cfg.train.steps); }
 
-void IslandHooks::after_gradients(Loop& loop) {
+void IslandMeanHook::after_gradients(Loop& loop) {
   Engine& engine = *loop.engine;
-  const int N = place_.islands, M = place_.workers_per_island;
+  const int M = place_.workers_per_island;
   const size_t n = engine.layout().total();
   float* grads = engine.host().grads;
   if (M > 1 && engine.has_island_mean()) {  // on the GPU: NCCL's mean, in device memory
@@ -56,42 +44,60 @@ void IslandHooks::after_gradients(Loop& loop) {
     inner_.allreduce_sum(grads, n);
     scale(grads, n, 1.0 / M);
   }
-  // The warm start: the islands' means averaged across islands, so every worker takes the
-  // same step. Gloo's ring hands every rank the same sum, so the islands stay bit-identical.
-  // Rank r averages the r-th M-th over its outer group, then the island shares the shards,
-  // so the slow links carry each gradient element once per island.
-  if (N > 1 && loop.step < dp_warmup_) {
-    if (shards_.empty()) shards_ = even_part_sizes(n, M);
-    const auto [lo, hi] = even_part(n, place_.rank, M);
-    engine.to_host(kGrads);
-    outer_.allreduce_sum(grads + lo, hi - lo);
-    scale(grads + lo, hi - lo, 1.0 / N);
-    if (M > 1) inner_.allgatherv(grads, shards_);
-    engine.to_device(kGrads);
-  }
 }
 
-void IslandHooks::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) {
+void IslandMeanHook::finish_row(StepRow& row, const StepClocks& clocks) {
+  row.island = place_.island;
+  row.rank = place_.rank;
+  row.comm_bytes = inner_.stats().bytes_sent + outer_.stats().bytes_sent;
+  row.comm_s = clocks.comm_s;
+  row.compute_s = clocks.compute_s;
+  row.idle_s = clocks.idle_s;
+  if (cfg_.diloco.overlap_steps > 0) row.overlap_comm_s = clocks.overlap_s;
+}
+
+// The islands' means averaged across islands, so every worker takes the same step. Gloo's ring
+// hands every rank the same sum, so the islands stay bit-identical. Rank r averages the r-th
+// M-th over its outer group, then the island shares the shards, so the slow links carry each
+// gradient element once per island.
+void WarmStartHook::after_gradients(Loop& loop) {
+  const int N = place_.islands, M = place_.workers_per_island;
+  if (N <= 1 || loop.step >= dp_warmup_) return;
+  Engine& engine = *loop.engine;
+  const size_t n = engine.layout().total();
+  float* grads = engine.host().grads;
+  if (shards_.empty()) shards_ = even_part_sizes(n, M);
+  const auto [lo, hi] = even_part(n, place_.rank, M);
+  engine.to_host(kGrads);
+  outer_.allreduce_sum(grads + lo, hi - lo);
+  scale(grads + lo, hi - lo, 1.0 / N);
+  if (M > 1) inner_.allgatherv(grads, shards_);
+  engine.to_device(kGrads);
+}
+
+void WarmStartHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) {
+  (void)clocks;
+  if (dp_warmup_ == 0 || loop.step != dp_warmup_) return;
+  Engine& engine = *loop.engine;
+  engine.to_host(kParams);
+  row.theta_hash = theta_hash_ = start_diloco(diloco_, outer_, place_.who, engine.host().params);
+  row.outer_step = 0;
+  engine.to_device(kParams);
+  if (events_) events_->write({{"event", "diloco_start"}, {"step", loop.step}, {"theta_hash", theta_hash_}});
+}
+
+void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) {
   Engine& engine = *loop.engine;
   // The outer steps due after this step (dist/streaming.h): blocking, started, or finished.
   // The outer step works on the host copy: down before any step that may read or write θ (a
   // fragment due, the last step, or an exchange in flight, which may finish here), up after
   // (no-ops on the CPU). after_step() touches θ at no other step.
   const int64_t inner_step = loop.step - dp_warmup_;  // DiLoCo's step count, 0 at its start
-  const bool warm_start_ends = inner_step == 0 && dp_warmup_ > 0;
-  const bool theta_on_host =
-      warm_start_ends || (inner_step > 0 && (inner_step >= diloco_steps_ || streaming_.in_flight() ||
-                                             streaming_.schedule().due(inner_step, diloco_steps_) >= 0));
+  if (inner_step <= 0) return;
+  const bool theta_on_host = inner_step >= diloco_steps_ || streaming_.in_flight() ||
+                             streaming_.schedule().due(inner_step, diloco_steps_) >= 0;
   if (theta_on_host) engine.to_host(kParams);
-  float* params = engine.host().params;
-  StreamStep st;
-  if (warm_start_ends) {
-    row.theta_hash = theta_hash_ = start_diloco(diloco_, outer_, place_.who, params);
-    row.outer_step = 0;
-    if (events_) events_->write({{"event", "diloco_start"}, {"step", loop.step}, {"theta_hash", theta_hash_}});
-  } else if (inner_step > 0) {
-    st = streaming_.after_step(inner_step, diloco_steps_, params);
-  }
+  const StreamStep st = streaming_.after_step(inner_step, diloco_steps_, engine.host().params);
   if (theta_on_host) engine.to_device(kParams);
   clocks.comm_s += st.comm_s;
   clocks.idle_s += st.idle_s;
@@ -101,16 +107,6 @@ void IslandHooks::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks)
     row.fragment = st.synced->fragment;
     row.theta_hash = theta_hash_ = st.synced->theta_hash;
   }
-}
-
-void IslandHooks::finish_row(StepRow& row, const StepClocks& clocks) {
-  row.island = place_.island;
-  row.rank = place_.rank;
-  row.comm_bytes = inner_.stats().bytes_sent + outer_.stats().bytes_sent;
-  row.comm_s = clocks.comm_s;
-  row.compute_s = clocks.compute_s;
-  row.idle_s = clocks.idle_s;
-  if (cfg_.diloco.overlap_steps > 0) row.overlap_comm_s = clocks.overlap_s;
 }
 
 }  // namespace atl

@@ -1,14 +1,15 @@
-// What a worker of a multi-island run adds to the driver's step (driver.h StepHooks), in the
-// order the step meets them:
-//   after_gradients   the island's gradient mean every step (NCCL in device memory when the
-//                     engine has it, else Gloo over the island group on the host copy), and
-//                     during the data-parallel warm start (diloco.dp_warmup_steps) the mean
-//                     across islands too, so every worker takes the same step;
-//   after_inner_step  DiLoCo: at the end of the warm start θ ← the warm parameters; then the
-//                     outer steps that streaming DiLoCo has due (dist/streaming.h), on the host
-//                     copy of the parameters;
-//   finish_row        island, rank and this process's communication figures;
-//   can_checkpoint    not while an exchange is in flight.
+// What a worker of a multi-island run adds to the driver's step (driver.h StepHooks): three
+// hooks, each one concern, in the order the step meets them (IslandHooks lists them):
+//   IslandMeanHook  after_gradients: the island's gradient mean every step (NCCL in device
+//                   memory when the engine has it, else Gloo over the island group on the host
+//                   copy); finish_row: island, rank and this process's communication figures.
+//   WarmStartHook   after_gradients: during the data-parallel warm start (diloco.dp_warmup_steps)
+//                   the mean across islands too, so every worker takes the same step;
+//                   after_inner_step: at its end θ ← the warm parameters (checked by hash).
+//   DilocoHook      after_inner_step: the outer steps that streaming DiLoCo has due
+//                   (dist/streaming.h), on the host copy of the parameters; can_checkpoint: not
+//                   while an exchange is in flight.
+// Later concerns (a router's bias balancing, fault handling) are one more hook in the list.
 #pragma once
 
 #include <cstdint>
@@ -29,29 +30,84 @@ struct IslandPlace {
   std::string who{};  // "island I rank R", for errors
 };
 
-class IslandHooks final : public StepHooks {
+// Steps 1..dp_warmup are data parallel across every worker (diloco.dp_warmup_steps, at most
+// train.steps); DiLoCo then starts from θ = the warm parameters and counts its steps from there.
+int64_t dp_warmup_steps(const Config& cfg);
+
+class IslandMeanHook final : public StepHooks {
  public:
-  // events: worker 0's events.jsonl ("diloco_start"), null elsewhere.
-  IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
-              DilocoSync& diloco, StreamingDiloco& streaming, JsonlWriter* events);
-
+  IslandMeanHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer)
+      : cfg_(cfg), place_(place), inner_(inner), outer_(outer) {}
   void after_gradients(Loop& loop) override;
-  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
   void finish_row(StepRow& row, const StepClocks& clocks) override;
-  bool can_checkpoint() override { return !streaming_.in_flight(); }
-
-  const std::string& theta_hash() const { return theta_hash_; }  // after the newest outer step
 
  private:
   const Config& cfg_;
   IslandPlace place_;
   ProcessGroup &inner_, &outer_;
+};
+
+class WarmStartHook final : public StepHooks {
+ public:
+  // events: worker 0's events.jsonl ("diloco_start"), null elsewhere.
+  WarmStartHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
+                DilocoSync& diloco, JsonlWriter* events)
+      : place_(place), inner_(inner), outer_(outer), diloco_(diloco), events_(events),
+        dp_warmup_(dp_warmup_steps(cfg)) {}
+  void after_gradients(Loop& loop) override;
+  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
+  const std::string& theta_hash() const { return theta_hash_; }  // θ's at the end of the warm start
+
+ private:
+  IslandPlace place_;
+  ProcessGroup &inner_, &outer_;
   DilocoSync& diloco_;
-  StreamingDiloco& streaming_;
   JsonlWriter* events_;
-  int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
-  std::vector<size_t> shards_;        // the warm start's gradient shards over the island
+  int64_t dp_warmup_;
+  std::vector<size_t> shards_;  // the gradient shards over the island
   std::string theta_hash_;
+};
+
+class DilocoHook final : public StepHooks {
+ public:
+  DilocoHook(const Config& cfg, StreamingDiloco& streaming)
+      : streaming_(streaming), dp_warmup_(dp_warmup_steps(cfg)), diloco_steps_(cfg.train.steps - dp_warmup_) {}
+  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
+  bool can_checkpoint() override { return !streaming_.in_flight(); }
+  const std::string& theta_hash() const { return theta_hash_; }  // after the newest outer step
+
+ private:
+  StreamingDiloco& streaming_;
+  int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
+  std::string theta_hash_;
+};
+
+// The hooks of an island worker, in order.
+class IslandHooks final : public StepHooks {
+ public:
+  IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
+              DilocoSync& diloco, StreamingDiloco& streaming, JsonlWriter* events)
+      : mean_(cfg, place, inner, outer),
+        warm_(cfg, place, inner, outer, diloco, events),
+        diloco_(cfg, streaming),
+        list_({&mean_, &warm_, &diloco_}) {}
+  void after_gradients(Loop& loop) override { list_.after_gradients(loop); }
+  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override {
+    list_.after_inner_step(loop, row, clocks);
+  }
+  void finish_row(StepRow& row, const StepClocks& clocks) override { list_.finish_row(row, clocks); }
+  bool can_checkpoint() override { return list_.can_checkpoint(); }
+
+  // θ's hash after the newest outer step, or at the end of the warm start; "" before either.
+  const std::string& theta_hash() const {
+    return diloco_.theta_hash().empty() ? warm_.theta_hash() : diloco_.theta_hash();
+  }
+
+ private:
+  IslandMeanHook mean_;
+  WarmStartHook warm_;
+  DilocoHook diloco_;
+  HookList list_;
 };
 
 }  // namespace atl
