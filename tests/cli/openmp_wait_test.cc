@@ -75,5 +75,27 @@ TEST(OpenmpWait, TheRestartKeepsArgumentsAndExitCode) {
   EXPECT_NE(r.error_lines()[0].find("/nonexistent/atoll-openmp-wait.toml"), std::string::npos) << r.describe();
 }
 
+// The processes atoll starts see the user's environment, not atoll's restart setting:
+// `atoll launch` gives its worker OMP_WAIT_POLICY=passive, so the worker's libgomp must start
+// with passive's spin count (0), not with the launcher's GOMP_SPINCOUNT.
+TEST(OpenmpWait, ALaunchedWorkerMakesItsOwnChoice) {
+  MicroWorld world;
+  child_env() = {"ATOLL_CACHE_DIR=" + world.path("cache"), "OMP_DISPLAY_ENV=verbose", "OMP_WAIT_POLICY",
+                 "GOMP_SPINCOUNT"};
+  const RunResult r = run_atoll({"launch", "--islands", "1", "--config", world.config(), "--run-dir",
+                                 world.path("run"), "--set", "train.steps=1"},
+                                120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::vector<std::string> worker_counts, launcher_counts;  // the worker's lines carry its name
+  for (const auto& line : split_lines(r.out + "\n" + r.err)) {
+    const std::vector<std::string> v = spin_counts_printed(line);
+    auto& to = line.find("island 0 rank 0") != std::string::npos ? worker_counts : launcher_counts;
+    to.insert(to.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(worker_counts, std::vector<std::string>{"0"}) << r.describe();
+  EXPECT_EQ(launcher_counts, (std::vector<std::string>{"300000", cli::kAtollSpinCount}))
+      << "the launcher's two starts, libgomp's default then atoll's: " << r.describe();
+}
+
 }  // namespace
 }  // namespace atl::testing

@@ -18,8 +18,10 @@
 // libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, in its constructor, before main()
 // runs, and has no call to change them later. So when the user has set neither, main() sets
 // GOMP_SPINCOUNT = kAtollSpinCount and replaces the process with itself (execv of
-// /proc/self/exe: same pid, same arguments), and libgomp starts again with it. A user's own
-// setting of either variable is kept as it is.
+// /proc/self/exe: same pid, same arguments), and libgomp starts again with it. The restarted
+// image then removes the variable again, so the processes it starts (`atoll launch`'s workers,
+// which get OMP_WAIT_POLICY=passive, and redis-server) see the user's environment. A user's
+// own setting of either variable is kept as it is.
 #pragma once
 
 namespace atl::cli {
