@@ -76,6 +76,7 @@ struct RunResult {
 };
 
 // Extra environment for every child: a private cache folder, so no test touches ~/.cache.
+// "NAME=VALUE" sets NAME; a bare "NAME" removes it from the child's environment.
 inline std::vector<std::string>& child_env() {
   static std::vector<std::string> env;
   return env;
@@ -97,7 +98,12 @@ struct ExecSpec {
       const std::string kv = *e;
       env[kv.substr(0, kv.find('='))] = kv;
     }
-    for (const auto& kv : child_env()) env[kv.substr(0, kv.find('='))] = kv;
+    for (const auto& kv : child_env()) {
+      if (kv.find('=') == std::string::npos)
+        env.erase(kv);
+      else
+        env[kv.substr(0, kv.find('='))] = kv;
+    }
     for (const auto& [k, kv] : env) strings.push_back(kv);
     for (size_t i = 0; i < strings.size(); ++i) (i < n_args ? argv : envp).push_back(strings[i].data());
     argv.push_back(nullptr);

@@ -5,10 +5,12 @@
 
 #include "atoll/atoll_config.h"
 #include "atoll/cli/commands.h"
+#include "atoll/cli/openmp_wait.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 
 int main(int argc, char** argv) {
+  atl::cli::apply_openmp_wait_default(argv);  // may restart the process once, before any thread exists
   CLI::App app{"atoll: train Mixture-of-Experts language models on CPUs, one machine or many islands"};
   app.set_version_flag("--version", ATOLL_VERSION);
   app.require_subcommand(1);

@@ -5,8 +5,9 @@
 // training data (loader.h). Groups: "island<I>" (the M workers of island I) all-reduces
 // gradients every step; "outer-r<R>" (rank R of every island) runs the DiLoCo outer step
 // (dist/diloco.h) every H = diloco.inner_steps steps and at the last step. Every worker of an
-// island holds the same parameters, so each outer-r<R> group computes the same θ (the M outer
-// rings repeat one another's work; sharding θ over the island's ranks is a later step).
+// island holds the same parameters; the exchange is sharded over the island's ranks (rank R
+// exchanges the R-th M-th of θ over outer-r<R>, then the island all-gathers the shards), so
+// the slow links carry each element once per island.
 //
 // Schedule: train.steps counts global steps (every worker takes each of them); train.batch_size
 // is per worker; `tokens` counts the whole run (W workers' batches per step), and the batch
