@@ -281,14 +281,20 @@ void check_export(const std::string& run, const std::string& out, bool tied) {
 
 TEST_F(Commands, ExportUntiedModel) {
   check_export(base_run(), dir("hf"), /*tied=*/false);
-  // A previous export may be replaced by a new one.
+  // A previous export may be replaced by a new one; the files the user added to it are kept.
+  write_file(dir("hf/README.md"), "# my model\n");
+  write_file(dir("hf/generation_config.json"), "{\"temperature\": 0.7}\n");
   const RunResult again = run_atoll({"export", "--checkpoint", base_run(), "--format", "hf", "--out", dir("hf")});
   EXPECT_EQ(again.exit_code, 0) << again.describe();
-  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model"}), [&] {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
-    return names;
-  }());
+  EXPECT_EQ(read_file(dir("hf/README.md")), "# my model\n");
+  EXPECT_EQ(read_file(dir("hf/generation_config.json")), "{\"temperature\": 0.7}\n");
+  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "atoll-export.json",
+                                   "README.md", "generation_config.json"}),
+            [&] {
+              std::set<std::string> names;
+              for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
+              return names;
+            }());
 }
 
 TEST_F(Commands, ExportTiedModel) {

@@ -115,15 +115,17 @@ Runner add_export(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--format", f->format, "export format (hf)")->check(CLI::IsMember({"hf"}));
-  cmd->add_option("--out", f->out, "output folder (must not hold other files)")->required();
+  cmd->add_option("--out", f->out,
+                  "output folder: new, empty, or an earlier export (atoll's files in it are replaced, "
+                  "files you added are kept)")
+      ->required();
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
-    export_hf(f->out, cm.config.model, cm.layout, cm.params.data());
     const std::string tok = run_tokenizer(cm.dir);
-    if (!tok.empty()) fs::copy_file(tok, f->out + "/tokenizer.model", fs::copy_options::overwrite_existing);
-    std::printf("exported %s to %s (config.json, model.safetensors%s)\n", cm.dir.c_str(), f->out.c_str(),
-                tok.empty() ? "" : ", tokenizer.model");
+    export_hf(f->out, cm.config.model, cm.layout, cm.params.data(), tok);
+    std::printf("exported %s to %s (config.json, model.safetensors%s; atoll-export.json lists them)\n",
+                cm.dir.c_str(), f->out.c_str(), tok.empty() ? "" : ", tokenizer.model");
     return 0;
   };
 }
