@@ -1,23 +1,17 @@
-// `atoll eval`, `atoll generate` and `atoll export`: the commands that read a checkpoint.
+// `atoll eval`: the mean next-token loss of a checkpoint on token shards (DESIGN.md "Command line").
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "atoll/ckpt/export_hf.h"
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
 #include "atoll/core/errors.h"
 #include "atoll/data/loader.h"
-#include "atoll/data/tokenizer.h"
-#include "atoll/model/decoder.h"
 #include "atoll/model/model.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/trainer.h"
 
 namespace atl::cli {
-namespace fs = std::filesystem;
-
 Runner add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "mean next-token loss of a checkpoint on a shard; prints one JSON object");
   struct Flags {
@@ -54,78 +48,6 @@ Runner add_eval(CLI::App& app) {
     nlohmann::json out = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", int64_t(n)},
                           {"checkpoint", cm.dir}, {"data", data}};
     std::printf("%s\n", out.dump().c_str());
-    return 0;
-  };
-}
-
-std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,
-                          const std::string& prompt, int max_tokens, double temperature, double top_p, uint64_t seed) {
-  CheckpointModel cm = load_checkpoint_model(checkpoint_dir);
-  const std::string tok_path = tokenizer_path.empty() ? run_tokenizer(cm.dir) : tokenizer_path;
-  if (tok_path.empty())
-    throw DataError(cm.dir + ": no tokenizer.model found for this checkpoint; fix: pass --tokenizer PATH");
-  Tokenizer tok = Tokenizer::load(tok_path);
-  // Training documents follow an end-of-document token, so a prompt starts after one too.
-  std::vector<int32_t> ids = {tok.eos_id()};
-  for (int32_t id : tok.encode(prompt)) ids.push_back(id);
-  Decoder dec(cm.config.model, cm.params.data(), int(ids.size()) + max_tokens);
-  Rng rng(seed);
-  const std::vector<float>* logits = nullptr;
-  for (int32_t id : ids) logits = &dec.step(id);
-  std::vector<int32_t> out;
-  for (int i = 0; i < max_tokens; ++i) {
-    const int32_t next = sample_token(*logits, {.temperature = temperature, .top_p = top_p}, rng);
-    if (next == tok.eos_id() || next >= tok.vocab_size()) break;
-    out.push_back(next);
-    if (i + 1 < max_tokens) logits = &dec.step(next);
-  }
-  return prompt + tok.decode(out);
-}
-
-Runner add_generate(CLI::App& app) {
-  auto* cmd = app.add_subcommand("generate", "sample text from a checkpoint (KV cache)");
-  struct Flags {
-    std::string checkpoint, prompt, tokenizer;
-    int max_tokens = 128;
-    double temperature = 0.8, top_p = 0.95;
-    uint64_t seed = 0;
-  };
-  auto f = std::make_shared<Flags>();
-  cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
-  cmd->add_option("--prompt", f->prompt, "text to continue");
-  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate (default 128)")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", f->temperature, "sampling temperature, 0 = greedy (default 0.8)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", f->top_p, "nucleus sampling mass (default 0.95)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", f->seed, "sampling seed (default 0)");
-  cmd->add_option("--tokenizer", f->tokenizer, "tokenizer.model (default: the run's)");
-  return [cmd, f]() -> int {
-    if (!cmd->parsed()) return -1;
-    std::printf("%s\n", generate_text(f->checkpoint, f->tokenizer, f->prompt, f->max_tokens, f->temperature, f->top_p,
-                                      f->seed).c_str());
-    return 0;
-  };
-}
-
-Runner add_export(CLI::App& app) {
-  auto* cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face Mixtral model");
-  struct Flags {
-    std::string checkpoint, format = "hf", out;
-  };
-  auto f = std::make_shared<Flags>();
-  cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
-  cmd->add_option("--format", f->format, "export format (hf)")->check(CLI::IsMember({"hf"}));
-  cmd->add_option("--out", f->out,
-                  "output folder: new, empty, or an earlier export (atoll's files in it are replaced, "
-                  "files you added are kept)")
-      ->required();
-  return [cmd, f]() -> int {
-    if (!cmd->parsed()) return -1;
-    CheckpointModel cm = load_checkpoint_model(f->checkpoint);
-    const std::string tok = run_tokenizer(cm.dir);
-    export_hf(f->out, cm.config.model, cm.layout, cm.params.data(), tok);
-    std::printf("exported %s to %s (config.json, model.safetensors%s; atoll-export.json lists them)\n",
-                cm.dir.c_str(), f->out.c_str(), tok.empty() ? "" : ", tokenizer.model");
     return 0;
   };
 }
