@@ -12,6 +12,52 @@
 #include "atoll/train/trainer.h"
 
 namespace atl::cli {
+namespace {
+
+struct EvalResult {
+  double loss = 0;     // mean cross-entropy per predicted token
+  int64_t tokens = 0;  // predicted tokens evaluated
+};
+
+// The mean loss over the first `max_tokens` predicted tokens of the loader's windows (all of
+// them when 0 or more than they hold), `batch` windows per forward pass. A count that ends
+// inside a window evaluates that window's first n positions as a sequence of n tokens: the
+// model is causal (and its RoPE angles depend on the position only), so their losses are the
+// ones the whole window gives them.
+EvalResult evaluate(const ModelConfig& m, std::vector<float>& params, DataLoader& loader, int64_t max_tokens,
+                    int batch) {
+  const int T = m.seq_len;
+  const int64_t all = loader.n_windows() * T;
+  const int64_t n = max_tokens > 0 ? std::min(max_tokens, all) : all;
+  const int64_t windows = n / T;
+  const int rest = int(n % T);
+  std::vector<int32_t> in(size_t(batch) * T), tg(size_t(batch) * T);
+  double sum = 0;
+  {
+    Model<float> model(m, batch);
+    model.params().swap(params);  // lent, not copied: a model's parameters may be large
+    for (int64_t done = 0; done < windows;) {
+      const int b = int(std::min<int64_t>(batch, windows - done));
+      loader.next_batch(b, in.data(), tg.data());
+      sum += model.forward(in.data(), tg.data(), b).ce * b * T;
+      done += b;
+    }
+    model.params().swap(params);
+  }
+  if (rest > 0) {
+    ModelConfig part = m;
+    part.seq_len = rest;
+    Model<float> model(part, 1);
+    model.params().swap(params);
+    loader.next_batch(1, in.data(), tg.data());
+    sum += model.forward(in.data(), tg.data(), 1).ce * rest;  // the window's first `rest` positions
+    model.params().swap(params);
+  }
+  return {sum / double(n), n};
+}
+
+}  // namespace
+
 Runner add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "mean next-token loss of a checkpoint on a shard; prints one JSON object");
   struct Flags {
@@ -22,30 +68,20 @@ Runner add_eval(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--data", f->data, "a .bin shard, or a folder (its val_*.bin); default: the run's validation split");
-  cmd->add_option("--tokens", f->tokens, "evaluate at most this many predicted tokens (0 = the whole shard)");
+  cmd->add_option("--tokens", f->tokens,
+                  "evaluate the first N predicted tokens, or all the shard holds if fewer (0 = the whole shard); "
+                  "\"tokens\" in the output is the count evaluated")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     configure_threads(0);
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
     const std::string data = f->data.empty() ? resolve_dataset(cm.config).dir : f->data;
-    const int T = cm.config.model.seq_len;
-    DataLoader loader(data, "val", {.seq_len = T, .shuffle = false, .prefetch = false});
+    DataLoader loader(data, "val", {.seq_len = cm.config.model.seq_len, .shuffle = false, .prefetch = false});
     loader.check_vocab(cm.config.model.vocab_size);
-    int64_t windows = loader.n_windows();
-    if (f->tokens > 0) windows = std::min<int64_t>(windows, (f->tokens + T - 1) / T);
-    Model<float> model(cm.config.model, f->batch);
-    model.params() = cm.params;
-    std::vector<int32_t> in(size_t(f->batch) * T), tg(size_t(f->batch) * T);
-    double sum = 0;
-    for (int64_t done = 0; done < windows;) {
-      const int b = int(std::min<int64_t>(f->batch, windows - done));
-      loader.next_batch(b, in.data(), tg.data());
-      sum += model.forward(in.data(), tg.data(), b).ce * b * T;
-      done += b;
-    }
-    const double n = double(windows) * T, loss = sum / n;
-    nlohmann::json out = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", int64_t(n)},
+    const EvalResult r = evaluate(cm.config.model, cm.params, loader, f->tokens, f->batch);
+    nlohmann::json out = {{"loss", r.loss}, {"perplexity", std::exp(r.loss)}, {"tokens", r.tokens},
                           {"checkpoint", cm.dir}, {"data", data}};
     std::printf("%s\n", out.dump().c_str());
     return 0;
