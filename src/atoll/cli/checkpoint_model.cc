@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "atoll/ckpt/checkpoint.h"
+#include "atoll/core/errors.h"
 
 namespace atl::cli {
 namespace fs = std::filesystem;
@@ -24,6 +25,19 @@ std::string run_tokenizer(const std::string& checkpoint_dir) {
     if (fs::exists(dir / "tokenizer.model")) return (dir / "tokenizer.model").string();
   }
   return "";
+}
+
+Tokenizer load_checkpoint_tokenizer(const CheckpointModel& cm, const std::string& path) {
+  const std::string tok_path = path.empty() ? run_tokenizer(cm.dir) : path;
+  if (tok_path.empty())
+    throw DataError(cm.dir + ": no tokenizer.model found for this checkpoint; fix: pass --tokenizer PATH");
+  Tokenizer tok = Tokenizer::load(tok_path);
+  const int V = cm.config.model.vocab_size;
+  if (tok.vocab_size() > V)
+    throw DataError("tokenizer " + tok_path + " has " + std::to_string(tok.vocab_size()) +
+                    " pieces, more than the vocabulary of the model in " + cm.dir + " (model.vocab_size = " +
+                    std::to_string(V) + "); fix: pass the tokenizer.model the model was trained with (--tokenizer)");
+  return tok;
 }
 
 }  // namespace atl::cli
