@@ -240,6 +240,21 @@ json build_dataset(const Corpus& corpus, const PrepareOptions& o, const fs::path
   return meta;
 }
 
+// Refuses a vocabulary the tokenizer trainer cannot build for this corpus, before the
+// (long) training starts, naming where the size came from and the minimum.
+void check_vocab_size(const Corpus& corpus, const PrepareOptions& o, const std::vector<std::string>& inputs) {
+  const int need = Tokenizer::min_vocab_size(corpus.docs);
+  if (o.vocab_size >= need) return;
+  const bool flag = o.vocab_key.starts_with("--");
+  const std::string set = flag ? "pass " + o.vocab_key + " " : "set " + o.vocab_key + " to ";
+  std::string names;
+  for (const auto& in : inputs) names += (names.empty() ? "" : ", ") + in;
+  throw DataError(o.vocab_key + (flag ? " " : " = ") + std::to_string(o.vocab_size) +
+                  " is too small for a tokenizer of " + names + ": it needs at least " + std::to_string(need) +
+                  " (3 special pieces, 256 byte pieces and " + std::to_string(need - 259) +
+                  " characters of their own); fix: " + set + std::to_string(need) + " or more");
+}
+
 }  // namespace
 
 PrepareResult prepare_data(const PrepareOptions& o) {
@@ -261,6 +276,7 @@ PrepareResult prepare_data(const PrepareOptions& o) {
     r->seconds = elapsed();
     return *r;
   }
+  check_vocab_size(corpus, o, inputs);
   meta["inputs"] = inputs;
   meta["files"] = corpus.files.size();
   meta["bytes"] = corpus.bytes;

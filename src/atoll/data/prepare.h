@@ -31,6 +31,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files, folders, .jsonl; empty = default corpus
   std::string out_dir;
   int vocab_size = 4096;  // requested; a small corpus may give fewer
+  std::string vocab_key = "--vocab-size";  // where vocab_size came from, for messages
   double val_fraction = 0.02;
   int64_t shard_tokens = 100'000'000;  // few large shards, as ZAYA1 bundled them
   int64_t min_val_tokens = 4097;       // one 4096-token sequence and its last target
@@ -50,8 +51,9 @@ struct PrepareResult {
   double seconds = 0.0;
 };
 
-// Throws DataError for bad inputs (corpus.h) or an out_dir that holds something else,
-// IoError when files cannot be written.
+// Throws DataError for bad inputs (corpus.h), an out_dir that holds something else, or a
+// vocab_size below what the tokenizer needs for the corpus (Tokenizer::min_vocab_size; checked
+// before anything is trained or written), IoError when files cannot be written.
 PrepareResult prepare_data(const PrepareOptions& options);
 
 }  // namespace atl
