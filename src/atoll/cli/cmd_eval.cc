@@ -78,6 +78,9 @@ Runner add_eval(CLI::App& app) {
     configure_threads(0);
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
     const std::string data = f->data.empty() ? resolve_dataset(cm.config).dir : f->data;
+    check_same_tokenizer(cm, dataset_tokenizer_fingerprint(data), "the data at " + data,
+                         "pass --data made with the model's tokenizer (its run's data), or the --checkpoint of a model "
+                         "trained on this data");
     DataLoader loader(data, "val", {.seq_len = cm.config.model.seq_len, .shuffle = false, .prefetch = false});
     loader.check_vocab(cm.config.model.vocab_size);
     const EvalResult r = evaluate(cm.config.model, cm.params, loader, f->tokens, f->batch);

@@ -233,6 +233,7 @@ json build_dataset(const Corpus& corpus, const PrepareOptions& o, const fs::path
   meta["train_shards"] = train.finish();
   meta["val_shards"] = val.finish();
   meta["tokenizer"] = "tokenizer.model";
+  meta["tokenizer_fingerprint"] = tokenizer_fingerprint(model_path.string());
   write_json(tmp / "meta.json", meta);
   log_info("prepare: " + std::to_string(train_total) + " train + " + std::to_string(val_total) +
            " val tokens encoded and written in " +
@@ -256,6 +257,18 @@ void check_vocab_size(const Corpus& corpus, const PrepareOptions& o, const std::
 }
 
 }  // namespace
+
+TokenizerFingerprint dataset_tokenizer_fingerprint(const std::string& data_path) {
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(data_path, ec) ? fs::path(data_path) : fs::path(data_path).parent_path();
+  const fs::path meta_path = dir / "meta.json", model_path = dir / "tokenizer.model";
+  std::ifstream in(meta_path);
+  const json meta = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json();
+  if (meta.is_object() && meta.contains("tokenizer_fingerprint") && meta["tokenizer_fingerprint"].is_string())
+    return {meta["tokenizer_fingerprint"].get<std::string>(), meta_path.string()};
+  if (fs::exists(model_path, ec)) return {tokenizer_fingerprint(model_path.string()), model_path.string()};
+  return {};
+}
 
 PrepareResult prepare_data(const PrepareOptions& o) {
   const auto start = std::chrono::steady_clock::now();

@@ -5,7 +5,8 @@
 //   train_000000.bin, ...         training tokens, llm.c shard format (shard.h)
 //   val_000000.bin, ...           held-out validation tokens (absent when val_fraction = 0)
 //   meta.json                     what was made from what: settings, input fingerprint,
-//                                 vocabulary, token counts, shard names
+//                                 vocabulary, tokenizer_fingerprint (tokenizer.h), token
+//                                 counts, shard names
 // Token stream: every document is encoded and followed by </s> (eos_id), documents in corpus
 // order. Shards of a stream have equal sizes (within one token), at most shard_tokens each.
 //
@@ -50,6 +51,15 @@ struct PrepareResult {
   bool reused = false;  // out_dir already held this dataset
   double seconds = 0.0;
 };
+
+// Which tokenizer made the tokens at `data_path` (a dataset folder, or a .bin file: then the
+// folder holding it): meta.json's tokenizer_fingerprint or, for data prepared before that was
+// kept, the fingerprint of the folder's tokenizer.model. `source` is the file it was read from;
+// both are empty when the folder has neither (shards made elsewhere, such as llm.c's).
+struct TokenizerFingerprint {
+  std::string value, source;
+};
+TokenizerFingerprint dataset_tokenizer_fingerprint(const std::string& data_path);
 
 // Throws DataError for bad inputs (corpus.h), an out_dir that holds something else, or a
 // vocab_size below what the tokenizer needs for the corpus (Tokenizer::min_vocab_size; checked

@@ -4,13 +4,16 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/data/corpus.h"
 
 namespace atl {
 
@@ -252,5 +255,15 @@ std::string Tokenizer::piece(int32_t id) const {
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+std::string tokenizer_fingerprint(const std::string& model_path) {
+  std::ifstream in(model_path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) throw DataError("cannot read tokenizer model " + model_path + "; fix: check the path and its permissions");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(bytes.str())));
+  return hex;
+}
 
 }  // namespace atl

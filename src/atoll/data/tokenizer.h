@@ -63,4 +63,9 @@ class Tokenizer {
   std::string path_;
 };
 
+// A tokenizer's fingerprint: FNV-1a 64 (corpus.h) of its model file's bytes, as 16 hex digits,
+// so that data and models made with different tokenizers can be told apart. Throws DataError
+// if the file cannot be read.
+std::string tokenizer_fingerprint(const std::string& model_path);
+
 }  // namespace atl
