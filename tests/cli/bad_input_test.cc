@@ -222,6 +222,35 @@ TEST_F(BadPrepare, OutputFolderHoldsAnotherDataset) {
   EXPECT_TRUE(fails_clearly(r, {dir("out"), "requested_vocab_size", "--out"}));
 }
 
+// A vocabulary below what the tokenizer needs for the corpus: refused before training, naming
+// the flag or key and the minimum, which then works.
+TEST_F(BadPrepare, VocabularyBelowTheTokenizersMinimum) {
+  const std::string corpus = world().corpus();
+  const RunResult r = run_atoll({"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", "64"});
+  EXPECT_TRUE(fails_clearly(r, {"--vocab-size 64", corpus, "at least"}));
+  EXPECT_FALSE(fs::exists(dir("out")));
+  const std::string line = r.error_lines().empty() ? "" : r.error_lines()[0];
+  const size_t at = line.find("at least ");
+  ASSERT_NE(at, std::string::npos) << line;
+  const int need = std::stoi(line.substr(at + 9));
+  const RunResult below = run_atoll(
+      {"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", std::to_string(need - 1)});
+  EXPECT_TRUE(fails_clearly(below, {"at least " + std::to_string(need)}));
+  const RunResult ok =
+      run_atoll({"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", std::to_string(need)});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+
+  // The same through `atoll train`: the key that set the vocabulary is named.
+  const RunResult train = world().train(
+      dir("run"), {"--set", "data.dir=\"" + dir("cache-data") + "\"", "--set", "data.vocab_size=2"});
+  EXPECT_TRUE(fails_clearly(train, {"data.vocab_size = 2", "at least " + std::to_string(need)}));
+  const RunResult by_model = world().train(
+      dir("run"), {"--set", "data.dir=\"" + dir("cache-data") + "\"", "--set", "model.vocab_size=100"});
+  EXPECT_TRUE(fails_clearly(by_model, {"model.vocab_size = 100", "at least " + std::to_string(need)}));
+  EXPECT_FALSE(fs::exists(dir("cache-data")));
+  EXPECT_FALSE(fs::exists(dir("run")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Token shards with a bad header or truncated; a tokenizer of another vocabulary.
 

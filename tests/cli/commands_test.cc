@@ -129,23 +129,26 @@ TEST_F(Commands, EvalPrintsOneJsonObject) {
   const json again = eval_json({"eval", "--checkpoint", base_run() + "/checkpoints/step-00000004"});
   EXPECT_EQ(again["loss"], j["loss"]);
   EXPECT_EQ(again["tokens"], j["tokens"]);
-  // --tokens caps the predicted tokens (whole windows).
+  // --tokens caps the predicted tokens.
   const json capped = eval_json({"eval", "--checkpoint", base_run(), "--tokens", "64"});
   EXPECT_EQ(capped["tokens"].get<int64_t>(), 64);
 }
 
-TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
-  // A period-T sequence: every window [i*T, i*T+T+1) of it is the same, so the mean loss over
-  // three windows equals the loss of one (llm.c's window rule, no auxiliary losses).
+// A period-T token sequence of `windows` windows: every window [i*T, i*T+T+1) of it is the
+// same.
+std::vector<uint16_t> periodic(int windows) {
   constexpr int T = MicroWorld::kSeqLen;
-  std::vector<uint16_t> period(T);
-  for (int i = 0; i < T; ++i) period[static_cast<size_t>(i)] = static_cast<uint16_t>(3 + (i * 11) % 380);
-  auto periodic = [&](int windows) {
-    std::vector<uint16_t> t;
-    for (int w = 0; w < windows; ++w) t.insert(t.end(), period.begin(), period.end());
-    t.push_back(period[0]);
-    return t;
-  };
+  std::vector<uint16_t> t;
+  for (int w = 0; w < windows; ++w)
+    for (int i = 0; i < T; ++i) t.push_back(static_cast<uint16_t>(3 + (i * 11) % 380));
+  t.push_back(t[0]);
+  return t;
+}
+
+TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
+  // Every window of a periodic shard is the same, so the mean loss over three windows equals
+  // the loss of one (llm.c's window rule, no auxiliary losses).
+  constexpr int T = MicroWorld::kSeqLen;
   write_file(dir("one.bin"), llmc_shard(periodic(1)));
   write_file(dir("three.bin"), llmc_shard(periodic(3)));
   const json one = eval_json({"eval", "--checkpoint", base_run(), "--data", dir("one.bin")});
@@ -160,6 +163,29 @@ TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
   const json folder = eval_json({"eval", "--checkpoint", base_run(), "--data", dir("folder")});
   EXPECT_EQ(folder["tokens"].get<int64_t>(), 2 * T);
   EXPECT_NEAR(folder["loss"].get<double>(), one["loss"].get<double>(), 1e-5);
+}
+
+// `--tokens N` evaluates exactly N predicted tokens (at most the shard's): a last sequence
+// cut short counts its first positions only. The model is causal, so the loss of the first n
+// positions of a window does not depend on the tokens after them; on a periodic shard, whose
+// windows are all the same, 40 tokens are one whole window and the first 8 positions of the
+// next: 40 * loss(40) = 32 * loss(32) + 8 * loss(8).
+TEST_F(Commands, EvalTokensIsExactlyThatManyTokens) {
+  write_file(dir("three.bin"), llmc_shard(periodic(3)));
+  auto eval_tokens = [&](const std::string& n) {
+    return eval_json({"eval", "--checkpoint", base_run(), "--data", dir("three.bin"), "--tokens", n});
+  };
+  const json one = eval_tokens("1"), eight = eval_tokens("8"), window = eval_tokens("32"), forty = eval_tokens("40");
+  EXPECT_EQ(one["tokens"].get<int64_t>(), 1);
+  EXPECT_EQ(eight["tokens"].get<int64_t>(), 8);
+  EXPECT_EQ(window["tokens"].get<int64_t>(), 32);
+  EXPECT_EQ(forty["tokens"].get<int64_t>(), 40);
+  // fp32 losses summed in another order: 1e-5 relative is far below any real difference.
+  const double want = (32 * window["loss"].get<double>() + 8 * eight["loss"].get<double>()) / 40;
+  EXPECT_NEAR(forty["loss"].get<double>(), want, 1e-5 * want);
+  EXPECT_TRUE(std::isfinite(one["loss"].get<double>()));
+  // More than the shard holds: the whole shard, and the count says so.
+  EXPECT_EQ(eval_tokens("1000")["tokens"].get<int64_t>(), 3 * MicroWorld::kSeqLen);
 }
 
 TEST_F(Commands, GenerateIsDeterministicForASeed) {
@@ -281,14 +307,20 @@ void check_export(const std::string& run, const std::string& out, bool tied) {
 
 TEST_F(Commands, ExportUntiedModel) {
   check_export(base_run(), dir("hf"), /*tied=*/false);
-  // A previous export may be replaced by a new one.
+  // A previous export may be replaced by a new one; the files the user added to it are kept.
+  write_file(dir("hf/README.md"), "# my model\n");
+  write_file(dir("hf/generation_config.json"), "{\"temperature\": 0.7}\n");
   const RunResult again = run_atoll({"export", "--checkpoint", base_run(), "--format", "hf", "--out", dir("hf")});
   EXPECT_EQ(again.exit_code, 0) << again.describe();
-  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model"}), [&] {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
-    return names;
-  }());
+  EXPECT_EQ(read_file(dir("hf/README.md")), "# my model\n");
+  EXPECT_EQ(read_file(dir("hf/generation_config.json")), "{\"temperature\": 0.7}\n");
+  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "atoll-export.json",
+                                   "README.md", "generation_config.json"}),
+            [&] {
+              std::set<std::string> names;
+              for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
+              return names;
+            }());
 }
 
 TEST_F(Commands, ExportTiedModel) {

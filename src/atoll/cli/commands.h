@@ -34,7 +34,24 @@ Runner add_data(CLI::App& app);
 Runner add_launch(CLI::App& app);  // cmd_launch.cc
 Runner add_worker(CLI::App& app);  // cmd_launch.cc
 
-// Prints a sample from the model in `checkpoint_dir` (used by `train` at the end and by `generate`).
+// A sample from the model in `checkpoint_dir` (cmd_generate.cc): the prompt and its
+// continuation, and a note saying why it ended before max_tokens ("" when it did not): the
+// model's end-of-text, or the model's context (model.seq_len positions, prompt included), where
+// generation stops. Throws DataError for a tokenizer that does not fit the model, a prompt
+// longer than the context.
+struct GenerateOptions {
+  std::string tokenizer;  // tokenizer.model; "" = the run's
+  std::string prompt;
+  int max_tokens = 128;
+  double temperature = 0.8, top_p = 0.95;
+  uint64_t seed = 0;
+};
+struct Generated {
+  std::string text, note;
+};
+Generated generate(const std::string& checkpoint_dir, const GenerateOptions& options);
+
+// The text of generate() (for `train`'s sample at the end of a run).
 std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,
                           const std::string& prompt, int max_tokens, double temperature, double top_p, uint64_t seed);
 

@@ -86,6 +86,7 @@ DatasetInfo resolve_dataset(const Config& cfg) {
     opt.inputs = cfg.data.input;
     opt.out_dir = info.dir;
     opt.vocab_size = vocab;
+    opt.vocab_key = cfg.data.vocab_size ? "data.vocab_size" : "model.vocab_size";
     opt.val_fraction = cfg.data.val_fraction;
     opt.min_val_tokens = int64_t(cfg.model.seq_len) + 1;
     log_info("preparing data into " + info.dir + " (tokenizer vocabulary " + std::to_string(vocab) + ")");

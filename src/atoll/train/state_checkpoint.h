@@ -28,7 +28,10 @@ struct StatePlace {
 };
 
 // The checkpoint of s.loop.step: a collective walk of the registry (every worker calls it);
-// worker 0 writes. Returns the directory on worker 0, "" elsewhere.
+// worker 0 writes. Beside the registry's entries, the manifest's state holds
+// "tokenizer_fingerprint": the tokenizer of the training data (data/prepare.h
+// dataset_tokenizer_fingerprint), absent for data without one. Returns the directory on
+// worker 0, "" elsewhere.
 std::string save_training_state(const Config& cfg, const std::string& run_dir, TrainingState& s,
                                 const StatePlace& place);
 
