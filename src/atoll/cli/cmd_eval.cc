@@ -7,6 +7,7 @@
 #include "atoll/ckpt/export_hf.h"
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
+#include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
 #include "atoll/data/loader.h"
 #include "atoll/data/tokenizer.h"
@@ -28,8 +29,9 @@ Runner add_eval(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--data", f->data, "a .bin shard, or a folder (its val_*.bin); default: the run's validation split");
-  cmd->add_option("--tokens", f->tokens, "evaluate at most this many predicted tokens (0 = the whole shard)");
-  cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", f->tokens, "evaluate at most this many predicted tokens (0 = the whole shard)")
+      ->check(whole_number(0));
+  cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(whole_number(1, 1 << 20));
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     configure_threads(0);
@@ -93,11 +95,11 @@ Runner add_generate(CLI::App& app) {
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
   cmd->add_option("--prompt", f->prompt, "text to continue");
-  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate (default 128)")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate (default 128)")->check(whole_number(1, 1 << 24));
   cmd->add_option("--temperature", f->temperature, "sampling temperature, 0 = greedy (default 0.8)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", f->top_p, "nucleus sampling mass (default 0.95)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", f->seed, "sampling seed (default 0)");
+      ->check(finite_number(0.0, 1e6));
+  cmd->add_option("--top-p", f->top_p, "nucleus sampling mass (default 0.95)")->check(finite_number(0.0, 1.0));
+  cmd->add_option("--seed", f->seed, "sampling seed (default 0)")->check(whole_number(0));
   cmd->add_option("--tokenizer", f->tokenizer, "tokenizer.model (default: the run's)");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
