@@ -74,6 +74,9 @@ void visit_config(Config& c, V&& v) {
   v.str("train.precision", t.precision, "matrix-product precision", {"fp32", "bf16"});
   v.num("train.threads", t.threads, "worker threads (0 = all cores)", closed(0, 4096));
   v.str("train.device", t.device, "compute device", {"cpu", "cuda"});
+  v.flag("train.memory_check", t.memory_check,
+         "refuse at start a model and batch whose estimated memory exceeds what the machine has (false: skip, "
+         "if the estimate is wrong)");
 
   auto& o = c.optim;
   v.str("optim.name", o.name, "optimizer: adamw, muon (hidden matrices) + adamw (the rest), or sgd (plain, no momentum)",

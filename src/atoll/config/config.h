@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | bf16
   int threads = 0;            // 0 = all cores
   std::string device = "cpu";
+  bool memory_check = true;   // refuse a model and batch that would not fit (engine/memory_estimate.h)
 };
 
 struct OptimConfig {

@@ -11,6 +11,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
 #include "atoll/engine/engine.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/trainer.h"
@@ -57,6 +58,7 @@ bool mfu_disturbed(double mfu) { return mfu > 1.0; }
 // against the engine's matrix-multiply peak in train.precision's input type.
 nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   wants_gpu(cfg.train);  // cuda in a build without CUDA: a ConfigError that names the fix
+  check_memory_fits(cfg);
   const Precision precision = parse_precision(cfg.train.precision);
   const int threads = configure_threads(cfg.train.threads);
   const ModelConfig& m = cfg.model;

@@ -22,6 +22,7 @@
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
@@ -120,6 +121,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
+  check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   const int w = opts.island * M + opts.rank;
