@@ -17,6 +17,11 @@
 namespace atl {
 namespace {
 
+// The block part kinds (model/block.cc builds them; model.attention, model.router and their
+// per-layer lists choose among them).
+const std::vector<std::string> kAttentionKinds = {"gqa"};
+const std::vector<std::string> kRouterKinds = {"topk"};
+
 // The values a number key takes: [lo, hi], either end open where it says so; unbounded above
 // when hi is infinite (or, for integers, the largest int64). A float must also be finite.
 struct Bounds {
@@ -58,8 +63,13 @@ void visit_config(Config& c, V&& v) {
   v.flag("model.tie_embeddings", m.tie_embeddings, "LM head shares the embedding table");
   v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", at_least(0.0));
   v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", closed(0, kInt64Max));
-  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE", {"gqa"});
-  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", {"topk"});
+  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE",
+        kAttentionKinds);
+  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", kRouterKinds);
+  v.list("model.attention_layers", m.attention_layers,
+         "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
+  v.list("model.router_layers", m.router_layers,
+         "per-layer router kinds, repeated over the layers (empty: model.router everywhere)");
 
   auto& t = c.train;
   v.num("train.steps", t.steps, "optimizer steps (0: only the initial checkpoint)", closed(0, kInt64Max));
@@ -435,11 +445,32 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(ss.str(), path, overrides);
 }
 
+namespace {
+
+// A per-layer pattern: each entry a known kind, at most one per layer.
+void check_layer_kinds(const std::string& origin, const std::string& key, const std::vector<std::string>& kinds,
+                       const std::vector<std::string>& known, int n_layers) {
+  if (int(kinds.size()) > n_layers)
+    throw ConfigError(origin + ": " + key + " has " + std::to_string(kinds.size()) + " entries for model.n_layers = " +
+                      std::to_string(n_layers) + "; fix: give at most one kind per layer (the list repeats)");
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (std::find(known.begin(), known.end(), kinds[i]) == known.end()) {
+      std::string opts;
+      for (size_t k = 0; k < known.size(); ++k) opts += (k ? ", " : "") + quote(known[k]);
+      throw ConfigError(origin + ": " + key + "[" + std::to_string(i) + "] = " + quote(kinds[i]) +
+                        " is not a known kind; fix: use one of " + opts);
+    }
+}
+
+}  // namespace
+
 void validate_config(const Config& c, const std::string& origin) {
   auto fail = [&](const std::string& msg) { throw ConfigError(origin + ": " + msg); };
   const auto& m = c.model;
   if (m.n_heads % m.n_kv_heads != 0)
     fail("model.n_kv_heads (" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" + std::to_string(m.n_heads) + "); fix: change one of them");
+  check_layer_kinds(origin, "model.attention_layers", m.attention_layers, kAttentionKinds, m.n_layers);
+  check_layer_kinds(origin, "model.router_layers", m.router_layers, kRouterKinds, m.n_layers);
   if (m.head_dim % 2 != 0) fail("model.head_dim must be even for RoPE; fix: use an even head_dim");
   if (m.top_k > m.n_experts)
     fail("model.top_k (" + std::to_string(m.top_k) + ") exceeds model.n_experts (" + std::to_string(m.n_experts) + "); fix: lower top_k or add experts");
