@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "atoll/atoll_config.h"
@@ -42,6 +43,33 @@ TEST_F(Commands, HelpConfigListsEveryKey) {
                         "diloco.outer_lr", "diloco.outer_momentum", "diloco.codec", "diloco.fragments",
                         "diloco.overlap_steps", "checkpoint.every", "checkpoint.keep"})
     EXPECT_TRUE(listed.count(k)) << k;
+}
+
+// Each key's line shows its default and the values it takes (choices for strings).
+TEST_F(Commands, HelpConfigShowsDefaultsAndAllowedValues) {
+  const RunResult r = run_atoll({"train", "--help-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::map<std::string, std::vector<std::string>> fields;  // key -> its line's words
+  for (const auto& line : split_lines(r.out)) {
+    std::istringstream words(line);
+    std::string w, key;
+    words >> key;
+    while (words >> w) fields[key].push_back(w);
+  }
+  auto line_has = [&](const std::string& key, const std::vector<std::string>& want) {
+    const auto& f = fields[key];
+    for (const auto& w : want)
+      if (std::find(f.begin(), f.end(), w) == f.end()) return ::testing::AssertionFailure() << key << " lacks " << w;
+    return ::testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(line_has("optim.beta1", {"float", "0.9", "[0,", "1)"}));
+  EXPECT_TRUE(line_has("optim.eps", {"1e-08", "(0,", "1]"}));
+  EXPECT_TRUE(line_has("optim.lr", {"0.003", ">=", "0"}));
+  EXPECT_TRUE(line_has("train.batch_size", {"int", "8", "[1,", "1048576]"}));
+  EXPECT_TRUE(line_has("optim.name", {"string", "\"adamw\"", "adamw", "|", "muon", "sgd"}));
+  EXPECT_TRUE(line_has("diloco.codec", {"\"int8\"", "fp32", "bf16", "int4"}));
+  EXPECT_TRUE(line_has("model.tie_embeddings", {"bool", "false", "true"}));
+  EXPECT_TRUE(line_has("fault.timeout_s", {"60.0", "[0.001,", "1e+06]"}));
 }
 
 TEST_F(Commands, UnknownCommandFails) {

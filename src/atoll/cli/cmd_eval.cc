@@ -5,6 +5,7 @@
 
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
+#include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
 #include "atoll/data/loader.h"
 #include "atoll/model/model.h"
@@ -71,8 +72,8 @@ Runner add_eval(CLI::App& app) {
   cmd->add_option("--tokens", f->tokens,
                   "evaluate the first N predicted tokens, or all the shard holds if fewer (0 = the whole shard); "
                   "\"tokens\" in the output is the count evaluated")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
+      ->check(whole_number(0));
+  cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(whole_number(1, 1 << 20));
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     configure_threads(0);

@@ -23,11 +23,11 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--run-dir", f->run_dir, "run directory (default: runs/<date-time>)");
   cmd->add_flag("--resume", f->resume, "continue the run in --run-dir from its newest checkpoint");
   cmd->add_flag("--no-sample", f->no_sample, "do not print a generated sample at the end");
-  cmd->add_flag("--help-config", f->help_config, "list every config key and exit");
+  cmd->add_flag("--help-config", f->help_config, "list every config key (type, default, allowed values, meaning) and exit");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->help_config) {
-      for (const auto& k : config_keys()) std::printf("%-28s %-7s %s\n", k.key.c_str(), k.type.c_str(), k.help.c_str());
+      std::printf("%s", config_help_text().c_str());
       return 0;
     }
     if (f->config.path.empty()) f->config.path = default_config_path();

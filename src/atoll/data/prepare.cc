@@ -15,6 +15,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/rng.h"
 #include "atoll/data/corpus.h"
@@ -179,10 +180,10 @@ std::optional<PrepareResult> existing_dataset(const fs::path& dir, const json& i
 }
 
 void write_json(const fs::path& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) throw IoError("cannot write " + path.string());
+  FileWriter out(path.string());  // an IoError names the path and the reason ("disk full")
+  const std::string text = j.dump(2) + "\n";
+  out.write(text.data(), text.size());
+  out.close();
 }
 
 // Builds the whole dataset in `tmp`; returns its meta.json.

@@ -12,6 +12,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/data/corpus.h"
 
@@ -137,19 +138,6 @@ std::unordered_map<std::string, std::string> trainer_args(int vocab_size, bool h
       {"pad_id", "-1"},
       {"minloglevel", log_level() == LogLevel::kDebug ? "0" : "2"},
   };
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw IoError("cannot write tokenizer model " + tmp + "; fix: check the folder");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
 }
 
 }  // namespace

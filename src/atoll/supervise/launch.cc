@@ -17,6 +17,7 @@
 #include "atoll/core/timer.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/store.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/redis_server.h"
 #include "atoll/train/dataset.h"
@@ -124,6 +125,7 @@ int launch(const LaunchOptions& o) {
   const Config& cfg = o.config;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
+  check_memory_fits(cfg, {.processes = W});  // every worker on this machine, before the data is prepared
   std::printf("# resolved config (%s)\n%s\n", o.config_path.empty() ? "built-in defaults" : o.config_path.c_str(),
               config_to_toml(cfg).c_str());
   const double t_start = now_s();

@@ -22,6 +22,7 @@
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
@@ -58,6 +59,11 @@ class RowSink {
   int fd_;
   JsonlWriter file_;
 };
+
+// "island 1 rank 0": a worker as messages name it.
+std::string worker_name(int island, int rank) {
+  return "island " + std::to_string(island) + " rank " + std::to_string(rank);
+}
 
 // Runs a start-up comparison in `group`, turning a mismatch into an error that says who and how
 // to fix it.
@@ -120,11 +126,12 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
+  check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
-  const std::string who = "island " + std::to_string(opts.island) + " rank " + std::to_string(opts.rank);
+  const std::string who = worker_name(opts.island, opts.rank);
   const double t_start = now_s();
   const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
   configure_threads(cfg.train.threads);
@@ -152,12 +159,31 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   std::unique_ptr<ProcessGroup> inner_group, outer_group;
   try {
     store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
+    // Members named as the run knows them, in errors (a stalled peer, a size mismatch).
     inner_group = std::make_unique<ProcessGroup>(
         *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank, .size = M,
-                             .timeout = timeout});
+                             .timeout = timeout,
+                             .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
     outer_group = std::make_unique<ProcessGroup>(
         *store, GroupOptions{.name = "outer-r" + std::to_string(opts.rank), .rank = opts.island, .size = N,
-                             .connections = cfg.diloco.connections, .timeout = timeout});
+                             .connections = cfg.diloco.connections, .timeout = timeout,
+                             .member_name = [R = opts.rank](int i) { return worker_name(i, R); }});
+  } catch (const GroupSizeMismatch& e) {
+    // Gloo would fail on address blocks of another length ("136 vs 68"); say which flag differs.
+    const bool islands = inner_group != nullptr;  // the in-island group formed: the outer one differs
+    const std::string flag = islands ? "--islands" : "--workers-per-island";
+    auto started = [&](int member, int size, const char* joint) {
+      return (islands ? "island " + std::to_string(member) : worker_name(opts.island, member)) + joint + flag + " " +
+             std::to_string(size);
+    };
+    const bool peer_first = e.peer > e.rank;
+    throw ConfigError(who + ": " +
+                      (peer_first ? started(e.peer, e.peer_size, " was started with ") + ", " +
+                                        started(e.rank, e.size, " with ")
+                                  : started(e.rank, e.size, " was started with ") + ", " +
+                                        started(e.peer, e.peer_size, " with ")) +
+                      "; fix: start every worker of the run with the same --islands and --workers-per-island "
+                      "(and the same --run-id; a new run id for a new run)");
   } catch (const Timeout& e) {
     char bound[64];
     std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);

@@ -7,6 +7,7 @@
 
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 
 namespace atl {
@@ -40,15 +41,6 @@ std::string model_difference(const ModelConfig& there, const ModelConfig& here) 
   return "[model] differs";
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    if (!f) throw IoError(tmp + ": cannot write");
-  }
-  fs::rename(tmp, path);
-}
 }  // namespace
 
 RunDir inspect_run_dir(const std::string& path, const Config& cfg, bool resume) {
@@ -83,7 +75,7 @@ RunDir inspect_run_dir(const std::string& path, const Config& cfg, bool resume) 
 void write_run_config(const RunDir& rd, const Config& cfg) {
   if (rd.config_changed) log_warn("resuming " + rd.path + " with changed settings; config.toml updated");
   fs::create_directories(rd.path + "/checkpoints");
-  write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));
+  write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));  // IoError with the reason ("disk full")
 }
 
 }  // namespace atl

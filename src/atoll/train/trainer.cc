@@ -8,8 +8,10 @@
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/driver.h"
 #include "atoll/train/loop.h"
@@ -31,6 +33,7 @@ int configure_threads(int threads) {
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
   parse_precision(cfg.train.precision);  // fp32 | bf16 (model.h); anything else is a ConfigError
   wants_gpu(cfg.train);                   // cuda without a CUDA build is a ConfigError (engine.h)
+  check_memory_fits(cfg);                 // before the data is prepared or anything allocated
   const double t_start = now_s();
   TrainResult result;
   const int threads = configure_threads(cfg.train.threads);
@@ -50,7 +53,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   engine.to_device(kAllState);
   write_run_config(rd, cfg);
   if (!data.tokenizer_path.empty()) {
-    fs::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model", fs::copy_options::overwrite_existing);
+    std::error_code ec;
+    fs::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model", fs::copy_options::overwrite_existing, ec);
+    if (ec) throw_io_error("copy " + data.tokenizer_path + " to", rd.path + "/tokenizer.model", ec.value());
     result.tokenizer_path = rd.path + "/tokenizer.model";
   }
   JsonlWriter events(rd.path + "/events.jsonl");
