@@ -45,7 +45,8 @@ std::string make_run_id() {
 // other workers' output lines are shown with their name in front.
 class LaunchView {
  public:
-  LaunchView(int64_t steps, JsonlWriter* metrics) : progress_("step", steps), metrics_(metrics) {}
+  LaunchView(int64_t steps, int64_t first_step, JsonlWriter* metrics)
+      : progress_("step", steps, first_step), metrics_(metrics) {}
 
   void output(const std::string& name, const std::string& line) { progress_.note("[" + name + "] " + line); }
   void row(int child, const std::string& line) {
@@ -162,7 +163,7 @@ int launch(const LaunchOptions& o) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
-  LaunchView view(cfg.train.steps, &metrics);
+  LaunchView view(cfg.train.steps, resume_step, &metrics);
   std::vector<std::string> names;
   Supervisor sup({.stop_grace = o.stop_grace,
                   .on_output = [&](int c, const std::string& line) { view.output(names[size_t(c)], line); },

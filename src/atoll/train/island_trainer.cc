@@ -129,10 +129,12 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
   // Without a launcher, worker 0 owns the run folder: checked and locked before any peer can
-  // write to it (a launcher holds the lock for the workers it starts).
+  // write to it (a launcher holds the lock for the workers it starts). The workers' configs are
+  // compared with one another at start-up (expect_same below), which is what a by-hand run
+  // needs, so a change against the run's config.toml is logged rather than refused.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0) rd = open_run_dir(run_dir, cfg, {.resume = resume});
+  if (w == 0 && opts.metrics_fd < 0) rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
   configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
 

@@ -37,9 +37,9 @@ std::string describe_run(const Config& cfg, const std::string& run_dir) {
   const ModelConfig& m = cfg.model;
   const double n = double(ParamLayout::build(m).n_params());
   char size[32], line[512];
-  if (n >= 1e9) std::snprintf(size, sizeof size, "%.2f B", n / 1e9);
-  else if (n >= 1e6) std::snprintf(size, sizeof size, "%.1f M", n / 1e6);
-  else std::snprintf(size, sizeof size, "%.1f k", n / 1e3);
+  if (n >= 1e9) std::snprintf(size, sizeof size, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(size, sizeof size, "%.1fM", n / 1e6);
+  else std::snprintf(size, sizeof size, "%.1fk", n / 1e3);
   std::snprintf(line, sizeof line,
                 "%s-parameter %s (L %d, C %d, E %d top-%d, V %d, T %d), %s lr %g %s, %ld steps x %d sequences, %s on "
                 "%s, run %s",
@@ -51,14 +51,20 @@ std::string describe_run(const Config& cfg, const std::string& run_dir) {
 
 namespace {
 
-// summary.txt: the run's figures and the checkpoint it ended with.
-std::string summarize(const TrainResult& r) {
-  char text[1024];
+// summary.txt: the run's figures and the checkpoint it ended with. A resumed run's speed and
+// first loss are this process's: from `start_step` (`start_tokens` then) on.
+std::string summarize(const TrainResult& r, int64_t start_step, int64_t start_tokens) {
+  char text[1024], done[160];
+  const double speed = double(r.tokens - start_tokens) / std::max(r.seconds, 1e-9);
+  if (start_step == 0)
+    std::snprintf(done, sizeof done, " in %.1f s (%.0f tokens/s)", r.seconds, speed);
+  else
+    std::snprintf(done, sizeof done, "; resumed at step %ld: %ld steps in %.1f s (%.0f tokens/s)", long(start_step),
+                  long(r.steps - start_step), r.seconds, speed);
   std::snprintf(text, sizeof text,
-                "run %s: %ld steps, %ld tokens in %.1f s (%.0f tokens/s); train loss %.4f -> %.4f%s\n"
+                "run %s: %ld steps, %ld tokens%s; train loss %.4f -> %.4f%s\n"
                 "%s %s\n",
-                r.run_dir.c_str(), long(r.steps), long(r.tokens), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
-                r.first_loss, r.final_loss,
+                r.run_dir.c_str(), long(r.steps), long(r.tokens), done, r.first_loss, r.final_loss,
                 r.final_val_loss >= 0 ? (", validation loss " + std::to_string(r.final_val_loss).substr(0, 6)).c_str() : "",
                 r.stopped_by ? ("stopped by signal " + std::to_string(r.stopped_by) + "; checkpoint").c_str()
                              : "final checkpoint",
@@ -114,7 +120,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     log_info("run " + rd.path + ": " + std::to_string(engine.layout().n_params()) + " parameters, " +
              std::to_string(threads) + " threads, data " + data.dir + ", on " + engine.device_name());
 
-  Progress progress("step", cfg.train.steps);
+  const int64_t start_step = loop.step, start_tokens = loop.tokens;
+  Progress progress("step", cfg.train.steps, start_step);
   StepHooks alone;  // one island of one worker: nothing to add to the step
   const DriverResult r = run_steps(
       loop, alone,
@@ -141,7 +148,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   result.final_loss = r.final_loss;
   result.final_val_loss = r.final_val_loss;
   result.seconds = now_s() - t_start;
-  result.summary = summarize(result);
+  result.summary = summarize(result, start_step, start_tokens);
   std::ofstream(rd.path + "/summary.txt") << result.summary;
   return result;
 }

@@ -39,7 +39,7 @@ struct TrainResult {
 TrainResult train(const Config& cfg, const TrainOptions& opts);
 
 // One line on what a run will do, printed at its start instead of the whole config:
-// "68.0 k-parameter MoE (L 2, C 32, E 4 top-2, V 384, T 32), adamw lr 0.003 cosine, 300 steps x
+// "68.0k-parameter MoE (L 2, C 32, E 4 top-2, V 384, T 32), adamw lr 0.003 cosine, 300 steps x
 // 8 sequences, fp32 on cpu, run runs/x".
 std::string describe_run(const Config& cfg, const std::string& run_dir);
 
