@@ -3,7 +3,8 @@
 // agreeing and syncing on schedule, and its bad values refused; the H=1 equivalence of
 // DiLoCo and data parallel with SGD inner steps; a data-parallel warm start before DiLoCo; a worker with another model refused; a peer
 // that never arrives and an unreachable store ending in a bounded, clear error; a launch run
-// holding summary.txt and tokenizer.model for generate and export.
+// holding summary.txt and tokenizer.model for generate and export; the run directory's lock held
+// by the launcher, and by a worker 0 started by hand.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -279,6 +280,19 @@ TEST_F(WorkerTest, AWorkerWithAnotherModelIsRefusedNamingTheDifference) {
   other.wait();
   const std::string other_err = read_file(dir("other") + ".err");
   EXPECT_NE(other_err.find("expert_hidden"), std::string::npos) << other_err;
+}
+
+// Worker 0 started by hand (no launcher) writes the run folder, so it takes the run's lock.
+TEST_F(WorkerTest, AHandStartedWorkerZeroTakesTheRunsLock) {
+  base_run();  // the data prepared first
+  const std::string run = dir("run-0");
+  Background busy({"train", "--config", world().config(), "--run-dir", run, "--no-sample", "--set",
+                   "train.steps=100000", "--set", "checkpoint.every=2", "--set", "train.eval_every=0"},
+                  dir("busy"));
+  ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 60, [&] { return busy.running(); }))
+      << read_file(dir("busy") + ".err");
+  const RunResult r = run_atoll(worker("locked", 0, 1, {"--resume-from", run + "/checkpoints/step-00000002"}));
+  EXPECT_TRUE(fails_clearly(r, {run, "pid " + std::to_string(busy.pid())}));
 }
 
 TEST_F(WorkerTest, APeerThatNeverArrivesEndsInABoundedError) {
