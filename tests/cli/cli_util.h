@@ -268,6 +268,30 @@ bool wait_for_file(const std::string& dir, const std::string& name, double timeo
   return found;
 }
 
+// Waits until the file `path` (which must exist) contains `text`, watching it with inotify (no
+// fixed sleeps). False on timeout or when `alive()` turns false first.
+template <class Alive>
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s, Alive&& alive) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const int ino = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (ino < 0 || ::inotify_add_watch(ino, path.c_str(), IN_MODIFY) < 0) throw std::runtime_error("cannot watch " + path);
+  bool found = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) {  // after adding the watch: no write is missed
+      found = true;
+      break;
+    }
+    if (!alive()) break;
+    pollfd p{ino, POLLIN, 0};
+    ::poll(&p, 1, 200);
+    char buf[4096];
+    while (::read(ino, buf, sizeof buf) > 0) {
+    }
+  }
+  ::close(ino);
+  return found;
+}
+
 // Every regular file under `root` (relative path -> bytes), for before/after comparisons.
 inline std::map<std::string, std::string> snapshot(const std::string& root) {
   std::map<std::string, std::string> files;

@@ -82,7 +82,7 @@ TEST_F(Commands, TrainWritesItsRunDirectory) {
   const RunResult r =
       world().train(run, {"--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "checkpoint.every=3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.out.find("# resolved config"), std::string::npos);
+  EXPECT_NE(r.out.find("run " + run + "\n"), std::string::npos) << r.out;  // the one-line summary
 
   // config.toml: the resolved config, loadable as it is.
   const Config saved = load_config(run + "/config.toml");

@@ -11,6 +11,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/supervise/launch.h"
 #include "atoll/train/island_trainer.h"
+#include "atoll/train/resume_config.h"
 
 namespace atl::cli {
 
@@ -66,18 +67,25 @@ struct LaunchFlags {
 Runner add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand("launch", "run N islands (x M workers) on this machine: DiLoCo across islands");
   auto f = std::make_shared<LaunchFlags>();
-  f->config.add_to(cmd, "default: configs/default.toml");
+  f->config.add_to(cmd, "default: configs/default.toml; with --resume: the run's config.toml");
   cmd->add_option("--islands", f->launch.islands, "N: islands (DiLoCo across them)")->required()->check(whole_number(1, kMaxLocalIslands));
   cmd->add_option("--workers-per-island", f->launch.workers_per_island, "M: workers per island (data parallel inside it)")
       ->check(whole_number(1, kMaxLocalIslands));
   cmd->add_option("--store", f->launch.store, "use this Redis store, redis://HOST:PORT (default: start redis-server on loopback)");
   cmd->add_option("--run-dir", f->launch.run_dir, "run directory (default: runs/<date-time>)");
   cmd->add_option("--stop-grace", f->stop_grace_s, "seconds a stopped worker gets before SIGKILL")->check(finite_number(0.0, 1e6));
-  cmd->add_flag("--resume", f->launch.resume, "continue the run in --run-dir from its newest checkpoint (same --islands and --workers-per-island)");
+  cmd->add_flag("--resume", f->launch.resume,
+                "continue the run in --run-dir from its newest checkpoint, with its own config.toml (same --islands and "
+                "--workers-per-island); --set may change " + resume_safe_keys_text() +
+                    "; a run without a checkpoint yet starts over from step 0");
+  cmd->add_flag("--allow-config-change", f->launch.allow_config_change,
+                "with --resume: let --set or --config change other keys too (never a [model] key)");
+  cmd->add_flag("--print-config", f->launch.print_config,
+                "print the whole resolved config (always saved as RUN_DIR/config.toml)");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
-    if (f->config.path.empty()) f->config.path = default_config_path();
-    f->launch.config = f->config.load();
+    f->launch.run_dir = run_dir_or_default(f->launch.run_dir, f->launch.resume);
+    f->launch.config = f->config.load_for_run(f->launch.run_dir, f->launch.resume);
     f->launch.config_path = f->config.path;
     f->launch.stop_grace = std::chrono::milliseconds(int64_t(f->stop_grace_s * 1000));
     return launch(f->launch);

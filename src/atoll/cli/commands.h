@@ -18,7 +18,15 @@ struct ConfigFlags {
   std::vector<std::string> overrides;
   void add_to(CLI::App* app, const std::string& default_help);
   Config load() const;
+  // The config of a command that writes a run: with `resume` and no --config, the run's own
+  // (RUN_DIR/config.toml with --set applied; train/run_dir.h); else --config, by default
+  // default_config_path(). Sets `path` to the file read.
+  Config load_for_run(const std::string& run_dir, bool resume);
 };
+
+// The run directory of a command that writes a run: --run-dir, else default_run_dir() for a new
+// run; --resume without --run-dir is a ConfigError.
+std::string run_dir_or_default(const std::string& given, bool resume);
 
 // The default config when --config is not given: configs/default.toml next to the sources,
 // or the built-in defaults.

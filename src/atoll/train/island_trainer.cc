@@ -134,13 +134,16 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   const std::string who = worker_name(opts.island, opts.rank);
   const double t_start = now_s();
   const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
-  configure_threads(cfg.train.threads);
-  const DatasetInfo data = resolve_dataset(cfg);
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
-  // Without a launcher, worker 0 owns the run folder: checked before any peer can write to it.
+  // Without a launcher, worker 0 owns the run folder: checked and locked before any peer can
+  // write to it (a launcher holds the lock for the workers it starts). The workers' configs are
+  // compared with one another at start-up (expect_same below), which is what a by-hand run
+  // needs, so a change against the run's config.toml is logged rather than refused.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, resume);
+  if (w == 0 && opts.metrics_fd < 0) rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
+  configure_threads(cfg.train.threads);
+  const DatasetInfo data = resolve_dataset(cfg);
 
   // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
   // copies serve initialisation, DiLoCo's outer step and checkpoints.
@@ -225,7 +228,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
   loop.engine->to_device(kAllState);  // the initial or restored parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0) {
-    write_run_config(rd, cfg);
+    begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
   }
   std::filesystem::create_directories(run_dir);

@@ -49,7 +49,9 @@ struct WorkerOptions {
   std::string run_id = "atoll";      // store key prefix: unique per run
   int island = 0, rank = 0;          // this worker
   int islands = 1, workers_per_island = 1;
-  std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0)
+  std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0); worker 0
+                                     // without a launcher (metrics_fd < 0) locks it (train/run_lock.h),
+                                     // else the launcher holds the lock
   int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
