@@ -58,7 +58,7 @@ std::vector<BadFlag> bad_flags(const std::string& d) {
       {{"eval", "--checkpoint", ck, "--tokens", "-5"}, "--tokens"},
       {{"eval", "--checkpoint", ck, "--tokens", "nan"}, "--tokens"},
       {{"eval", "--checkpoint", ck, "--batch", "0"}, "--batch"},
-      {{"generate", "--checkpoint", ck, "--max-tokens", "0"}, "--max-tokens"},
+      {{"generate", "--checkpoint", ck, "--max-tokens", "-1"}, "--max-tokens"},
       {{"generate", "--checkpoint", ck, "--temperature", "nan"}, "--temperature"},
       {{"generate", "--checkpoint", ck, "--temperature", "inf"}, "--temperature"},
       {{"generate", "--checkpoint", ck, "--temperature", "-1"}, "--temperature"},
