@@ -34,7 +34,7 @@ TEST(FaultSpec, ParsesTheRingAndTransferForms) {
 
 std::string error_of(const std::string& text) {
   try {
-    parse_fault_spec(text);
+    parse_fault_specs(text);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -118,9 +118,18 @@ TEST(FaultInjection, OnlyTheNamedWorkerIsArmedAndHangStopsIt) {
   ::unsetenv("ATOLL_FAULT");
 }
 
+TEST(FaultSpec, SeveralSpecsJoinedByCommas) {
+  const std::vector<FaultSpec> f = parse_fault_specs("kill:island=2:outer_step=3:ring_chunk=1,corrupt:island=0:transfer=1");
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].action, Action::kKill);
+  EXPECT_EQ(f[1].action, Action::kCorrupt);
+  EXPECT_TRUE(parse_fault_specs("").empty());
+  EXPECT_NE(error_of("kill:island=2:transfer=1,oops").find("unknown action 'oops'"), std::string::npos);
+}
+
 TEST(FaultInjection, CorruptMarksExactlyOneTransferTensor) {
-  ::setenv("ATOLL_FAULT", "corrupt:island=0:transfer=2", 1);
-  arm_fault_injection(0, 0);
+  ::setenv("ATOLL_FAULT", "corrupt:island=0:transfer=2,kill:island=1:transfer=1", 1);
+  arm_fault_injection(0, 0);  // the kill names island 1: not armed here
   EXPECT_FALSE(fault_transfer_tensor());
   EXPECT_TRUE(fault_transfer_tensor());
   EXPECT_FALSE(fault_transfer_tensor());  // once per process

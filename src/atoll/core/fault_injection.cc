@@ -6,7 +6,7 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -26,7 +26,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
                     "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K or ACTION:island=I:transfer=K "
-                    "with ACTION kill, hang or corrupt (corrupt with transfer only), or unset ATOLL_FAULT");
+                    "with ACTION kill, hang or corrupt (corrupt with transfer only), several joined by commas, or "
+                    "unset ATOLL_FAULT");
 }
 
 int64_t positive(const std::string& text, const std::string& key, const std::string& value, int64_t min) {
@@ -37,11 +38,14 @@ int64_t positive(const std::string& text, const std::string& key, const std::str
   return v;
 }
 
-// The armed fault; fired (or never armed) once `armed` is false.
+// The armed faults (set once, before any point runs); each fires once.
+struct Armed {
+  FaultSpec spec;
+  std::atomic<bool> fired{false};
+};
 std::atomic<bool> g_armed{false};
-FaultSpec g_spec;
+std::vector<std::unique_ptr<Armed>> g_faults;
 std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0};
-std::once_flag g_fired;
 
 void say(const std::string& what) {
   const std::string line = "ATOLL_FAULT: " + what + "\n";
@@ -49,17 +53,14 @@ void say(const std::string& what) {
 }
 
 // Kill or hang here; false for corrupt (the caller corrupts). Fires once.
-bool fire(const std::string& where) {
-  bool mine = false;
-  std::call_once(g_fired, [&] { mine = true; });
-  if (!mine) return false;
-  g_armed = false;
-  if (g_spec.action == FaultSpec::Action::kCorrupt) {
+bool fire(Armed& a, const std::string& where) {
+  if (a.fired.exchange(true)) return false;
+  if (a.spec.action == FaultSpec::Action::kCorrupt) {
     say("corrupting " + where);
     return true;
   }
-  say((g_spec.action == FaultSpec::Action::kKill ? "SIGKILL at " : "SIGSTOP at ") + where);
-  ::raise(g_spec.action == FaultSpec::Action::kKill ? SIGKILL : SIGSTOP);
+  say((a.spec.action == FaultSpec::Action::kKill ? "SIGKILL at " : "SIGSTOP at ") + where);
+  ::raise(a.spec.action == FaultSpec::Action::kKill ? SIGKILL : SIGSTOP);
   return false;
 }
 
@@ -93,12 +94,23 @@ FaultSpec parse_fault_spec(const std::string& text) {
   return f;
 }
 
+std::vector<FaultSpec> parse_fault_specs(const std::string& text) {
+  std::vector<FaultSpec> specs;
+  for (const std::string& part : split(text, ','))
+    if (const FaultSpec f = parse_fault_spec(part); f.action != FaultSpec::Action::kNone) specs.push_back(f);
+  return specs;
+}
+
 void arm_fault_injection(int island, int rank) {
   const char* env = std::getenv("ATOLL_FAULT");
-  const FaultSpec f = parse_fault_spec(env ? env : "");
-  if (f.action == FaultSpec::Action::kNone || f.island != island || (f.rank >= 0 && f.rank != rank)) return;
-  g_spec = f;
-  g_armed = true;
+  g_armed = false;
+  g_faults.clear();
+  for (const FaultSpec& f : parse_fault_specs(env ? env : ""))
+    if (f.island == island && (f.rank < 0 || f.rank == rank)) {
+      g_faults.push_back(std::make_unique<Armed>());
+      g_faults.back()->spec = f;
+    }
+  g_armed = !g_faults.empty();
 }
 
 void disarm_fault_injection() { g_armed = false; }
@@ -109,16 +121,20 @@ void fault_outer_step(int64_t outer_step) {
 }
 
 void fault_ring_message() {
-  if (!g_armed.load(std::memory_order_relaxed) || g_spec.ring_chunk < 0) return;
+  if (!g_armed.load(std::memory_order_relaxed)) return;
   const int64_t k = ++g_ring_messages;
-  if (g_outer_step == g_spec.outer_step && k == g_spec.ring_chunk)
-    fire("outer step " + std::to_string(g_spec.outer_step) + ", ring message " + std::to_string(k));
+  for (auto& a : g_faults)
+    if (a->spec.ring_chunk == k && a->spec.outer_step == g_outer_step)
+      fire(*a, "outer step " + std::to_string(a->spec.outer_step) + ", ring message " + std::to_string(k));
 }
 
 bool fault_transfer_tensor() {
-  if (!g_armed.load(std::memory_order_relaxed) || g_spec.transfer < 0) return false;
+  if (!g_armed.load(std::memory_order_relaxed)) return false;
   const int64_t k = ++g_transfers;
-  return k == g_spec.transfer && fire("state transfer tensor " + std::to_string(k));
+  bool corrupt = false;
+  for (auto& a : g_faults)
+    if (a->spec.transfer == k) corrupt = fire(*a, "state transfer tensor " + std::to_string(k)) || corrupt;
+  return corrupt;
 }
 
 }  // namespace atl

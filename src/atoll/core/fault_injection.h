@@ -2,7 +2,7 @@
 // chosen worker fail at an exact point, so a test can kill a worker in the middle of a ring
 // all-reduce or of a state transfer instead of hoping a signal from outside lands there.
 //
-//   ATOLL_FAULT=ACTION:key=value[:key=value...]
+//   ATOLL_FAULT=SPEC[,SPEC...]   SPEC = ACTION:key=value[:key=value...]
 //     ACTION      kill     SIGKILL to itself (the process vanishes; its sockets close)
 //                 hang     SIGSTOP to itself (every thread stops, heartbeats included; SIGCONT resumes)
 //                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
@@ -12,16 +12,18 @@
 //     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
 //                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
-//   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1
+//   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
+//   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
 //
 // The variable is read once (arm_fault_injection, at a worker's start); a malformed value is a
-// ConfigError naming ATOLL_FAULT, the part and the fix. A fault fires at most once per process,
-// and a worker restarted to rejoin does not arm it again, so each fault happens once per run.
+// ConfigError naming ATOLL_FAULT, the part and the fix. Each fault fires at most once per process,
+// and a worker restarted to rejoin does not arm them again, so each happens once per run.
 // Disarmed, every point costs one relaxed atomic load.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace atl {
 
@@ -32,10 +34,12 @@ struct FaultSpec {
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
 };
 
-// Parses an ATOLL_FAULT value; "" is no fault. Throws ConfigError.
+// Parses one SPEC; "" is no fault. Throws ConfigError.
 FaultSpec parse_fault_spec(const std::string& text);
+// Parses a whole ATOLL_FAULT value (SPECs separated by commas).
+std::vector<FaultSpec> parse_fault_specs(const std::string& text);
 
-// Reads ATOLL_FAULT and arms it when it names this worker (a ConfigError for a bad value, armed or not).
+// Reads ATOLL_FAULT and arms the faults that name this worker (a ConfigError for a bad value, armed or not).
 void arm_fault_injection(int island, int rank);
 void disarm_fault_injection();
 

@@ -14,6 +14,18 @@ ElasticGroup::ElasticGroup(Store& store, Membership& membership, const View& v, 
   form();
 }
 
+ElasticGroup::ElasticGroup(Store& store, Membership& membership, std::unique_ptr<ProcessGroup> group,
+                           const ElasticGroupOptions& opts)
+    : store_(store), membership_(membership), view_(membership.initial_view()), opts_(opts), group_(std::move(group)) {}
+
+std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& membership, const ElasticGroupOptions& opts) {
+  const MembershipOptions& m = membership.options();
+  auto group = std::make_unique<ProcessGroup>(
+      store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0,
+                          .connections = opts.connections, .timeout = opts.timeout});
+  return std::unique_ptr<ElasticGroup>(new ElasticGroup(store, membership, std::move(group), opts));
+}
+
 ElasticGroup::~ElasticGroup() = default;
 
 ProcessGroup& ElasticGroup::group() {

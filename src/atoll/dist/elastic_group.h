@@ -48,8 +48,12 @@ struct ElasticGroupOptions {
 
 class ElasticGroup {
  public:
-  // Forms the group of view v, which must hold this worker's island.
+  // Forms the group of view v, which must hold this worker's island (formed() tells whether it did).
   ElasticGroup(Store& store, Membership& membership, const View& v, const ElasticGroupOptions& opts);
+  // A run's start: the group of every island, epoch 0, whose rendezvous must succeed (Timeout
+  // naming the ranks that never arrived, as ProcessGroup's); then the view with every worker's
+  // token (each announced before its rendezvous: Membership::announce).
+  static std::unique_ptr<ElasticGroup> start(Store& store, Membership& membership, const ElasticGroupOptions& opts);
   ~ElasticGroup();
   ElasticGroup(const ElasticGroup&) = delete;
   ElasticGroup& operator=(const ElasticGroup&) = delete;
@@ -78,6 +82,7 @@ class ElasticGroup {
   void admitted() { view_.joining.clear(); }
 
  private:
+  ElasticGroup(Store& store, Membership& membership, std::unique_ptr<ProcessGroup> group, const ElasticGroupOptions& opts);
   void drop();
   void form();
 

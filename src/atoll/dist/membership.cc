@@ -371,4 +371,8 @@ void Membership::mark_done() { store_.set(key("done"), "1"); }
 
 bool Membership::done() { return store_.get(key("done")).has_value(); }
 
+void Membership::put_config(const std::string& text) { store_.set_if_absent(key("config"), text); }
+
+std::optional<std::string> Membership::config() { return store_.get(key("config")); }
+
 }  // namespace atl

@@ -17,6 +17,7 @@
 //   record/I.R             the worker's own record at its newest committed outer step (its data
 //                          cursor), which a restarted worker continues from
 //   done                   the run finished its last step
+//   config                 the config the run started with (a joiner must bring the same)
 //
 // Liveness: worker I.R of view v is alive while hb/I.R holds the token v recorded for it; an
 // island is alive while every rank of it is. A worker killed or stopped (SIGSTOP stops the
@@ -132,6 +133,8 @@ class Membership {
   std::optional<std::string> record(int island, int rank);   // any worker's
   void mark_done();
   bool done();
+  void put_config(const std::string& text);  // the first writer's stands
+  std::optional<std::string> config();
 
  private:
   std::string key(const std::string& rest) const;  // "atoll/<run>/members/<rest>"

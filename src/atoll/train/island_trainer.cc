@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,8 +18,11 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/elastic_group.h"
 #include "atoll/dist/fragments.h"
+#include "atoll/dist/membership.h"
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
@@ -31,6 +35,7 @@
 #include "atoll/train/metrics.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
+#include "atoll/train/state_transfer.h"
 #include "atoll/train/trainer.h"
 
 namespace atl {
@@ -116,12 +121,55 @@ std::string shared_config_toml(const Config& cfg) {
   return island_config_toml(c);
 }
 
+namespace {
+
+// What a worker holds of the run, in the order it builds it (and tears it down in reverse: the
+// rings before the outer group, the groups before the membership, all before the store).
+struct Session {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Membership> membership;
+  std::unique_ptr<ProcessGroup> inner;
+  std::unique_ptr<ElasticGroup> outer;
+  std::unique_ptr<DilocoSync> diloco;
+};
+
+DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeout) {
+  return {.outer_lr = cfg.diloco.outer_lr,
+          .outer_momentum = cfg.diloco.outer_momentum,
+          .ring = {.codec = parse_codec(cfg.diloco.codec),
+                   .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
+                   .timeout = timeout,
+                   .error_feedback = cfg.diloco.error_feedback,
+                   .compress = cfg.diloco.compress == "zstd"}};
+}
+
+ProcessGroup& island_group(Session& ss, const WorkerOptions& opts, uint64_t epoch, std::chrono::milliseconds timeout) {
+  ss.inner = std::make_unique<ProcessGroup>(
+      *ss.store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
+                              .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout});
+  return *ss.inner;
+}
+
+// The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
+// before anyone waits on another).
+void join_island(Engine& engine, ProcessGroup& inner, const Config& cfg) {
+  check_island_device(cfg.train, inner.size());
+  engine.join_island({.rank = inner.rank(), .size = inner.size(), .timeout = inner.timeout(),
+                      .allgather = [&inner](const std::string& s) { return inner.allgather(s); }});
+}
+
+}  // namespace
+
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
+  // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only:
+  // a fault happens once per run.
+  if (opts.join) parse_fault_specs(std::getenv("ATOLL_FAULT") ? std::getenv("ATOLL_FAULT") : "");
+  else arm_fault_injection(opts.island, opts.rank);
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
   const std::string who = "island " + std::to_string(opts.island) + " rank " + std::to_string(opts.rank);
@@ -133,7 +181,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // Without a launcher, worker 0 owns the run folder: checked before any peer can write to it.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0) rd = inspect_run_dir(run_dir, cfg, resume);
+  if (w == 0 && opts.metrics_fd < 0 && !opts.join) rd = inspect_run_dir(run_dir, cfg, resume);
 
   // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
   // copies serve initialisation, DiLoCo's outer step and checkpoints.
@@ -146,18 +194,43 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     manifest = read_training_manifest(opts.resume_from);
     check_resume(manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
   }
+  std::filesystem::create_directories(run_dir);
+  // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
+  JsonlWriter events(run_dir + "/events.jsonl");
+  auto stamp = [&](const std::string& kind, nlohmann::json fields) {
+    fields["island"] = opts.island, fields["rank"] = opts.rank;
+    events.write(event_row(kind, fields));
+  };
 
+  Session ss;
+  TrainingState state{.loop = loop};
+  const ElasticGroupOptions outer_opts{
+      .name = "outer-r" + std::to_string(opts.rank),
+      .connections = cfg.diloco.connections,
+      .timeout = timeout,
+      .on_change = [&ss](ProcessGroup* g) {
+        if (ss.diloco) g ? ss.diloco->rebind(*g) : ss.diloco->detach();
+      },
+      .on_incident = [&](const nlohmann::json& e) { stamp(e.at("event"), e); }};
+  const auto make_diloco = [&] {
+    ss.diloco = std::make_unique<DilocoSync>(ss.outer->group(), engine.host().params, n, diloco_options(cfg, timeout),
+                                             model_fragments(engine.layout(), cfg.diloco.fragments), ss.inner.get());
+    state.diloco = ss.diloco.get();
+  };
   // Rendezvous, bounded by fault.timeout_s: the store must answer and every peer arrive.
-  std::unique_ptr<Store> store;
-  std::unique_ptr<ProcessGroup> inner_group, outer_group;
   try {
-    store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
-    inner_group = std::make_unique<ProcessGroup>(
-        *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank, .size = M,
-                             .timeout = timeout});
-    outer_group = std::make_unique<ProcessGroup>(
-        *store, GroupOptions{.name = "outer-r" + std::to_string(opts.rank), .rank = opts.island, .size = N,
-                             .connections = cfg.diloco.connections, .timeout = timeout});
+    ss.store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
+    ss.membership = std::make_unique<Membership>(
+        *ss.store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
+                                     .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
+                                     .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
+                                     .timeout = timeout});
+    ss.membership->start_heartbeat();
+    if (!opts.join) {
+      ss.membership->announce();
+      island_group(ss, opts, 0, timeout);
+      ss.outer = ElasticGroup::start(*ss.store, *ss.membership, outer_opts);
+    }
   } catch (const Timeout& e) {
     char bound[64];
     std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
@@ -167,68 +240,124 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
              "--workers-per-island, or raise fault.timeout_s";
     throw Timeout(msg);
   }
-  ProcessGroup& inner = *inner_group;
-  ProcessGroup& outer = *outer_group;
-  for (ProcessGroup* g : {&inner, &outer}) {
-    expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
-    expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
-    expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
+  Membership& membership = *ss.membership;
+  if (!opts.join) {
+    ProcessGroup& inner = *ss.inner;
+    ProcessGroup& outer = ss.outer->group();
+    for (ProcessGroup* g : {&inner, &outer}) {
+      expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
+      expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
+      expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
+    }
+    membership.put_config(shared_config_toml(cfg));
+    join_island(engine, inner, cfg);
+    make_diloco();
+    const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
+                           .inner = &inner, .outer = &outer};
+    if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
+    expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
+  } else {
+    // A restarted worker: the same config as the run's, then admission at an outer-step boundary,
+    // the run's state from a live island, and this worker's own data cursor from its record.
+    if (const std::optional<std::string> run_config = membership.config(); run_config && *run_config != shared_config_toml(cfg))
+      throw ConfigError(who + ": --join with a config that differs from the run's; fix: start it with the run's "
+                        "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
+    membership.request_join();
+    if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
+    const std::optional<View> admitted = membership.wait_admission();
+    if (!admitted) {
+      if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
+      return WorkerResult{};
+    }
+    try {
+      ProcessGroup& inner = island_group(ss, opts, admitted->epoch, timeout);
+      join_island(engine, inner, cfg);
+      ss.outer = std::make_unique<ElasticGroup>(*ss.store, membership, *admitted, outer_opts);
+      while (!ss.outer->formed()) {  // a member of the admitting view was lost meanwhile: a failed attempt
+        ss.outer->decide(kAdmitAttempt, false, false);
+        ss.outer->reform(kAdmitAttempt, ss.outer->formation_error());
+      }
+      make_diloco();
+      if (const std::optional<std::string> record = membership.record(opts.island, opts.rank))
+        restore_worker_record(cfg, state, *record);
+      const TransferReport got = admit(*ss.outer, cfg, state);
+      inner.expect_same("training state received (xxh3)",
+                        state_hash(state_registry(cfg, true, &state), engine.layout(),
+                                   {Division::kRun, Division::kReplicatedInIsland, Division::kPerIsland}));
+      if (opts.rank == 0)
+        stamp("join", {{"epoch", ss.outer->view().epoch}, {"islands", ss.outer->view().islands}, {"step", loop.step},
+                       {"outer_step", ss.diloco->outer_step()}, {"source", got.source}, {"rounds", got.rounds},
+                       {"refused", got.refused}, {"theta_hash", ss.diloco->theta_hash()}});
+      if (!opts.quiet)
+        log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
+                 " (" + ss.outer->view().describe() + ")");
+    } catch (const PeerLost& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    } catch (const Timeout& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    }
   }
-  // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
-  // before anyone waits on another).
-  check_island_device(cfg.train, M);
-  engine.join_island({.rank = opts.rank, .size = M, .timeout = inner.timeout(),
-                      .allgather = [&](const std::string& s) { return inner.allgather(s); }});
-  DilocoSync diloco(outer, engine.host().params, n,
-                    {.outer_lr = cfg.diloco.outer_lr,
-                     .outer_momentum = cfg.diloco.outer_momentum,
-                     .ring = {.codec = parse_codec(cfg.diloco.codec),
-                              .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
-                              .timeout = timeout,
-                              .error_feedback = cfg.diloco.error_feedback,
-                              .compress = cfg.diloco.compress == "zstd"}},
-                    model_fragments(engine.layout(), cfg.diloco.fragments), &inner);
+  ProcessGroup& inner = *ss.inner;
+  ElasticGroup& outer = *ss.outer;
+  DilocoSync& diloco = *ss.diloco;
+  membership.put_record(worker_record(cfg, state));
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
-  TrainingState state{.loop = loop, .diloco = &diloco};
-  const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
-                         .inner = &inner, .outer = &outer};
-  if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
-  expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
-  loop.engine->to_device(kAllState);  // the initial or restored parameters and moments (a no-op on the CPU)
-  if (w == 0 && opts.metrics_fd < 0) {
+  loop.engine->to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
+  if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     write_run_config(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
   }
-  std::filesystem::create_directories(run_dir);
   RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");
-  std::unique_ptr<JsonlWriter> events;
-  if (w == 0) events = std::make_unique<JsonlWriter>(run_dir + "/events.jsonl");
   if (w == 0 && resume && opts.metrics_fd < 0)
-    events->write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", opts.resume_from}});
+    events.write(event_row("resume", {{"step", loop.step}, {"checkpoint", opts.resume_from}}));
   if (!opts.quiet)
     log_info(who + ": " + std::to_string(engine.layout().n_params()) + " parameters, data slice " +
              std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
   IslandHooks hooks(cfg, {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who},
-                    inner, outer, diloco, streaming, events.get());
-  const DriverResult r = run_steps(
-      loop, hooks,
-      {.who = who,
-       .workers = W,
-       .evaluates = w == 0,
-       .write_row = [&](const nlohmann::json& row) { rows.write(row); },
-       .save =
-           [&] {
-             loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
-             return save_training_state(cfg, run_dir, state, place);
-           },
-       .events = events.get(),
-       .t_start = t_start});
-  if (w == 0) events->write({{"event", "end"}, {"step", loop.step}});
+                    inner, outer, diloco, streaming, state, w == 0 ? &events : nullptr);
+  // A checkpoint's collectives are not retried: one that loses a peer is skipped (the group is
+  // then broken, and the next outer step votes it down and re-forms).
+  const auto save = [&]() -> std::string {
+    if (!outer.formed()) return "";
+    loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+    const StatePlace place{
+        .island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .inner = &inner,
+        .outer = &outer.group(), .members = outer.view().islands,
+        .absent_value = [&](int i, int r, const std::string& entry) -> std::optional<nlohmann::json> {
+          const std::optional<std::string> record = membership.record(i, r);
+          return record ? record_value(*record, entry) : std::nullopt;
+        }};
+    try {
+      return save_training_state(cfg, run_dir, state, place);
+    } catch (const PeerLost& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    } catch (const Timeout& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    }
+    return "";
+  };
+  DriverResult r;
+  try {
+    r = run_steps(loop, hooks,
+                  {.who = who,
+                   .workers = W,
+                   .evaluates = [&] { return outer.leads(); },
+                   .write_row = [&](const nlohmann::json& row) { rows.write(row); },
+                   .save = save,
+                   .events = &events,
+                   .t_start = t_start});
+  } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
+    throw LeftRun(who + ": " + e.what());
+  } catch (const Timeout& e) {
+    throw LeftRun(who + ": " + e.what());
+  }
+  membership.mark_done();
+  if (outer.leads()) events.write(event_row("end", {{"step", loop.step}}));
   WorkerResult result;
   result.steps = loop.step;
   result.outer_steps = diloco.outer_step();

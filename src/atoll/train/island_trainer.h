@@ -52,7 +52,12 @@ struct WorkerOptions {
   int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
+  bool join = false;                 // a restarted worker: rejoin the running run (elastic islands)
 };
+
+// The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
+// island lost a worker, or the others re-formed without it): the launcher restarts it with --join.
+inline constexpr int kWorkerRejoinExit = 75;
 
 struct WorkerResult {
   int64_t steps = 0, outer_steps = 0;

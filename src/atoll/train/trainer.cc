@@ -55,11 +55,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   }
   JsonlWriter events(rd.path + "/events.jsonl");
   if (!rd.checkpoint.empty()) {
-    events.write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", rd.checkpoint}});
+    events.write(event_row("resume", {{"step", loop.step}, {"checkpoint", rd.checkpoint}}));
     if (!opts.quiet) log_info("resumed " + rd.checkpoint + " at step " + std::to_string(loop.step));
   } else {
-    events.write({{"event", "start"}, {"threads", threads}, {"params", engine.layout().n_params()},
-                  {"device", engine.device_name()}});
+    events.write(event_row("start", {{"threads", threads}, {"params", engine.layout().n_params()},
+                                     {"device", engine.device_name()}}));
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
@@ -81,7 +81,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
        .events = &events,
        .stop_after = opts.stop_after,
        .t_start = t_start});
-  events.write({{"event", "end"}, {"step", loop.step}});
+  events.write(event_row("end", {{"step", loop.step}}));
   result.checkpoint = r.checkpoint;
   result.steps = loop.step;
   result.tokens = loop.tokens;
