@@ -2,7 +2,9 @@
 // a worker stopped at an exact point of the ring (ATOLL_FAULT=hang) and killed there with
 // SIGKILL from outside is restarted, rejoins with its own data slice, and every outer step
 // ends with equal θ and momentum hashes; a state transfer corrupted on the wire is refused by
-// the joiner's hash check and sent again; a worker stopped past the heartbeat ttl is left out
+// the joiner's hash check and sent again; a transfer whose source is lost is retried from another
+// island (and the source rejoins in turn); an island of two workers that loses one leaves as a
+// whole and rejoins; a worker stopped past the heartbeat ttl is left out
 // and the run goes on, and when it is let go (SIGCONT) it finds itself left out, leaves and rejoins.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -62,6 +64,7 @@ char process_state(pid_t pid) {
 struct RunView {
   std::map<int64_t, std::map<int, std::string>> theta, momentum;  // outer step -> island -> hash
   std::map<std::string, std::vector<nlohmann::json>> events;
+  size_t count(const std::string& kind) const { return events.count(kind) ? events.at(kind).size() : 0; }
 };
 
 RunView read_run(const std::string& run) {
@@ -136,13 +139,13 @@ TEST_F(ElasticLaunch, AWorkerKilledMidRingIsRestartedAndRejoinsWithItsOwnDataSli
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << read_file(dir("launch") + ".err");
   const RunView v = read_run(run);
   expect_agreement(v);
-  ASSERT_EQ(v.events.count("peer_lost"), 1u);
+  ASSERT_EQ(v.count("peer_lost"), 1u);
   EXPECT_EQ(v.events.at("peer_lost")[0]["status"], "signal 9");
   EXPECT_EQ(v.events.at("peer_lost")[0]["island"], 2);
-  EXPECT_EQ(v.events.count("restart"), 1u);
-  ASSERT_EQ(v.events.count("abort_retry"), 1u);
+  EXPECT_EQ(v.count("restart"), 1u);
+  ASSERT_EQ(v.count("abort_retry"), 1u);
   EXPECT_EQ(v.events.at("abort_retry")[0]["lost"], nlohmann::json::array({2}));
-  ASSERT_EQ(v.events.count("join"), 1u);
+  ASSERT_EQ(v.count("join"), 1u);
   const nlohmann::json& join = v.events.at("join")[0];
   EXPECT_EQ(join["island"], 2);
   EXPECT_EQ(join["rounds"], 1);
@@ -167,13 +170,58 @@ TEST_F(ElasticLaunch, ACorruptedStateTransferIsRefusedAndSentAgain) {
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const RunView v = read_run(run);
   expect_agreement(v);
-  ASSERT_EQ(v.events.count("join"), 1u) << r.describe();
+  ASSERT_EQ(v.count("join"), 1u) << r.describe();
   const nlohmann::json& join = v.events.at("join")[0];
   EXPECT_EQ(join["source"], 0);
   EXPECT_EQ(join["rounds"], 2) << join.dump();
   EXPECT_EQ(join["refused"], nlohmann::json::array({"param"})) << join.dump();
   EXPECT_NE((r.out + r.err).find("[island 0 rank 0] ATOLL_FAULT: corrupting state transfer tensor 1"), std::string::npos)
       << r.describe();
+}
+
+// Island 2 is lost; while island 0 sends it the state, island 0 is lost too: the admission is
+// voted down and retried from island 1, and island 0 rejoins in turn.
+TEST_F(ElasticLaunch, ATransferWhoseSourceIsLostIsRetriedFromAnotherIsland) {
+  const std::string run = dir("run");
+  child_env().push_back("ATOLL_FAULT=kill:island=2:outer_step=2:ring_chunk=1,kill:island=0:transfer=2");
+  const RunResult r = run_atoll(args(run), 120);
+  child_env().pop_back();
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RunView v = read_run(run);
+  expect_agreement(v);
+  std::map<int, nlohmann::json> join;  // by island
+  for (const auto& e : v.events.at("join")) join[e["island"].get<int>()] = e;
+  ASSERT_EQ(join.size(), 2u) << r.describe();
+  EXPECT_EQ(v.count("join"), 2u);
+  EXPECT_EQ(join[2]["source"], 1) << join[2].dump();
+  EXPECT_EQ(join[0]["source"], 1) << join[0].dump();
+  EXPECT_EQ(v.count("peer_lost"), 2u);
+  EXPECT_EQ(v.count("restart"), 2u);
+}
+
+// Two workers per island: island 1 loses rank 1; rank 0 fails in the island's gradient mean and
+// leaves too (exit 75), both are restarted, and the island rejoins as a whole.
+TEST_F(ElasticLaunch, AnIslandThatLosesAWorkerLeavesAsAWholeAndRejoins) {
+  const std::string run = dir("run");
+  std::vector<std::string> a = args(run);
+  a[2] = "2";  // --islands 2
+  a.insert(a.end(), {"--workers-per-island", "2"});
+  child_env().push_back("ATOLL_FAULT=kill:island=1:rank=1:outer_step=2:ring_chunk=1");
+  const RunResult r = run_atoll(a, 120);
+  child_env().pop_back();
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RunView v = read_run(run);
+  expect_agreement(v);
+  std::map<int, std::string> lost;  // rank of island 1 -> status
+  for (const auto& e : v.events.at("peer_lost")) {
+    EXPECT_EQ(e["island"], 1) << e.dump();
+    lost[e["rank"].get<int>()] = e["status"];
+  }
+  EXPECT_EQ(lost, (std::map<int, std::string>{{0, "exit 75"}, {1, "signal 9"}}));
+  ASSERT_EQ(v.count("join"), 1u) << r.describe();  // written by the island's rank 0
+  EXPECT_EQ(v.events.at("join")[0]["island"], 1);
+  EXPECT_FALSE(steps_with(v, 1).empty()) << "outer steps with island 0 alone";
+  EXPECT_EQ(steps_with(v, 2).back(), kSteps / kH) << "whole again at the end";
 }
 
 TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
@@ -194,13 +242,25 @@ TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << read_file(dir("launch") + ".err");
   const RunView v = read_run(run);
   expect_agreement(v);
-  ASSERT_EQ(v.events.count("abort_retry"), 1u);
+  ASSERT_EQ(v.count("abort_retry"), 1u);
   EXPECT_EQ(v.events.at("abort_retry")[0]["lost"], nlohmann::json::array({1}));
   // Let go, it finds itself left out: it leaves (exit 75) and the launcher restarts it to rejoin.
-  ASSERT_EQ(v.events.count("peer_lost"), 1u);
+  ASSERT_EQ(v.count("peer_lost"), 1u);
   EXPECT_EQ(v.events.at("peer_lost")[0]["status"], "exit 75");
-  EXPECT_EQ(v.events.count("join"), 1u);
+  EXPECT_EQ(v.count("join"), 1u);
   EXPECT_FALSE(steps_with(v, 2).empty());
+}
+
+TEST_F(ElasticLaunch, BadFaultSettingsAreClearErrors) {
+  child_env().push_back("ATOLL_FAULT=kill:island=1:outer_step=2");
+  const RunResult r = run_atoll(args(dir("run")), 60);
+  child_env().pop_back();
+  EXPECT_TRUE(fails_clearly(r, {"ATOLL_FAULT='kill:island=1:outer_step=2'", "go together"}));
+  const RunResult ttl = run_atoll(args(dir("run2"), {"--set", "fault.heartbeat_ttl_s=0.2"}), 60);
+  EXPECT_TRUE(fails_clearly(ttl, {"fault.heartbeat_ttl_s", "fault.heartbeat_s"}));
+  const RunResult both = run_atoll({"worker", "--store", "redis://127.0.0.1:1", "--island", "0", "--rank", "0",
+                                    "--islands", "2", "--join", "--resume-from", dir("nowhere")});
+  EXPECT_TRUE(fails_clearly(both, {"--join", "--resume-from"}));
 }
 
 }  // namespace

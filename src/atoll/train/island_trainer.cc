@@ -352,9 +352,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .events = &events,
                    .t_start = t_start});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
-    throw LeftRun(who + ": " + e.what());
+    throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   } catch (const Timeout& e) {
-    throw LeftRun(who + ": " + e.what());
+    throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   }
   membership.mark_done();
   if (outer.leads()) events.write(event_row("end", {{"step", loop.step}}));
