@@ -12,6 +12,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -115,6 +116,24 @@ class ElasticLaunch : public CliTest {
     EXPECT_EQ(v.theta.rbegin()->first, kSteps / kH) << "every outer step, each once (a retry keeps its number)";
   }
 
+  // Starts the run with island `island` stopping itself (SIGSTOP) at the first ring message of
+  // outer step 3; returns that worker's pid once it is stopped, -1 if it never was.
+  pid_t launch_until_stopped(std::unique_ptr<Background>& b, const std::string& run, int island) {
+    child_env().push_back("ATOLL_FAULT=hang:island=" + std::to_string(island) + ":outer_step=3:ring_chunk=1");
+    b = std::make_unique<Background>(args(run), dir("launch"));
+    child_env().pop_back();
+    pid_t pid = -1;
+    const bool stopped = wait_until([&] { return (pid = worker_pid(b->pid(), island)) > 0 && process_state(pid) == 'T'; },
+                                    60, [&] { return b->running(); });
+    return stopped ? pid : -1;
+  }
+
+  ::testing::AssertionResult ends_with_exit_0(Background& b) const {
+    const int status = b.wait();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "wait status " << status << "\n" << read_file(dir("launch") + ".err");
+  }
+
   // The outer steps logged by `count` islands.
   static std::vector<int64_t> steps_with(const RunView& v, size_t count) {
     std::vector<int64_t> s;
@@ -126,17 +145,12 @@ class ElasticLaunch : public CliTest {
 
 TEST_F(ElasticLaunch, AWorkerKilledMidRingIsRestartedAndRejoinsWithItsOwnDataSlice) {
   const std::string run = dir("run");
-  // ATOLL_FAULT stops island 2 at the first ring message of outer step 3; the kill comes from here.
-  child_env().push_back("ATOLL_FAULT=hang:island=2:outer_step=3:ring_chunk=1");
-  Background b(args(run), dir("launch"));
-  child_env().pop_back();
-  pid_t victim = -1;
-  ASSERT_TRUE(wait_until([&] { return (victim = worker_pid(b.pid(), 2)) > 0 && process_state(victim) == 'T'; }, 60,
-                         [&] { return b.running(); }))
-      << read_file(dir("launch") + ".err");
+  // ATOLL_FAULT stops island 2 in the ring of outer step 3; the kill comes from here.
+  std::unique_ptr<Background> b;
+  const pid_t victim = launch_until_stopped(b, run, 2);
+  ASSERT_GT(victim, 0) << read_file(dir("launch") + ".err");
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
-  const int status = b.wait();
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << read_file(dir("launch") + ".err");
+  ASSERT_TRUE(ends_with_exit_0(*b));
   const RunView v = read_run(run);
   expect_agreement(v);
   ASSERT_EQ(v.count("peer_lost"), 1u);
@@ -226,20 +240,15 @@ TEST_F(ElasticLaunch, AnIslandThatLosesAWorkerLeavesAsAWholeAndRejoins) {
 
 TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
   const std::string run = dir("run");
-  child_env().push_back("ATOLL_FAULT=hang:island=1:outer_step=3:ring_chunk=1");
-  Background b(args(run), dir("launch"));
-  child_env().pop_back();
-  pid_t stopped = -1;
-  ASSERT_TRUE(wait_until([&] { return (stopped = worker_pid(b.pid(), 1)) > 0 && process_state(stopped) == 'T'; }, 60,
-                         [&] { return b.running(); }))
-      << read_file(dir("launch") + ".err");
+  std::unique_ptr<Background> b;
+  const pid_t stopped = launch_until_stopped(b, run, 1);
+  ASSERT_GT(stopped, 0) << read_file(dir("launch") + ".err");
   // The others time out in the ring (fault.timeout_s), leave it out once its heartbeat expires,
   // and go on: outer steps with 2 islands.
-  ASSERT_TRUE(wait_until([&] { return newest_outer_step(run) >= 6; }, 60, [&] { return b.running(); }))
+  ASSERT_TRUE(wait_until([&] { return newest_outer_step(run) >= 6; }, 60, [&] { return b->running(); }))
       << read_file(dir("launch") + ".err");
   ASSERT_EQ(::kill(stopped, SIGCONT), 0);
-  const int status = b.wait();
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << read_file(dir("launch") + ".err");
+  ASSERT_TRUE(ends_with_exit_0(*b));
   const RunView v = read_run(run);
   expect_agreement(v);
   ASSERT_EQ(v.count("abort_retry"), 1u);

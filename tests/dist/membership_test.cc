@@ -51,8 +51,13 @@ TEST_F(MembershipTest, HeartbeatsShowWhoIsAliveAndALostWorkerExpires) {
     m.start_heartbeat();
     m.announce();
     const View v = m.initial_view();
-    if (island == 2) return v.to_json();  // leaves with _exit: its key stays until the ttl passes
+    const std::string flags = store.run_prefix() + "/test/";
+    if (island == 2) {  // killed once both others have seen it alive: its key stays until the ttl passes
+      store.wait({flags + "seen0", flags + "seen1"});
+      ::raise(SIGKILL);
+    }
     std::string seen = alive_text(m.alive(v));
+    store.set(flags + "seen" + std::to_string(island), "1");
     bool others_stayed = true;
     const bool expired = eventually([&] {
       const std::vector<bool> a = m.alive(v);
@@ -64,14 +69,16 @@ TEST_F(MembershipTest, HeartbeatsShowWhoIsAliveAndALostWorkerExpires) {
       again.start_heartbeat();
       seen += " restarted:" + std::to_string(m.alive(v)[2]);
     }
+    store.set(flags + "done" + std::to_string(island), "1");  // neither leaves before the other has looked
+    store.wait({flags + "done0", flags + "done1"});
     return v.to_json() + "|" + seen + "|expired=" + std::to_string(expired) + "|stayed=" + std::to_string(others_stayed);
-  });
-  const std::string view = out[2];
+  }, std::chrono::seconds(60), {2});
+  EXPECT_EQ(out[2], "DIED");
+  const std::string view = out[0].substr(0, out[0].find('|'));
   EXPECT_NE(view.find("\"islands\":[0,1,2]"), std::string::npos) << view;
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(out[i].substr(0, view.size()), view) << "every worker holds the same initial view";
-    EXPECT_NE(out[i].find("expired=1|stayed=1"), std::string::npos) << out[i];
-  }
+  EXPECT_EQ(out[1].substr(0, view.size()), view) << "every worker holds the same initial view";
+  for (int i = 0; i < 2; ++i) EXPECT_NE(out[i].find("|111"), std::string::npos) << out[i];
+  for (int i = 0; i < 2; ++i) EXPECT_NE(out[i].find("expired=1|stayed=1"), std::string::npos) << out[i];
   EXPECT_NE(out[0].find("restarted:0"), std::string::npos) << out[0];
 }
 

@@ -340,7 +340,8 @@ std::optional<View> Membership::wait_admission() {
     if (done()) return std::nullopt;
     const std::optional<uint64_t> newest = epoch_now();
     if (newest) {
-      for (uint64_t e = from.value_or(0); e <= *newest; ++e) {
+      // Newest first: an admission that was re-formed meanwhile lives on in the later view.
+      for (uint64_t e = *newest + 1; e-- > from.value_or(0);) {
         const std::optional<View> w = view(e);
         if (!w || !w->is_joining(opts_.island) || (admitted_ && e <= *admitted_)) continue;
         const auto t = w->tokens.find(me_);
