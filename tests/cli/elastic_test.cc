@@ -4,8 +4,9 @@
 // ends with equal θ and momentum hashes; a state transfer corrupted on the wire is refused by
 // the joiner's hash check and sent again; a transfer whose source is lost is retried from another
 // island (and the source rejoins in turn); an island of two workers that loses one leaves as a
-// whole and rejoins; a worker stopped past the heartbeat ttl is left out
-// and the run goes on, and when it is let go (SIGCONT) it finds itself left out, leaves and rejoins.
+// whole and rejoins; a worker stopped past the heartbeat ttl is left out and the run goes on (a
+// checkpoint meanwhile fills its entries from the writer's and its record), and when it is let go
+// (SIGCONT) it finds itself left out, leaves and rejoins.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -118,9 +119,10 @@ class ElasticLaunch : public CliTest {
 
   // Starts the run with island `island` stopping itself (SIGSTOP) at the first ring message of
   // outer step 3; returns that worker's pid once it is stopped, -1 if it never was.
-  pid_t launch_until_stopped(std::unique_ptr<Background>& b, const std::string& run, int island) {
+  pid_t launch_until_stopped(std::unique_ptr<Background>& b, const std::string& run, int island,
+                             const std::vector<std::string>& extra = {}) {
     child_env().push_back("ATOLL_FAULT=hang:island=" + std::to_string(island) + ":outer_step=3:ring_chunk=1");
-    b = std::make_unique<Background>(args(run), dir("launch"));
+    b = std::make_unique<Background>(args(run, extra), dir("launch"));
     child_env().pop_back();
     pid_t pid = -1;
     const bool stopped = wait_until([&] { return (pid = worker_pid(b->pid(), island)) > 0 && process_state(pid) == 'T'; },
@@ -241,7 +243,8 @@ TEST_F(ElasticLaunch, AnIslandThatLosesAWorkerLeavesAsAWholeAndRejoins) {
 TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
   const std::string run = dir("run");
   std::unique_ptr<Background> b;
-  const pid_t stopped = launch_until_stopped(b, run, 1);
+  // A checkpoint at step 22 (between outer steps, while island 1 is out): written by island 0.
+  const pid_t stopped = launch_until_stopped(b, run, 1, {"--set", "checkpoint.every=22", "--set", "checkpoint.keep=1000"});
   ASSERT_GT(stopped, 0) << read_file(dir("launch") + ".err");
   // The others time out in the ring (fault.timeout_s), leave it out once its heartbeat expires,
   // and go on: outer steps with 2 islands.
@@ -258,6 +261,15 @@ TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
   EXPECT_EQ(v.events.at("peer_lost")[0]["status"], "exit 75");
   EXPECT_EQ(v.count("join"), 1u);
   EXPECT_FALSE(steps_with(v, 2).empty());
+  // The missing island's entries are the writer's copies, its data cursor its own record's.
+  const auto m = nlohmann::json::parse(read_file(run + "/checkpoints/step-00000022/manifest.json"));
+  for (const char* kind : {"param", "adam_m", "adam_v"}) {
+    const std::string k = std::string(kind) + "/embed";
+    EXPECT_EQ(m["tensors"]["island1_" + k]["xxh3"], m["tensors"][k]["xxh3"]) << kind;
+    EXPECT_NE(m["tensors"]["island2_" + k]["xxh3"], m["tensors"][k]["xxh3"]) << kind << ": island 2 was there";
+  }
+  EXPECT_EQ(m["state"]["loaders"][1]["worker"], 1) << m["state"]["loaders"].dump();
+  EXPECT_GT(m["state"]["loaders"][1]["position"].get<int64_t>(), 0);
 }
 
 TEST_F(ElasticLaunch, BadFaultSettingsAreClearErrors) {
