@@ -123,16 +123,6 @@ std::string shared_config_toml(const Config& cfg) {
 
 namespace {
 
-// What a worker holds of the run, in the order it builds it (and tears it down in reverse: the
-// rings before the outer group, the groups before the membership, all before the store).
-struct Session {
-  std::unique_ptr<Store> store;
-  std::unique_ptr<Membership> membership;
-  std::unique_ptr<ProcessGroup> inner;
-  std::unique_ptr<ElasticGroup> outer;
-  std::unique_ptr<DilocoSync> diloco;
-};
-
 DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeout) {
   return {.outer_lr = cfg.diloco.outer_lr,
           .outer_momentum = cfg.diloco.outer_momentum,
@@ -143,20 +133,177 @@ DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeou
                    .compress = cfg.diloco.compress == "zstd"}};
 }
 
-ProcessGroup& island_group(Session& ss, const WorkerOptions& opts, uint64_t epoch, std::chrono::milliseconds timeout) {
-  ss.inner = std::make_unique<ProcessGroup>(
-      *ss.store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
-                              .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout});
-  return *ss.inner;
-}
+// One worker of the run: what it holds of the run, in the order it builds it (and tears it down
+// in reverse: the rings before the outer group, the groups before the membership, all before the
+// store), and the ways it starts: a first start (or a resume) with every other worker, or a
+// restart that rejoins the running run.
+struct Worker {
+  const Config& cfg;
+  const WorkerOptions& opts;
+  const std::string who;
+  const std::chrono::milliseconds timeout;
+  Loop& loop;
+  JsonlWriter& events;
+  nlohmann::json manifest{};  // of opts.resume_from
+  TrainingState state{.loop = loop};
+  std::unique_ptr<Store> store{};
+  std::unique_ptr<Membership> membership{};
+  std::unique_ptr<ProcessGroup> inner{};
+  std::unique_ptr<ElasticGroup> outer{};
+  std::unique_ptr<DilocoSync> diloco{};
 
-// The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
-// before anyone waits on another).
-void join_island(Engine& engine, ProcessGroup& inner, const Config& cfg) {
-  check_island_device(cfg.train, inner.size());
-  engine.join_island({.rank = inner.rank(), .size = inner.size(), .timeout = inner.timeout(),
-                      .allgather = [&inner](const std::string& s) { return inner.allgather(s); }});
-}
+  // An incident of this worker in events.jsonl.
+  void stamp(const std::string& kind, nlohmann::json fields) {
+    fields["island"] = opts.island, fields["rank"] = opts.rank;
+    events.write(event_row(kind, fields));
+  }
+
+  ElasticGroupOptions outer_options() {
+    return {.name = "outer-r" + std::to_string(opts.rank),
+            .connections = cfg.diloco.connections,
+            .timeout = timeout,
+            .on_change = [this](ProcessGroup* g) {
+              if (diloco) g ? diloco->rebind(*g) : diloco->detach();
+            },
+            .on_incident = [this](const nlohmann::json& e) { stamp(e.at("event"), e); }};
+  }
+
+  // The group of this island's workers; a restarted island forms it at the epoch it rejoins in.
+  void form_island(uint64_t epoch) {
+    inner = std::make_unique<ProcessGroup>(
+        *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
+                             .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout});
+  }
+
+  // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
+  // before anyone waits on another).
+  void join_engine_to_island() {
+    check_island_device(cfg.train, inner->size());
+    loop.engine->join_island({.rank = inner->rank(), .size = inner->size(), .timeout = inner->timeout(),
+                              .allgather = [this](const std::string& s) { return inner->allgather(s); }});
+  }
+
+  void make_diloco() {
+    Engine& engine = *loop.engine;
+    diloco = std::make_unique<DilocoSync>(outer->group(), engine.host().params, engine.layout().total(),
+                                          diloco_options(cfg, timeout),
+                                          model_fragments(engine.layout(), cfg.diloco.fragments), inner.get());
+    state.diloco = diloco.get();
+  }
+
+  // The store, this worker's membership and heartbeat; a first start also meets every peer in
+  // the groups of epoch 0. Bounded by fault.timeout_s.
+  void connect() {
+    const int W = opts.islands * opts.workers_per_island;
+    try {
+      store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
+      membership = std::make_unique<Membership>(
+          *store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
+                                    .workers_per_island = opts.workers_per_island,
+                                    .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
+                                    .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
+                                    .timeout = timeout});
+      membership->start_heartbeat();
+      if (opts.join) return;
+      membership->announce();
+      form_island(0);
+      outer = ElasticGroup::start(*store, *membership, outer_options());
+    } catch (const Timeout& e) {
+      char bound[64];
+      std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
+      std::string msg = who + ": " + e.what() + bound;
+      if (msg.find("fix") == std::string::npos)
+        msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id, --islands and "
+               "--workers-per-island, or raise fault.timeout_s";
+      throw Timeout(msg);
+    }
+  }
+
+  // A first start (or a resume): every worker agrees on the config and on the state it starts from.
+  void start() {
+    const bool resume = !opts.resume_from.empty();
+    ProcessGroup& outer_group = outer->group();
+    for (ProcessGroup* g : {inner.get(), &outer_group}) {
+      expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
+      expect_same(*g, who, "config", g == inner.get() ? island_config_toml(cfg) : shared_config_toml(cfg));
+      expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
+    }
+    membership->put_config(shared_config_toml(cfg));
+    join_engine_to_island();
+    make_diloco();
+    const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
+                           .workers_per_island = opts.workers_per_island, .inner = inner.get(), .outer = &outer_group};
+    if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
+    expect_same_state(*inner, outer_group, who, state_registry(cfg, true, &state), loop.engine->layout());
+  }
+
+  // A restarted worker: the run's config, admission at an outer-step boundary, the run's state
+  // from a live island and its own data cursor from its record. False when the run finished first.
+  bool rejoin() {
+    if (const auto run_config = membership->config(); run_config && *run_config != shared_config_toml(cfg))
+      throw ConfigError(who + ": --join with a config that differs from the run's; fix: start it with the run's "
+                        "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
+    membership->request_join();
+    if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
+    const std::optional<View> admitted = membership->wait_admission();
+    if (!admitted) {
+      if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
+      return false;
+    }
+    try {
+      form_island(admitted->epoch);
+      join_engine_to_island();
+      outer = std::make_unique<ElasticGroup>(*store, *membership, *admitted, outer_options());
+      while (!outer->formed()) {  // a member of the admitting view was lost meanwhile: a failed attempt
+        outer->decide(kAdmitAttempt, false, false);
+        outer->reform(kAdmitAttempt, outer->formation_error());
+      }
+      make_diloco();
+      if (const std::optional<std::string> record = membership->record(opts.island, opts.rank))
+        restore_worker_record(cfg, state, *record);
+      const TransferReport got = admit(*outer, cfg, state);
+      inner->expect_same("training state received (xxh3)",
+                         state_hash(state_registry(cfg, true, &state), loop.engine->layout(),
+                                    {Division::kRun, Division::kReplicatedInIsland, Division::kPerIsland}));
+      if (opts.rank == 0)
+        stamp("join", {{"epoch", outer->view().epoch}, {"islands", outer->view().islands}, {"step", loop.step},
+                       {"outer_step", diloco->outer_step()}, {"source", got.source}, {"rounds", got.rounds},
+                       {"refused", got.refused}, {"theta_hash", diloco->theta_hash()}});
+      if (!opts.quiet)
+        log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
+                 " (" + outer->view().describe() + ")");
+    } catch (const PeerLost& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    } catch (const Timeout& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    }
+    return true;
+  }
+
+  // A checkpoint of the current view (its writer: rank 0 of the lowest island). Its collectives
+  // are not retried: one that loses a peer is skipped (the group is then broken, and the next
+  // outer step votes it down and re-forms).
+  std::string save(const std::string& run_dir) {
+    if (!outer->formed()) return "";
+    loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+    const StatePlace place{
+        .island = opts.island, .rank = opts.rank, .islands = opts.islands,
+        .workers_per_island = opts.workers_per_island, .inner = inner.get(), .outer = &outer->group(),
+        .members = outer->view().islands,
+        .absent_value = [this](int i, int r, const std::string& entry) -> std::optional<nlohmann::json> {
+          const std::optional<std::string> record = membership->record(i, r);
+          return record ? record_value(*record, entry) : std::nullopt;
+        }};
+    try {
+      return save_training_state(cfg, run_dir, state, place);
+    } catch (const PeerLost& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    } catch (const Timeout& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    }
+    return "";
+  }
+};
 
 }  // namespace
 
@@ -174,7 +321,6 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   const bool resume = !opts.resume_from.empty();
   const std::string who = "island " + std::to_string(opts.island) + " rank " + std::to_string(opts.rank);
   const double t_start = now_s();
-  const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
   configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
@@ -188,124 +334,27 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   Loop loop(cfg, data.dir, {.worker = w, .n_workers = W, .device_index = opts.rank});
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
-  const size_t n = engine.layout().total();
-  nlohmann::json manifest;
-  if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
-    manifest = read_training_manifest(opts.resume_from);
-    check_resume(manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
-  }
   std::filesystem::create_directories(run_dir);
   // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
   JsonlWriter events(run_dir + "/events.jsonl");
-  auto stamp = [&](const std::string& kind, nlohmann::json fields) {
-    fields["island"] = opts.island, fields["rank"] = opts.rank;
-    events.write(event_row(kind, fields));
-  };
-
-  Session ss;
-  TrainingState state{.loop = loop};
-  const ElasticGroupOptions outer_opts{
-      .name = "outer-r" + std::to_string(opts.rank),
-      .connections = cfg.diloco.connections,
-      .timeout = timeout,
-      .on_change = [&ss](ProcessGroup* g) {
-        if (ss.diloco) g ? ss.diloco->rebind(*g) : ss.diloco->detach();
-      },
-      .on_incident = [&](const nlohmann::json& e) { stamp(e.at("event"), e); }};
-  const auto make_diloco = [&] {
-    ss.diloco = std::make_unique<DilocoSync>(ss.outer->group(), engine.host().params, n, diloco_options(cfg, timeout),
-                                             model_fragments(engine.layout(), cfg.diloco.fragments), ss.inner.get());
-    state.diloco = ss.diloco.get();
-  };
-  // Rendezvous, bounded by fault.timeout_s: the store must answer and every peer arrive.
-  try {
-    ss.store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
-    ss.membership = std::make_unique<Membership>(
-        *ss.store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
-                                     .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
-                                     .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
-                                     .timeout = timeout});
-    ss.membership->start_heartbeat();
-    if (!opts.join) {
-      ss.membership->announce();
-      island_group(ss, opts, 0, timeout);
-      ss.outer = ElasticGroup::start(*ss.store, *ss.membership, outer_opts);
-    }
-  } catch (const Timeout& e) {
-    char bound[64];
-    std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
-    std::string msg = who + ": " + e.what() + bound;
-    if (msg.find("fix") == std::string::npos)
-      msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id, --islands and "
-             "--workers-per-island, or raise fault.timeout_s";
-    throw Timeout(msg);
+  Worker wk{.cfg = cfg, .opts = opts, .who = who, .timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)),
+            .loop = loop, .events = events};
+  if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
+    wk.manifest = read_training_manifest(opts.resume_from);
+    check_resume(wk.manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
   }
-  Membership& membership = *ss.membership;
-  if (!opts.join) {
-    ProcessGroup& inner = *ss.inner;
-    ProcessGroup& outer = ss.outer->group();
-    for (ProcessGroup* g : {&inner, &outer}) {
-      expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
-      expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
-      expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
-    }
-    membership.put_config(shared_config_toml(cfg));
-    join_island(engine, inner, cfg);
-    make_diloco();
-    const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
-                           .inner = &inner, .outer = &outer};
-    if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
-    expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
-  } else {
-    // A restarted worker: the same config as the run's, then admission at an outer-step boundary,
-    // the run's state from a live island, and this worker's own data cursor from its record.
-    if (const std::optional<std::string> run_config = membership.config(); run_config && *run_config != shared_config_toml(cfg))
-      throw ConfigError(who + ": --join with a config that differs from the run's; fix: start it with the run's "
-                        "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
-    membership.request_join();
-    if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
-    const std::optional<View> admitted = membership.wait_admission();
-    if (!admitted) {
-      if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
-      return WorkerResult{};
-    }
-    try {
-      ProcessGroup& inner = island_group(ss, opts, admitted->epoch, timeout);
-      join_island(engine, inner, cfg);
-      ss.outer = std::make_unique<ElasticGroup>(*ss.store, membership, *admitted, outer_opts);
-      while (!ss.outer->formed()) {  // a member of the admitting view was lost meanwhile: a failed attempt
-        ss.outer->decide(kAdmitAttempt, false, false);
-        ss.outer->reform(kAdmitAttempt, ss.outer->formation_error());
-      }
-      make_diloco();
-      if (const std::optional<std::string> record = membership.record(opts.island, opts.rank))
-        restore_worker_record(cfg, state, *record);
-      const TransferReport got = admit(*ss.outer, cfg, state);
-      inner.expect_same("training state received (xxh3)",
-                        state_hash(state_registry(cfg, true, &state), engine.layout(),
-                                   {Division::kRun, Division::kReplicatedInIsland, Division::kPerIsland}));
-      if (opts.rank == 0)
-        stamp("join", {{"epoch", ss.outer->view().epoch}, {"islands", ss.outer->view().islands}, {"step", loop.step},
-                       {"outer_step", ss.diloco->outer_step()}, {"source", got.source}, {"rounds", got.rounds},
-                       {"refused", got.refused}, {"theta_hash", ss.diloco->theta_hash()}});
-      if (!opts.quiet)
-        log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
-                 " (" + ss.outer->view().describe() + ")");
-    } catch (const PeerLost& e) {
-      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
-    } catch (const Timeout& e) {
-      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
-    }
-  }
-  ProcessGroup& inner = *ss.inner;
-  ElasticGroup& outer = *ss.outer;
-  DilocoSync& diloco = *ss.diloco;
-  membership.put_record(worker_record(cfg, state));
+  wk.connect();
+  if (!opts.join) wk.start();
+  else if (!wk.rejoin()) return WorkerResult{};
+  ProcessGroup& inner = *wk.inner;
+  ElasticGroup& outer = *wk.outer;
+  DilocoSync& diloco = *wk.diloco;
+  wk.membership->put_record(worker_record(cfg, wk.state));
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
-  loop.engine->to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
+  engine.to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     write_run_config(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
@@ -319,28 +368,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
   IslandHooks hooks(cfg, {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who},
-                    inner, outer, diloco, streaming, state, w == 0 ? &events : nullptr);
-  // A checkpoint's collectives are not retried: one that loses a peer is skipped (the group is
-  // then broken, and the next outer step votes it down and re-forms).
-  const auto save = [&]() -> std::string {
-    if (!outer.formed()) return "";
-    loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
-    const StatePlace place{
-        .island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .inner = &inner,
-        .outer = &outer.group(), .members = outer.view().islands,
-        .absent_value = [&](int i, int r, const std::string& entry) -> std::optional<nlohmann::json> {
-          const std::optional<std::string> record = membership.record(i, r);
-          return record ? record_value(*record, entry) : std::nullopt;
-        }};
-    try {
-      return save_training_state(cfg, run_dir, state, place);
-    } catch (const PeerLost& e) {
-      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
-    } catch (const Timeout& e) {
-      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
-    }
-    return "";
-  };
+                    inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr);
   DriverResult r;
   try {
     r = run_steps(loop, hooks,
@@ -348,7 +376,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .workers = W,
                    .evaluates = [&] { return outer.leads(); },
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
-                   .save = save,
+                   .save = [&] { return wk.save(run_dir); },
                    .events = &events,
                    .t_start = t_start});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
@@ -356,7 +384,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   } catch (const Timeout& e) {
     throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   }
-  membership.mark_done();
+  wk.membership->mark_done();
   if (outer.leads()) events.write(event_row("end", {{"step", loop.step}}));
   WorkerResult result;
   result.steps = loop.step;
