@@ -2,7 +2,7 @@
 // a worker stopped at an exact point of the ring (ATOLL_FAULT=hang) and killed there with
 // SIGKILL from outside is restarted, rejoins with its own data slice, and every outer step
 // ends with equal θ and momentum hashes; a state transfer corrupted on the wire is refused by
-// the joiner's hash check and sent again; a transfer whose source is lost is retried from another
+// the joiner's hash check and sent again (with two fragments); a transfer whose source is lost is retried from another
 // island (and the source rejoins in turn); an island of two workers that loses one leaves as a
 // whole and rejoins; a worker stopped past the heartbeat ttl is left out and the run goes on (a
 // checkpoint meanwhile fills its entries from the writer's and its record), and when it is let go
@@ -106,7 +106,7 @@ class ElasticLaunch : public CliTest {
   }
 
   // Every outer step: one θ hash and one momentum hash over the islands that logged it.
-  static void expect_agreement(const RunView& v) {
+  static void expect_agreement(const RunView& v, int64_t last_outer_step = kSteps / kH) {
     ASSERT_FALSE(v.theta.empty());
     for (const auto& [step, by_island] : v.theta) {
       std::set<std::string> t, m;
@@ -114,7 +114,7 @@ class ElasticLaunch : public CliTest {
       EXPECT_EQ(t.size(), 1u) << "outer step " << step;
       EXPECT_EQ(m.size(), 1u) << "outer step " << step;
     }
-    EXPECT_EQ(v.theta.rbegin()->first, kSteps / kH) << "every outer step, each once (a retry keeps its number)";
+    EXPECT_EQ(v.theta.rbegin()->first, last_outer_step) << "every outer step, each once (a retry keeps its number)";
   }
 
   // Starts the run with island `island` stopping itself (SIGSTOP) at the first ring message of
@@ -180,12 +180,13 @@ TEST_F(ElasticLaunch, AWorkerKilledMidRingIsRestartedAndRejoinsWithItsOwnDataSli
 
 TEST_F(ElasticLaunch, ACorruptedStateTransferIsRefusedAndSentAgain) {
   const std::string run = dir("run");
+  // Two blocking fragments (H = 4): outer step 2 is fragment 1's first; 600 fragment outer steps.
   child_env().push_back("ATOLL_FAULT=kill:island=2:outer_step=2:ring_chunk=1,corrupt:island=0:transfer=1");
-  const RunResult r = run_atoll(args(run), 120);
+  const RunResult r = run_atoll(args(run, {"--set", "diloco.fragments=2"}), 120);
   child_env().pop_back();
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const RunView v = read_run(run);
-  expect_agreement(v);
+  expect_agreement(v, 2 * kSteps / kH);
   ASSERT_EQ(v.count("join"), 1u) << r.describe();
   const nlohmann::json& join = v.events.at("join")[0];
   EXPECT_EQ(join["source"], 0);

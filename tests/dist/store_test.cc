@@ -51,7 +51,7 @@ TEST_F(StoreTest, KeyOperations) {
 }
 
 // The commands membership needs: keys with an expiry (heartbeats), several keys in one round
-// trip, deletion.
+// trip, deletion (also only of one's own value).
 TEST_F(StoreTest, ExpiringKeysManyKeysAtOnceAndDeletion) {
   Store store(StoreOptions{.url = server_->url(), .run_id = "ttl"});
   store.set_with_ttl("atoll/ttl/hb", "token-1", std::chrono::milliseconds(60000));
@@ -59,6 +59,10 @@ TEST_F(StoreTest, ExpiringKeysManyKeysAtOnceAndDeletion) {
   EXPECT_EQ(store.get_many({"atoll/ttl/hb", "atoll/ttl/none", "atoll/ttl/plain"}),
             (std::vector<std::optional<std::string>>{"token-1", std::nullopt, "p"}));
   EXPECT_TRUE(store.get_many({}).empty());
+  EXPECT_FALSE(store.erase_if_equal("atoll/ttl/hb", "token-0"));  // another writer's value stays
+  EXPECT_EQ(store.get("atoll/ttl/hb").value(), "token-1");
+  EXPECT_TRUE(store.erase_if_equal("atoll/ttl/hb", "token-1"));
+  store.set("atoll/ttl/hb", "again");
   store.erase("atoll/ttl/hb");
   store.erase("atoll/ttl/never-there");
   EXPECT_FALSE(store.get("atoll/ttl/hb").has_value());

@@ -126,7 +126,7 @@ Membership::~Membership() {
   if (beat_.joinable()) {
     beat_.join();
     try {
-      store_.erase(key("hb/" + me_));
+      store_.erase_if_equal(key("hb/" + me_), token_);  // not a restarted worker's own heartbeat
     } catch (const Error&) {
       // the store is gone: the key expires on its own
     }

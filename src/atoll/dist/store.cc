@@ -238,6 +238,12 @@ std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::s
 
 void Store::erase(const std::string& key) { redis_->command({"DEL", key}); }
 
+bool Store::erase_if_equal(const std::string& key, const std::string& value) {
+  static const std::string kScript =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+  return redis_->command({"EVAL", kScript, "1", key, value})->integer == 1;
+}
+
 void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
 
 }  // namespace atl

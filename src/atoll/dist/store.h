@@ -82,6 +82,9 @@ class Store {
   // MGET: every key's value, nullopt where absent, in one round trip.
   std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys);
   void erase(const std::string& key);  // DEL; nothing if absent
+  // DEL only while the key holds `value` (atomic: one Lua script), so a process never deletes
+  // what a newer one wrote. Returns whether it deleted.
+  bool erase_if_equal(const std::string& key, const std::string& value);
   // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
 
