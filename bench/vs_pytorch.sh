@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# atoll against the PyTorch peer (../shared/peer), side by side in one session: the runs
-# alternate (peer, atoll, peer, atoll, ...) so drifting machine load hits both alike.
-#   bench/vs_pytorch.sh small 3            # config name (tiny|small), rounds
-# Needs python3-torch and libopenblas0-pthread (../shared/peer/README.md).
+# atoll against the PyTorch peer, side by side: the runs alternate (peer, atoll, peer, atoll,
+# ...) so drifting machine load hits both alike. The peer is a plain PyTorch 1.13 (CPU, fp32)
+# implementation of the same model, kept outside this repository; its bench_train.py times
+# training steps on random tokens and ends with one line `RESULT {json}` (tokens_per_s, gflops,
+# peak_rss_mib). It needs Debian's python3-torch and libopenblas0-pthread (without the latter
+# torch falls back to the reference BLAS, ~25x slower).
+#   ATOLL_PEER_DIR=DIR bench/vs_pytorch.sh small 3     # the peer's folder; config (tiny|small), rounds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:-small} rounds=${2:-3}
-peer_dir=$(cd ../shared/peer && pwd)
+peer_dir=${ATOLL_PEER_DIR:?set ATOLL_PEER_DIR to the folder of the PyTorch peer (the one holding bench_train.py)}
+[ -f "$peer_dir/bench_train.py" ] || { echo "vs_pytorch: no bench_train.py in ATOLL_PEER_DIR=$peer_dir" >&2; exit 1; }
+peer_dir=$(cd "$peer_dir" && pwd)
 out=${ATOLL_BENCH_OUT:-/tmp/atoll-vs-pytorch}
 mkdir -p "$out"
 : >"$out/results.jsonl"

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "atoll/ckpt/file_io.h"
@@ -162,6 +163,67 @@ TEST(ExportHf, ReplacesAPreviousExportButNotOtherData) {
   // No temporary directories are left beside the outputs.
   for (const auto& e : fs::directory_iterator(dir.str()))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// Files the user put beside an export (a model card, a generation config, a folder of
+// notes) survive an export over it: only what atoll wrote is replaced.
+TEST(ExportHf, ExportingAgainKeepsTheFilesTheUserAdded) {
+  ScratchDir dir;
+  export_small(dir / "hf", /*tied=*/false);
+  std::ofstream(dir / "hf/README.md") << "# my model\n";
+  std::ofstream(dir / "hf/generation_config.json") << "{\"temperature\": 0.7}\n";
+  fs::create_directories(dir / "hf/notes");
+  std::ofstream(dir / "hf/notes/eval.txt") << "loss 3.1\n";
+  export_small(dir / "hf", /*tied=*/true);
+  EXPECT_EQ(read_text_file(dir / "hf/README.md"), "# my model\n");
+  EXPECT_EQ(read_text_file(dir / "hf/generation_config.json"), "{\"temperature\": 0.7}\n");
+  EXPECT_EQ(read_text_file(dir / "hf/notes/eval.txt"), "loss 3.1\n");
+  EXPECT_FALSE(SafetensorsReader::open(dir / "hf/model.safetensors").find("lm_head.weight"));  // the new export
+  for (const auto& e : fs::directory_iterator(dir.str()))
+    EXPECT_EQ(e.path().filename().string(), "hf") << "left behind: " << e.path();
+}
+
+// atoll-export.json lists what atoll wrote; an export from before that record (config.json
+// and model.safetensors, maybe tokenizer.model) is still recognised, and its user files kept.
+TEST(ExportHf, TheRecordListsAtollsFilesAndOldExportsAreRecognised) {
+  ScratchDir dir;
+  std::ofstream(dir / "tokenizer.model") << "pieces";
+  const ModelConfig m = testing::small_model(false);
+  const ParamLayout layout = ParamLayout::build(m);
+  const std::vector<float> params = testing::pattern(layout.total(), 3);
+  export_hf(dir / "hf", m, layout, params.data(), dir / "tokenizer.model");
+  const auto record = nlohmann::json::parse(read_text_file(dir / "hf/atoll-export.json"));
+  EXPECT_EQ(record["files"].get<std::set<std::string>>(),
+            (std::set<std::string>{"config.json", "model.safetensors", "tokenizer.model"}));
+  EXPECT_EQ(read_text_file(dir / "hf/tokenizer.model"), "pieces");
+
+  fs::remove(dir / "hf/atoll-export.json");  // as an older atoll left it
+  std::ofstream(dir / "hf/README.md") << "card";
+  export_hf(dir / "hf", m, layout, params.data());  // no tokenizer this time
+  EXPECT_EQ(read_text_file(dir / "hf/README.md"), "card");
+  EXPECT_FALSE(fs::exists(dir / "hf/tokenizer.model")) << "atoll's own stale file is not kept";
+  EXPECT_TRUE(fs::exists(dir / "hf/atoll-export.json"));
+}
+
+// A file under a name the export writes that atoll did not write there is never replaced.
+TEST(ExportHf, RefusesToReplaceAFileAtollDidNotWrite) {
+  ScratchDir dir;
+  const ModelConfig m = testing::small_model(false);
+  const ParamLayout layout = ParamLayout::build(m);
+  const std::vector<float> params = testing::pattern(layout.total(), 3);
+  export_hf(dir / "hf", m, layout, params.data());
+  std::ofstream(dir / "hf/tokenizer.model") << "the user's own tokenizer";
+  std::ofstream(dir / "tok.model") << "pieces";
+  const std::string before = read_text_file(dir / "hf/model.safetensors");
+  try {
+    export_hf(dir / "hf", m, layout, params.data(), dir / "tok.model");
+    FAIL() << "replaced a file atoll did not write";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(testing::has(e.what(), "tokenizer.model")) << e.what();
+    EXPECT_TRUE(testing::has(e.what(), "fix")) << e.what();
+  }
+  EXPECT_EQ(read_text_file(dir / "hf/tokenizer.model"), "the user's own tokenizer");
+  EXPECT_EQ(read_text_file(dir / "hf/model.safetensors"), before);
 }
 
 }  // namespace

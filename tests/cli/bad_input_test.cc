@@ -222,6 +222,35 @@ TEST_F(BadPrepare, OutputFolderHoldsAnotherDataset) {
   EXPECT_TRUE(fails_clearly(r, {dir("out"), "requested_vocab_size", "--out"}));
 }
 
+// A vocabulary below what the tokenizer needs for the corpus: refused before training, naming
+// the flag or key and the minimum, which then works.
+TEST_F(BadPrepare, VocabularyBelowTheTokenizersMinimum) {
+  const std::string corpus = world().corpus();
+  const RunResult r = run_atoll({"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", "64"});
+  EXPECT_TRUE(fails_clearly(r, {"--vocab-size 64", corpus, "at least"}));
+  EXPECT_FALSE(fs::exists(dir("out")));
+  const std::string line = r.error_lines().empty() ? "" : r.error_lines()[0];
+  const size_t at = line.find("at least ");
+  ASSERT_NE(at, std::string::npos) << line;
+  const int need = std::stoi(line.substr(at + 9));
+  const RunResult below = run_atoll(
+      {"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", std::to_string(need - 1)});
+  EXPECT_TRUE(fails_clearly(below, {"at least " + std::to_string(need)}));
+  const RunResult ok =
+      run_atoll({"data", "prepare", "--input", corpus, "--out", dir("out"), "--vocab-size", std::to_string(need)});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+
+  // The same through `atoll train`: the key that set the vocabulary is named.
+  const RunResult train = world().train(
+      dir("run"), {"--set", "data.dir=\"" + dir("cache-data") + "\"", "--set", "data.vocab_size=2"});
+  EXPECT_TRUE(fails_clearly(train, {"data.vocab_size = 2", "at least " + std::to_string(need)}));
+  const RunResult by_model = world().train(
+      dir("run"), {"--set", "data.dir=\"" + dir("cache-data") + "\"", "--set", "model.vocab_size=100"});
+  EXPECT_TRUE(fails_clearly(by_model, {"model.vocab_size = 100", "at least " + std::to_string(need)}));
+  EXPECT_FALSE(fs::exists(dir("cache-data")));
+  EXPECT_FALSE(fs::exists(dir("run")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Token shards with a bad header or truncated; a tokenizer of another vocabulary.
 
@@ -460,21 +489,22 @@ TEST_F(BadFolder, ResumeWithAnotherModelShape) {
 }
 
 TEST_F(BadFolder, ResumeOnOtherData) {
-  // The run's checkpoint holds a data cursor over the micro data; other data cannot continue it.
   const RunResult prep =
       run_atoll({"data", "prepare", "--input", world().corpus(), "--out", dir("other"), "--vocab-size", "320"});
   ASSERT_EQ(prep.exit_code, 0) << prep.describe();
   const std::string run = copy_of_base_run();
-  auto before = snapshot(run);
-  const RunResult r =
-      world().train(run, {"--resume", "--set", "data.dir=\"" + dir("other") + "\"", "--set", "train.steps=6"});
-  EXPECT_TRUE(fails_clearly(r, {"train.seed", "model.seq_len"}));
-  // Known gap (the trainer writes these before it restores the data cursor): config.toml now
-  // names the other data and tokenizer.model is the other tokenizer. Everything else is kept.
-  for (const char* f : {"config.toml", "tokenizer.model"}) before.erase(f);
-  auto after = snapshot(run);
-  for (const char* f : {"config.toml", "tokenizer.model"}) after.erase(f);
-  EXPECT_TRUE(unchanged(before, after));
+  const auto before = snapshot(run);
+  const std::vector<std::string> other = {"--resume", "--set", "data.dir=\"" + dir("other") + "\"", "--set",
+                                          "train.steps=6"};
+  // Other data is another run: refused by the key, unless asked for.
+  EXPECT_TRUE(fails_clearly(world().train(run, other), {"data.dir", dir("other"), "--allow-config-change"}));
+  EXPECT_TRUE(unchanged(before, snapshot(run)));
+  // Asked for, the run's checkpoint holds a data cursor over the micro data; other data cannot
+  // continue it, and the run is left as it was (checked before anything is written).
+  auto allowed = other;
+  allowed.push_back("--allow-config-change");
+  EXPECT_TRUE(fails_clearly(world().train(run, allowed), {"train.seed", "model.seq_len"}));
+  EXPECT_TRUE(unchanged(before, snapshot(run)));
 }
 
 TEST_F(BadFolder, TrainIntoAFolderOfOtherFiles) {

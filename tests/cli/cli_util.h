@@ -76,6 +76,7 @@ struct RunResult {
 };
 
 // Extra environment for every child: a private cache folder, so no test touches ~/.cache.
+// "NAME=VALUE" sets NAME; a bare "NAME" removes it from the child's environment.
 inline std::vector<std::string>& child_env() {
   static std::vector<std::string> env;
   return env;
@@ -97,7 +98,12 @@ struct ExecSpec {
       const std::string kv = *e;
       env[kv.substr(0, kv.find('='))] = kv;
     }
-    for (const auto& kv : child_env()) env[kv.substr(0, kv.find('='))] = kv;
+    for (const auto& kv : child_env()) {
+      if (kv.find('=') == std::string::npos)
+        env.erase(kv);
+      else
+        env[kv.substr(0, kv.find('='))] = kv;
+    }
     for (const auto& [k, kv] : env) strings.push_back(kv);
     for (size_t i = 0; i < strings.size(); ++i) (i < n_args ? argv : envp).push_back(strings[i].data());
     argv.push_back(nullptr);
@@ -254,6 +260,30 @@ bool wait_for_file(const std::string& dir, const std::string& name, double timeo
     // Until the folder exists there is nothing to watch: wake up briefly to look again.
     pollfd p{ino, POLLIN, 0};
     ::poll(&p, 1, wd < 0 ? 2 : std::min(left_ms(), 200));
+    char buf[4096];
+    while (::read(ino, buf, sizeof buf) > 0) {
+    }
+  }
+  ::close(ino);
+  return found;
+}
+
+// Waits until the file `path` (which must exist) contains `text`, watching it with inotify (no
+// fixed sleeps). False on timeout or when `alive()` turns false first.
+template <class Alive>
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s, Alive&& alive) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const int ino = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (ino < 0 || ::inotify_add_watch(ino, path.c_str(), IN_MODIFY) < 0) throw std::runtime_error("cannot watch " + path);
+  bool found = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) {  // after adding the watch: no write is missed
+      found = true;
+      break;
+    }
+    if (!alive()) break;
+    pollfd p{ino, POLLIN, 0};
+    ::poll(&p, 1, 200);
     char buf[4096];
     while (::read(ino, buf, sizeof buf) > 0) {
     }

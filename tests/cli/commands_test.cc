@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "atoll/atoll_config.h"
@@ -44,6 +45,33 @@ TEST_F(Commands, HelpConfigListsEveryKey) {
     EXPECT_TRUE(listed.count(k)) << k;
 }
 
+// Each key's line shows its default and the values it takes (choices for strings).
+TEST_F(Commands, HelpConfigShowsDefaultsAndAllowedValues) {
+  const RunResult r = run_atoll({"train", "--help-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::map<std::string, std::vector<std::string>> fields;  // key -> its line's words
+  for (const auto& line : split_lines(r.out)) {
+    std::istringstream words(line);
+    std::string w, key;
+    words >> key;
+    while (words >> w) fields[key].push_back(w);
+  }
+  auto line_has = [&](const std::string& key, const std::vector<std::string>& want) {
+    const auto& f = fields[key];
+    for (const auto& w : want)
+      if (std::find(f.begin(), f.end(), w) == f.end()) return ::testing::AssertionFailure() << key << " lacks " << w;
+    return ::testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(line_has("optim.beta1", {"float", "0.9", "[0,", "1)"}));
+  EXPECT_TRUE(line_has("optim.eps", {"1e-08", "(0,", "1]"}));
+  EXPECT_TRUE(line_has("optim.lr", {"0.003", ">=", "0"}));
+  EXPECT_TRUE(line_has("train.batch_size", {"int", "8", "[1,", "1048576]"}));
+  EXPECT_TRUE(line_has("optim.name", {"string", "\"adamw\"", "adamw", "|", "muon", "sgd"}));
+  EXPECT_TRUE(line_has("diloco.codec", {"\"int8\"", "fp32", "bf16", "int4"}));
+  EXPECT_TRUE(line_has("model.tie_embeddings", {"bool", "false", "true"}));
+  EXPECT_TRUE(line_has("fault.timeout_s", {"60.0", "[0.001,", "1e+06]"}));
+}
+
 TEST_F(Commands, UnknownCommandFails) {
   const RunResult r = run_atoll({"frobnicate"});
   EXPECT_NE(r.exit_code, 0) << r.describe();
@@ -54,7 +82,7 @@ TEST_F(Commands, TrainWritesItsRunDirectory) {
   const RunResult r =
       world().train(run, {"--set", "train.steps=6", "--set", "train.eval_every=3", "--set", "checkpoint.every=3"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();
-  EXPECT_NE(r.out.find("# resolved config"), std::string::npos);
+  EXPECT_NE(r.out.find("run " + run + "\n"), std::string::npos) << r.out;  // the one-line summary
 
   // config.toml: the resolved config, loadable as it is.
   const Config saved = load_config(run + "/config.toml");
@@ -129,23 +157,26 @@ TEST_F(Commands, EvalPrintsOneJsonObject) {
   const json again = eval_json({"eval", "--checkpoint", base_run() + "/checkpoints/step-00000004"});
   EXPECT_EQ(again["loss"], j["loss"]);
   EXPECT_EQ(again["tokens"], j["tokens"]);
-  // --tokens caps the predicted tokens (whole windows).
+  // --tokens caps the predicted tokens.
   const json capped = eval_json({"eval", "--checkpoint", base_run(), "--tokens", "64"});
   EXPECT_EQ(capped["tokens"].get<int64_t>(), 64);
 }
 
-TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
-  // A period-T sequence: every window [i*T, i*T+T+1) of it is the same, so the mean loss over
-  // three windows equals the loss of one (llm.c's window rule, no auxiliary losses).
+// A period-T token sequence of `windows` windows: every window [i*T, i*T+T+1) of it is the
+// same.
+std::vector<uint16_t> periodic(int windows) {
   constexpr int T = MicroWorld::kSeqLen;
-  std::vector<uint16_t> period(T);
-  for (int i = 0; i < T; ++i) period[static_cast<size_t>(i)] = static_cast<uint16_t>(3 + (i * 11) % 380);
-  auto periodic = [&](int windows) {
-    std::vector<uint16_t> t;
-    for (int w = 0; w < windows; ++w) t.insert(t.end(), period.begin(), period.end());
-    t.push_back(period[0]);
-    return t;
-  };
+  std::vector<uint16_t> t;
+  for (int w = 0; w < windows; ++w)
+    for (int i = 0; i < T; ++i) t.push_back(static_cast<uint16_t>(3 + (i * 11) % 380));
+  t.push_back(t[0]);
+  return t;
+}
+
+TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
+  // Every window of a periodic shard is the same, so the mean loss over three windows equals
+  // the loss of one (llm.c's window rule, no auxiliary losses).
+  constexpr int T = MicroWorld::kSeqLen;
   write_file(dir("one.bin"), llmc_shard(periodic(1)));
   write_file(dir("three.bin"), llmc_shard(periodic(3)));
   const json one = eval_json({"eval", "--checkpoint", base_run(), "--data", dir("one.bin")});
@@ -160,6 +191,29 @@ TEST_F(Commands, EvalReadsAHandWrittenLlmcShard) {
   const json folder = eval_json({"eval", "--checkpoint", base_run(), "--data", dir("folder")});
   EXPECT_EQ(folder["tokens"].get<int64_t>(), 2 * T);
   EXPECT_NEAR(folder["loss"].get<double>(), one["loss"].get<double>(), 1e-5);
+}
+
+// `--tokens N` evaluates exactly N predicted tokens (at most the shard's): a last sequence
+// cut short counts its first positions only. The model is causal, so the loss of the first n
+// positions of a window does not depend on the tokens after them; on a periodic shard, whose
+// windows are all the same, 40 tokens are one whole window and the first 8 positions of the
+// next: 40 * loss(40) = 32 * loss(32) + 8 * loss(8).
+TEST_F(Commands, EvalTokensIsExactlyThatManyTokens) {
+  write_file(dir("three.bin"), llmc_shard(periodic(3)));
+  auto eval_tokens = [&](const std::string& n) {
+    return eval_json({"eval", "--checkpoint", base_run(), "--data", dir("three.bin"), "--tokens", n});
+  };
+  const json one = eval_tokens("1"), eight = eval_tokens("8"), window = eval_tokens("32"), forty = eval_tokens("40");
+  EXPECT_EQ(one["tokens"].get<int64_t>(), 1);
+  EXPECT_EQ(eight["tokens"].get<int64_t>(), 8);
+  EXPECT_EQ(window["tokens"].get<int64_t>(), 32);
+  EXPECT_EQ(forty["tokens"].get<int64_t>(), 40);
+  // fp32 losses summed in another order: 1e-5 relative is far below any real difference.
+  const double want = (32 * window["loss"].get<double>() + 8 * eight["loss"].get<double>()) / 40;
+  EXPECT_NEAR(forty["loss"].get<double>(), want, 1e-5 * want);
+  EXPECT_TRUE(std::isfinite(one["loss"].get<double>()));
+  // More than the shard holds: the whole shard, and the count says so.
+  EXPECT_EQ(eval_tokens("1000")["tokens"].get<int64_t>(), 3 * MicroWorld::kSeqLen);
 }
 
 TEST_F(Commands, GenerateIsDeterministicForASeed) {
@@ -281,14 +335,20 @@ void check_export(const std::string& run, const std::string& out, bool tied) {
 
 TEST_F(Commands, ExportUntiedModel) {
   check_export(base_run(), dir("hf"), /*tied=*/false);
-  // A previous export may be replaced by a new one.
+  // A previous export may be replaced by a new one; the files the user added to it are kept.
+  write_file(dir("hf/README.md"), "# my model\n");
+  write_file(dir("hf/generation_config.json"), "{\"temperature\": 0.7}\n");
   const RunResult again = run_atoll({"export", "--checkpoint", base_run(), "--format", "hf", "--out", dir("hf")});
   EXPECT_EQ(again.exit_code, 0) << again.describe();
-  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model"}), [&] {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
-    return names;
-  }());
+  EXPECT_EQ(read_file(dir("hf/README.md")), "# my model\n");
+  EXPECT_EQ(read_file(dir("hf/generation_config.json")), "{\"temperature\": 0.7}\n");
+  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "atoll-export.json",
+                                   "README.md", "generation_config.json"}),
+            [&] {
+              std::set<std::string> names;
+              for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());
+              return names;
+            }());
 }
 
 TEST_F(Commands, ExportTiedModel) {

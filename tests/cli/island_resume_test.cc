@@ -223,8 +223,7 @@ TEST_F(IslandResume, TrainAndLaunchShareOneCheckpointFormat) {
 
   // Shapes that do not agree are refused, naming the fix.
   const auto before = snapshot(wide);
-  v = train_args(wide);
-  v.push_back("--resume");
+  v = {"train", "--resume", "--run-dir", wide, "--no-sample"};  // with the run's own config
   EXPECT_TRUE(fails_clearly(run_atoll(v), {"2 islands x 2 workers", "atoll launch --islands 2 --workers-per-island 2"}));
   EXPECT_TRUE(unchanged(before, snapshot(wide)));
 }

@@ -2,7 +2,9 @@
 // whose θ hashes agree after every outer step and whose loss falls; streaming DiLoCo's fragments
 // agreeing and syncing on schedule, and its bad values refused; the H=1 equivalence of
 // DiLoCo and data parallel with SGD inner steps; a data-parallel warm start before DiLoCo; a worker with another model refused; a peer
-// that never arrives and an unreachable store ending in a bounded, clear error.
+// that never arrives and an unreachable store ending in a bounded, clear error; a launch run
+// holding summary.txt and tokenizer.model for generate and export; the run directory's lock held
+// by the launcher, and by a worker 0 started by hand.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -207,7 +209,7 @@ TEST_F(LaunchTest, DataParallelWarmStartThenDiloco) {
 }
 
 // SIGINT to the launcher (Ctrl-C) stops every worker and its redis-server; the newest complete
-// checkpoint loads (`atoll eval`).
+// checkpoint loads (`atoll eval`). While it runs, the run directory is locked.
 TEST_F(LaunchTest, SigintStopsTheWholeRunLeavingALoadableCheckpoint) {
   const std::string run = dir("run");
   Background b({"launch", "--config", world().config(), "--run-dir", run, "--islands", "2", "--set",
@@ -216,6 +218,8 @@ TEST_F(LaunchTest, SigintStopsTheWholeRunLeavingALoadableCheckpoint) {
                dir("launch"));
   ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 60, [&] { return b.running(); }))
       << read_file(dir("launch") + ".err");
+  // The launcher holds the run's lock for its workers: another writer is refused.
+  EXPECT_TRUE(fails_clearly(world().train(run, {"--resume"}), {run, "pid " + std::to_string(b.pid())}));
   const auto t0 = Clock::now();
   ::kill(b.pid(), SIGINT);
   const int status = b.wait();
@@ -225,6 +229,24 @@ TEST_F(LaunchTest, SigintStopsTheWholeRunLeavingALoadableCheckpoint) {
   EXPECT_NE(err.find("every worker stopped"), std::string::npos) << err;
   const RunResult e = run_atoll({"eval", "--checkpoint", run});
   EXPECT_EQ(e.exit_code, 0) << e.describe();
+}
+
+// A launch run holds what a single run holds: summary.txt and tokenizer.model, so `atoll
+// generate` and `atoll export` work on it and the export carries the tokenizer.
+TEST_F(LaunchTest, ARunHoldsSummaryAndTokenizerSoGenerateAndExportWork) {
+  const std::string run = dir("run");
+  const RunResult r = launch(run, {"--islands", "2", "--set", "train.steps=4", "--set", "diloco.inner_steps=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(fs::exists(run + "/tokenizer.model"));
+  const std::string summary = read_file(run + "/summary.txt");
+  EXPECT_NE(summary.find("2 islands"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("final checkpoint " + run + "/checkpoints/step-00000004"), std::string::npos) << summary;
+  const RunResult g = run_atoll({"generate", "--checkpoint", run, "--prompt", "The island", "--max-tokens", "8"});
+  ASSERT_EQ(g.exit_code, 0) << g.describe();
+  EXPECT_EQ(g.out.rfind("The island", 0), 0u) << g.out;
+  const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", dir("hf")});
+  ASSERT_EQ(x.exit_code, 0) << x.describe();
+  EXPECT_EQ(read_file(dir("hf") + "/tokenizer.model"), read_file(run + "/tokenizer.model"));
 }
 
 class WorkerTest : public CliTest {
@@ -258,6 +280,19 @@ TEST_F(WorkerTest, AWorkerWithAnotherModelIsRefusedNamingTheDifference) {
   other.wait();
   const std::string other_err = read_file(dir("other") + ".err");
   EXPECT_NE(other_err.find("expert_hidden"), std::string::npos) << other_err;
+}
+
+// Worker 0 started by hand (no launcher) writes the run folder, so it takes the run's lock.
+TEST_F(WorkerTest, AHandStartedWorkerZeroTakesTheRunsLock) {
+  base_run();  // the data prepared first
+  const std::string run = dir("run-0");
+  Background busy({"train", "--config", world().config(), "--run-dir", run, "--no-sample", "--set",
+                   "train.steps=100000", "--set", "checkpoint.every=2", "--set", "train.eval_every=0"},
+                  dir("busy"));
+  ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 60, [&] { return busy.running(); }))
+      << read_file(dir("busy") + ".err");
+  const RunResult r = run_atoll(worker("locked", 0, 1, {"--resume-from", run + "/checkpoints/step-00000002"}));
+  EXPECT_TRUE(fails_clearly(r, {run, "pid " + std::to_string(busy.pid())}));
 }
 
 TEST_F(WorkerTest, APeerThatNeverArrivesEndsInABoundedError) {

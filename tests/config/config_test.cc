@@ -72,5 +72,17 @@ TEST(Config, FaultKeysHaveHealingDefaultsAndTheTtlMustExceedTheHeartbeat) {
   EXPECT_NE(error_of("", {"fault.max_restarts=-1"}).find("fault.max_restarts"), std::string::npos);
 }
 
+TEST(Config, PerLayerPartKindsAreChecked) {
+  Config c = parse_config("[model]\nn_layers = 4\nattention_layers = [\"gqa\", \"gqa\"]\n", "t.toml",
+                          {"model.router_layers=topk"});
+  EXPECT_EQ(c.model.attention_layers.size(), 2u);
+  EXPECT_EQ(c.model.router_at(3), "topk");
+  EXPECT_EQ(parse_config(config_to_toml(c), "round-trip").model.attention_layers, c.model.attention_layers);
+  EXPECT_NE(error_of("[model]\nattention_layers = [\"gqa\", \"ring\"]\n").find("model.attention_layers[1] = \"ring\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nn_layers = 1\nrouter_layers = [\"topk\", \"topk\"]\n").find("at most one kind per layer"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace atl

@@ -69,6 +69,18 @@ TEST(Corpus, Jsonl) {
   EXPECT_EQ(read_documents(dir / "d.jsonl"), (std::vector<std::string>{"first\nline", "café"}));
 }
 
+// The format follows the extension whatever its case: `.JSONL` and `.Jsonl` are JSONL too,
+// not one plain-text document holding the JSON lines.
+TEST(Corpus, JsonlExtensionInAnyCase) {
+  TempDir dir;
+  for (const char* name : {"upper.JSONL", "mixed.Jsonl"}) {
+    write_file(dir / name, "{\"text\": \"one\"}\n{\"text\": \"two\"}\n");
+    EXPECT_EQ(read_documents(dir / name), (std::vector<std::string>{"one", "two"})) << name;
+  }
+  write_file(dir / "bad.JsonL", "{\"body\": \"no text\"}\n");
+  EXPECT_TRUE(contains(data_error([&] { read_documents(dir / "bad.JsonL"); }), dir / "bad.JsonL:1"));
+}
+
 TEST(Corpus, BadJsonlLineIsNamed) {
   TempDir dir;
   write_file(dir / "bad.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": oops}\n");

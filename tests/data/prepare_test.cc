@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/errors.h"
+#include "atoll/data/corpus.h"
 #include "atoll/data/loader.h"
 #include "atoll/data/shard.h"
 #include "atoll/data/tokenizer.h"
@@ -159,6 +160,28 @@ TEST(Prepare, BadInputLeavesNothingBehind) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   }
+}
+
+// A vocabulary below what the tokenizer trainer needs for this corpus is refused before
+// anything is trained or written, naming the key it came from and the minimum, which works.
+TEST(Prepare, ATooSmallVocabularyIsRefusedUpFrontWithTheMinimum) {
+  TempDir dir;
+  write_jsonl(dir / "c.jsonl", testing::make_docs(100, 3));
+  const int need = Tokenizer::min_vocab_size(read_corpus({dir / "c.jsonl"}).docs);
+  for (int vocab : {2, need - 1}) {
+    try {
+      prepare_data({.inputs = {dir / "c.jsonl"}, .out_dir = dir / "data", .vocab_size = vocab, .vocab_key = "data.vocab_size"});
+      FAIL() << "vocab " << vocab << " accepted";
+    } catch (const DataError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("data.vocab_size = " + std::to_string(vocab)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("at least " + std::to_string(need)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("fix: set data.vocab_size to " + std::to_string(need) + " or more"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1) << "wrote something";
+  }
+  const PrepareResult r = prepare_data({.inputs = {dir / "c.jsonl"}, .out_dir = dir / "data", .vocab_size = need});
+  EXPECT_EQ(r.vocab_size, need);
 }
 
 }  // namespace

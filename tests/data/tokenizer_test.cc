@@ -80,6 +80,32 @@ TEST(Tokenizer, TooSmallVocabularyIsDataError) {
   }
 }
 
+// min_vocab_size is exactly what SentencePiece needs (the oracle: its own trainer): it trains
+// at the minimum and refuses one below. The corpora cover the parts of its count: characters
+// that fall under the 0.9995 coverage (a few rare ones among many common), text holding the
+// special pieces' spellings (replaced before counting), a line with U+2585 (skipped), spaces,
+// tabs and newlines, and more distinct characters than the byte pieces.
+TEST(Tokenizer, MinVocabSizeIsWhatSentencePieceNeeds) {
+  std::string many;  // 300 distinct CJK characters, each a few times
+  for (int i = 0; i < 900; ++i) {
+    const char32_t c = 0x4E00 + char32_t(i % 300);
+    many += {char(0xE0 | (c >> 12)), char(0x80 | ((c >> 6) & 0x3F)), char(0x80 | (c & 0x3F))};
+  }
+  const std::vector<std::vector<std::string>> corpora = {
+      testing::make_docs(50, 4),
+      {std::string(20000, 'a') + "bc\tdd", "xyz xyz\n"},
+      {"<s> and </s> and <unk> and <0x41> are text here, \xE2\x96\x85 skips a line", "plain <0x4G> <s"},
+      {many, "and some ascii"},
+  };
+  for (size_t i = 0; i < corpora.size(); ++i) {
+    TempDir dir;
+    const int need = Tokenizer::min_vocab_size(corpora[i]);
+    EXPECT_GT(need, 259) << "corpus " << i;
+    EXPECT_NO_THROW(Tokenizer::train(corpora[i], need, dir / "at.model")) << "corpus " << i << ", vocab " << need;
+    EXPECT_THROW(Tokenizer::train(corpora[i], need - 1, dir / "below.model"), DataError) << "corpus " << i;
+  }
+}
+
 TEST(Tokenizer, LoadErrors) {
   TempDir dir;
   EXPECT_THROW(Tokenizer::load(dir / "missing.model"), DataError);

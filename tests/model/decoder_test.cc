@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 
 #include "atoll/model/model.h"
 
@@ -28,8 +31,10 @@ ModelConfig small_config(bool tied) {
   return m;
 }
 
-void check_decoder_matches_forward(bool tied) {
-  const ModelConfig m = small_config(tied);
+// `seq_len` positions decoded with room for `max_len`.
+void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9) {
+  ModelConfig m = small_config(tied);
+  m.seq_len = seq_len;
   Model<float> model(m, 1);
   model.init_params(11);
   Rng rng(5);
@@ -37,7 +42,7 @@ void check_decoder_matches_forward(bool tied) {
   for (auto& t : seq) t = int32_t(rng.below(m.vocab_size));
   const double ce = model.forward(seq.data(), seq.data() + 1, 1).ce;
 
-  Decoder dec(m, model.params().data(), m.seq_len);
+  Decoder dec(m, model.params().data(), max_len);
   double sum = 0;
   for (int t = 0; t < m.seq_len; ++t) {
     const std::vector<float>& logits = dec.step(seq[t]);
@@ -51,6 +56,31 @@ void check_decoder_matches_forward(bool tied) {
 
 TEST(Decoder, KvCacheMatchesTrainingForward) { check_decoder_matches_forward(false); }
 TEST(Decoder, KvCacheMatchesTrainingForwardTied) { check_decoder_matches_forward(true); }
+
+// The cache starts small and doubles (64, 128, 256 positions): decoding across the growths
+// still computes the training forward pass, and a bound far beyond what is fed costs nothing.
+TEST(Decoder, CacheGrowsAsTokensCome) { check_decoder_matches_forward(false, 150, 1 << 30); }
+
+// The address space (/proc/self/statm's first field, pages) barely grows for a decoder bounded
+// at four million positions that feeds a few: the cache is not allocated for the bound (it
+// was: 4M positions x 8 floats x keys and values x 2 layers = 512 MiB). Virtual, not resident
+// size: the zero pages of an untouched allocation need not be resident.
+TEST(Decoder, ALargeBoundAllocatesNothingUpFront) {
+  const ModelConfig m = small_config(false);
+  Model<float> model(m, 1);
+  model.init_params(3);
+  auto address_space_mib = [] {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0;
+    statm >> pages;
+    return double(pages) * double(sysconf(_SC_PAGESIZE)) / (1 << 20);
+  };
+  const double before = address_space_mib();
+  Decoder dec(m, model.params().data(), 4'000'000);
+  for (int t = 0; t < 5; ++t) dec.step(t);
+  EXPECT_LT(address_space_mib() - before, 64.0) << "MiB";
+  EXPECT_LE(dec.capacity(), 64);
+}
 
 TEST(Decoder, SamplingIsSeededAndGreedyAtZeroTemperature) {
   std::vector<float> logits = {0.1f, 2.0f, 1.9f, -3.0f};

@@ -62,6 +62,32 @@ TEST(Layout, UnknownPartKindIsAConfigError) {
   }
   m.attention = "gqa", m.router = "mlp";
   EXPECT_THROW(ParamLayout::build(m), ConfigError);
+  // Per layer: the pattern repeats over the layers, and the error names the layer.
+  m.router = "topk", m.n_layers = 4, m.attention_layers = {"gqa", "cca"};
+  try {
+    ParamLayout::build(m);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1's attention \"cca\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(Layout, PerLayerKindsRepeatOverTheLayers) {
+  ModelConfig m;
+  m.n_layers = 5, m.attention = "cca", m.router = "mlp";  // overridden for every layer below
+  m.attention_layers = {"gqa"}, m.router_layers = {"topk", "topk"};
+  for (int l = 0; l < m.n_layers; ++l) {
+    EXPECT_EQ(m.attention_at(l), "gqa");
+    EXPECT_EQ(m.router_at(l), "topk");
+  }
+  ModelConfig plain;
+  plain.n_layers = 5;
+  const ParamLayout a = ParamLayout::build(m), b = ParamLayout::build(plain);
+  ASSERT_EQ(a.entries().size(), b.entries().size());
+  for (size_t i = 0; i < a.entries().size(); ++i) {
+    EXPECT_EQ(a.entries()[i].name, b.entries()[i].name);
+    EXPECT_EQ(a.entries()[i].offset, b.entries()[i].offset);
+  }
 }
 
 TEST(Layout, MatricesMustCoverTheTensor) {

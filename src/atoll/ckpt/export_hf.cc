@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "atoll/ckpt/file_io.h"
@@ -51,12 +53,20 @@ std::string hf_name_of(const ParamEntry& e) {
               " (fix: export this architecture under its own name)");
 }
 
-// A previous export may be replaced; anything else non-empty is someone's data.
-bool is_previous_export(const std::string& dir) {
+// The export's record of the files atoll wrote into it (kExportRecord itself aside): what a
+// later export may replace. Every other file in the folder is the user's and is kept.
+constexpr const char* kExportRecord = "atoll-export.json";
+constexpr const char* kRecordFormat = "atoll-export-1";
+// What exports made before the record existed wrote.
+const std::set<std::string> kLegacyExportFiles = {"config.json", "model.safetensors", "tokenizer.model"};
+
+// An export made before the record existed: config.json naming MixtralForCausalLM beside
+// model.safetensors.
+bool is_legacy_export(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::exists(fs::path(dir) / "model.safetensors", ec)) return false;
+  if (!fs::exists(dir / "model.safetensors", ec)) return false;
   try {
-    auto cfg = nlohmann::json::parse(read_text_file((fs::path(dir) / "config.json").string()));
+    auto cfg = nlohmann::json::parse(read_text_file((dir / "config.json").string()));
     const auto& arch = cfg.at("architectures");
     return std::find(arch.begin(), arch.end(), "MixtralForCausalLM") != arch.end();
   } catch (const std::exception&) {
@@ -64,14 +74,72 @@ bool is_previous_export(const std::string& dir) {
   }
 }
 
-void check_out_dir(const std::string& out_dir) {
+// The files atoll wrote into `dir` by its record, or nullopt when it has no valid one.
+std::optional<std::set<std::string>> recorded_files(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::exists(out_dir, ec)) return;
+  if (!fs::exists(dir / kExportRecord, ec)) return std::nullopt;
+  try {
+    const auto rec = nlohmann::json::parse(read_text_file((dir / kExportRecord).string()));
+    if (rec.at("format") != kRecordFormat) return std::nullopt;
+    return rec.at("files").get<std::set<std::string>>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 5) s += " and " + std::to_string(names.size() - 5) + " more";
+  return s;
+}
+
+// The entries of an existing `out_dir` that the new export keeps (the user's), after checking
+// that the export replaces only files atoll wrote: `out_dir` is missing, empty, or an earlier
+// export (its record, or the legacy files) none of whose user files has a name the new export
+// writes. Anything else is refused with IoError naming the files and the fix.
+std::vector<std::string> users_files(const fs::path& out_dir, const std::vector<std::string>& will_write) {
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec)) return {};
   if (!fs::is_directory(out_dir, ec))
-    throw IoError("export path " + out_dir + " exists and is not a directory (fix: choose another --out)");
-  if (fs::is_empty(out_dir, ec) || is_previous_export(out_dir)) return;
-  throw IoError("export directory " + out_dir + " is not empty and holds no previous Mixtral export" +
-                " (fix: choose a new --out directory or empty this one)");
+    throw IoError("export path " + out_dir.string() + " exists and is not a directory (fix: choose another --out)");
+  std::vector<std::string> present;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) present.push_back(e.path().filename().string());
+  if (ec) throw IoError("cannot list export directory " + out_dir.string() + ": " + ec.message());
+  std::sort(present.begin(), present.end());
+  if (present.empty()) return {};
+  std::optional<std::set<std::string>> ours = recorded_files(out_dir);
+  if (!ours && is_legacy_export(out_dir)) ours = kLegacyExportFiles;
+  if (!ours)
+    throw IoError("export directory " + out_dir.string() + " holds files atoll did not write (" + name_list(present) +
+                  ") and no earlier export (no valid " + kExportRecord +
+                  "); fix: choose a new --out directory, or move those files elsewhere");
+  std::vector<std::string> theirs, clash;
+  for (const std::string& name : present) {
+    if (name == kExportRecord || ours->count(name)) continue;
+    theirs.push_back(name);
+    if (std::find(will_write.begin(), will_write.end(), name) != will_write.end()) clash.push_back(name);
+  }
+  if (!clash.empty())
+    throw IoError("export directory " + out_dir.string() + " holds " + name_list(clash) +
+                  ", which atoll did not write there (not in " + kExportRecord +
+                  ") and this export would replace; fix: move it out of the folder, or choose another --out");
+  return theirs;
+}
+
+// Brings the user's entry `name` of `from` into the new export folder `to`: hard links (no
+// copy of the bytes; the old folder is removed after the rename), or a copy where the file
+// system has none. Folders come whole; symbolic links stay links.
+void carry_over(const fs::path& from, const fs::path& to, const std::string& name) {
+  std::error_code ec;
+  const auto opts = fs::copy_options::recursive | fs::copy_options::copy_symlinks;
+  fs::copy(from / name, to / name, opts | fs::copy_options::create_hard_links, ec);
+  if (!ec) return;
+  fs::remove_all(to / name, ec);
+  fs::copy(from / name, to / name, opts, ec);
+  if (ec)
+    throw IoError("cannot keep " + (from / name).string() + " in the new export: " + ec.message() +
+                  " (fix: check its permissions, or move it out of the folder)");
 }
 
 }  // namespace
@@ -128,27 +196,38 @@ std::string hf_mixtral_config_json(const ModelConfig& m) {
   return j.dump(2) + "\n";
 }
 
-void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params) {
+void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params,
+               const std::string& tokenizer_path) {
   ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(m).total()) << "layout does not match the model config";
   ATOLL_CHECK_EQ(layout.find("head") == nullptr, m.tie_embeddings) << "layout and model.tie_embeddings disagree";
-  check_out_dir(out_dir);
+  fs::path final_dir = fs::absolute(out_dir).lexically_normal();
+  if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/" -> "out"
+  std::vector<std::string> written = {"model.safetensors", "config.json"};
+  if (!tokenizer_path.empty()) written.push_back("tokenizer.model");
+  const std::vector<std::string> keep = users_files(final_dir, written);
   std::vector<TensorToWrite> tensors;
   for (const auto& t : hf_mixtral_tensors(layout)) {
     size_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
     tensors.push_back({t.name, "F32", t.shape, params + t.offset, numel * sizeof(float)});
   }
-  fs::path final_dir = fs::absolute(out_dir).lexically_normal();
-  if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/" -> "out"
-  const std::string tmp = (final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
-  remove_all(tmp);
-  make_dirs(tmp);
+  const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  remove_all(tmp.string());
+  make_dirs(tmp.string());
   try {
     // transformers refuses safetensors files whose metadata lacks a known "format".
-    write_safetensors(tmp + "/model.safetensors", tensors, {.metadata = {{"format", "pt"}}});
-    write_text_file(tmp + "/config.json", hf_mixtral_config_json(m), /*sync=*/true);
-    fsync_dir(tmp);
-    publish_dir(tmp, final_dir.string());
+    write_safetensors((tmp / "model.safetensors").string(), tensors, {.metadata = {{"format", "pt"}}});
+    write_text_file((tmp / "config.json").string(), hf_mixtral_config_json(m), /*sync=*/true);
+    if (!tokenizer_path.empty()) {
+      std::error_code ec;
+      fs::copy_file(tokenizer_path, tmp / "tokenizer.model", ec);
+      if (ec) throw IoError("cannot copy " + tokenizer_path + " into the export: " + ec.message());
+    }
+    const nlohmann::ordered_json record = {{"format", kRecordFormat}, {"files", written}};
+    write_text_file((tmp / kExportRecord).string(), record.dump(2) + "\n", /*sync=*/true);
+    for (const std::string& name : keep) carry_over(final_dir, tmp, name);
+    fsync_dir(tmp.string());
+    publish_dir(tmp.string(), final_dir.string());
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

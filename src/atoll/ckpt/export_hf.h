@@ -29,10 +29,16 @@ std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout);
 // transformers' MixtralConfig for `m`, as config.json holds it.
 std::string hf_mixtral_config_json(const ModelConfig& m);
 
-// Writes config.json and model.safetensors into `out_dir` through a temporary directory and a
-// rename. `out_dir` may be missing, empty, or a previous export (it holds config.json naming
-// MixtralForCausalLM and model.safetensors), which is then replaced as a whole; any other
-// non-empty directory is refused with IoError. `params` is laid out by `layout`.
-void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params);
+// Writes config.json, model.safetensors and, when `tokenizer_path` is given, a copy of it as
+// tokenizer.model into `out_dir`, with atoll-export.json listing those files: the files atoll
+// wrote. The whole folder is built under a temporary name and renamed into place, so a crash
+// or an error leaves the old folder as it was. `out_dir` may be missing, empty, or an earlier
+// export (its atoll-export.json; or, from before that record, config.json naming
+// MixtralForCausalLM beside model.safetensors): atoll's files in it are replaced and every
+// other file (a README.md, a generation_config.json the user added) is kept. Refused with
+// IoError, naming the files: any other non-empty folder, and an earlier export holding a file
+// atoll did not write under a name this export writes. `params` is laid out by `layout`.
+void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params,
+               const std::string& tokenizer_path = "");
 
 }  // namespace atl

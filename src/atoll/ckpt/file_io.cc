@@ -16,50 +16,11 @@ namespace fs = std::filesystem;
 namespace atl {
 namespace {
 
-[[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-  throw IoError("cannot " + what + " " + path + ": " + std::strerror(err) +
-                " (fix: check the path, its permissions and free disk space)");
-}
-
 [[noreturn]] void fail(const std::string& what, const std::string& path, const std::error_code& ec) {
-  throw IoError("cannot " + what + " " + path + ": " + ec.message() +
-                " (fix: check the path, its permissions and free disk space)");
+  throw_io_error(what, path, ec.value());
 }
 
 }  // namespace
-
-FileWriter::FileWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("create", path, errno);
-}
-
-FileWriter::~FileWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void FileWriter::write(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    // write(2) may write less than asked (signals, large sizes); loop until done.
-    ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write", path_, errno);
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    written_ += static_cast<size_t>(n);
-  }
-}
-
-void FileWriter::sync() {
-  if (::fsync(fd_) != 0) fail("fsync", path_, errno);
-}
-
-void FileWriter::close() {
-  if (fd_ < 0) return;
-  int rc = ::close(fd_);
-  fd_ = -1;
-  if (rc != 0) fail("close", path_, errno);
-}
 
 void write_text_file(const std::string& path, const std::string& text, bool sync) {
   FileWriter w(path);
@@ -69,20 +30,18 @@ void write_text_file(const std::string& path, const std::string& text, bool sync
 }
 
 void write_text_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  write_text_file(tmp, text, /*sync=*/true);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename " + tmp + " to", path, errno);
+  write_file_atomic(path, text, /*sync=*/true);
   fsync_dir(fs::path(path).parent_path().string());
 }
 
 std::vector<std::byte> read_file_bytes(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("open", path, errno);
+  if (fd < 0) throw_io_error("open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
     ::close(fd);
-    fail("stat", path, err);
+    throw_io_error("stat", path, err);
   }
   std::vector<std::byte> out(static_cast<size_t>(st.st_size));
   size_t got = 0;
@@ -92,7 +51,7 @@ std::vector<std::byte> read_file_bytes(const std::string& path) {
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;  // n == 0: the file shrank while we read it
       ::close(fd);
-      fail("read", path, err);
+      throw_io_error("read", path, err);
     }
     got += static_cast<size_t>(n);
   }
@@ -107,12 +66,12 @@ std::string read_text_file(const std::string& path) {
 
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("open directory", dir, errno);
+  if (fd < 0) throw_io_error("open directory", dir, errno);
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
   // Some file systems cannot fsync a directory; the data itself was already synced.
-  if (rc != 0 && err != EINVAL && err != ENOTSUP) fail("fsync directory", dir, err);
+  if (rc != 0 && err != EINVAL && err != ENOTSUP) throw_io_error("fsync directory", dir, err);
 }
 
 void make_dirs(const std::string& dir) {
@@ -133,12 +92,12 @@ void publish_dir(const std::string& tmp, const std::string& final_dir) {
   if (fs::exists(final_dir, ec)) {
     aside = final_dir + ".old-" + std::to_string(::getpid());
     remove_all(aside);
-    if (::rename(final_dir.c_str(), aside.c_str()) != 0) fail("move aside", final_dir, errno);
+    if (::rename(final_dir.c_str(), aside.c_str()) != 0) throw_io_error("move aside", final_dir, errno);
   }
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
     int err = errno;
     if (!aside.empty()) ::rename(aside.c_str(), final_dir.c_str());  // put the old one back
-    fail("rename " + tmp + " to", final_dir, err);
+    throw_io_error("rename " + tmp + " to", final_dir, err);
   }
   fsync_dir(fs::path(final_dir).parent_path().string());
   if (!aside.empty()) remove_all(aside);

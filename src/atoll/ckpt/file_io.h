@@ -1,7 +1,8 @@
 // Durable file operations for checkpoints and exports: writes that reach the disk (fsync of
 // the file and of its directory) and directory publication by rename, so a crash leaves
 // either the old state or the new one, never a half-written directory under the final name.
-// Every failure is an IoError naming the path and the system's reason.
+// Every failure is an IoError naming the path and the system's reason ("disk full" for ENOSPC;
+// core/file_writer.h, which also holds FileWriter).
 #pragma once
 
 #include <cstddef>
@@ -9,32 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/file_writer.h"
+
 namespace atl {
-
-// An open file written sequentially. close() (or the destructor, which swallows errors)
-// releases it; sync() makes the bytes durable.
-class FileWriter {
- public:
-  explicit FileWriter(const std::string& path);  // creates or truncates
-  ~FileWriter();
-  FileWriter(const FileWriter&) = delete;
-  FileWriter& operator=(const FileWriter&) = delete;
-
-  void write(const void* data, size_t bytes);
-  void sync();
-  void close();
-  size_t written() const { return written_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  size_t written_ = 0;
-};
 
 // Writes `text` to `path`, fsyncs it when `sync`.
 void write_text_file(const std::string& path, const std::string& text, bool sync);
 
-// Writes `path` through `path.tmp` and a rename, so readers see the old or the new content.
+// Writes `path` through `path.tmp` and a rename, so readers see the old or the new content;
+// on failure the temporary is removed.
 void write_text_file_atomic(const std::string& path, const std::string& text);
 
 std::string read_text_file(const std::string& path);           // IoError if unreadable

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "atoll/cli/commands.h"
+#include "atoll/cli/number_flags.h"
 #include "atoll/train/bench.h"
 
 namespace atl::cli {
@@ -13,8 +14,11 @@ Runner add_bench(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   f->config.add_to(cmd, "default: configs/default.toml");
-  cmd->add_option("--steps", f->opts.steps, "timed steps (default 3)")->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", f->opts.warmup, "untimed steps first (default 1)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--steps", f->opts.steps, "timed steps (default 3)")->check(whole_number(1, 1 << 20));
+  cmd->add_option("--warmup", f->opts.warmup, "untimed steps first (default 1)")->check(whole_number(0, 1 << 20));
+  cmd->add_option("--peak-gflops", f->opts.peak_gflops,
+                  "MFU against this peak (GFLOP/s, e.g. the vendor's) instead of the measured one")
+      ->check(finite_number(0, 1e12, /*lo_open=*/true));
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->config.path.empty()) f->config.path = default_config_path();

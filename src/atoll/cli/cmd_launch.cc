@@ -3,14 +3,21 @@
 // docs/islands.md describes both.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include "atoll/cli/commands.h"
+#include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
 #include "atoll/supervise/launch.h"
 #include "atoll/train/island_trainer.h"
+#include "atoll/train/resume_config.h"
 
 namespace atl::cli {
+
+// Islands and workers per island `atoll launch` starts on one machine (each a process).
+constexpr int kMaxLocalIslands = 256;
+constexpr int kIntMax = std::numeric_limits<int>::max();
 
 Runner add_worker(CLI::App& app) {
   auto* cmd = app.add_subcommand("worker", "one worker process of a multi-island run (started by `atoll launch`, or by hand on any host)");
@@ -18,13 +25,14 @@ Runner add_worker(CLI::App& app) {
   auto config = std::make_shared<ConfigFlags>();
   config->add_to(cmd, "default: configs/default.toml");
   cmd->add_option("--store", f->store_url, "rendezvous store, redis://HOST:PORT")->required();
-  cmd->add_option("--island", f->island, "this worker's island, 0..N-1")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--islands", f->islands, "N: islands in the run")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")->check(CLI::PositiveNumber);
+  cmd->add_option("--island", f->island, "this worker's island, 0..N-1")->required()->check(whole_number(0, kIntMax - 1));
+  cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1")->required()->check(whole_number(0, kIntMax - 1));
+  cmd->add_option("--islands", f->islands, "N: islands in the run")->required()->check(whole_number(1, kIntMax));
+  cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")->check(whole_number(1, kIntMax));
   cmd->add_option("--run-id", f->run_id, "store key prefix shared by every worker of the run, unique per run");
   cmd->add_option("--run-dir", f->run_dir, "run directory (island 0 rank 0 writes checkpoints there)");
-  cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)");
+  cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)")
+      ->check(whole_number(0, kIntMax));
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
@@ -68,18 +76,25 @@ struct LaunchFlags {
 Runner add_launch(CLI::App& app) {
   auto* cmd = app.add_subcommand("launch", "run N islands (x M workers) on this machine: DiLoCo across islands");
   auto f = std::make_shared<LaunchFlags>();
-  f->config.add_to(cmd, "default: configs/default.toml");
-  cmd->add_option("--islands", f->launch.islands, "N: islands (DiLoCo across them)")->required()->check(CLI::Range(1, 256));
+  f->config.add_to(cmd, "default: configs/default.toml; with --resume: the run's config.toml");
+  cmd->add_option("--islands", f->launch.islands, "N: islands (DiLoCo across them)")->required()->check(whole_number(1, kMaxLocalIslands));
   cmd->add_option("--workers-per-island", f->launch.workers_per_island, "M: workers per island (data parallel inside it)")
-      ->check(CLI::Range(1, 256));
+      ->check(whole_number(1, kMaxLocalIslands));
   cmd->add_option("--store", f->launch.store, "use this Redis store, redis://HOST:PORT (default: start redis-server on loopback)");
   cmd->add_option("--run-dir", f->launch.run_dir, "run directory (default: runs/<date-time>)");
-  cmd->add_option("--stop-grace", f->stop_grace_s, "seconds a stopped worker gets before SIGKILL")->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--resume", f->launch.resume, "continue the run in --run-dir from its newest checkpoint (same --islands and --workers-per-island)");
+  cmd->add_option("--stop-grace", f->stop_grace_s, "seconds a stopped worker gets before SIGKILL")->check(finite_number(0.0, 1e6));
+  cmd->add_flag("--resume", f->launch.resume,
+                "continue the run in --run-dir from its newest checkpoint, with its own config.toml (same --islands and "
+                "--workers-per-island); --set may change " + resume_safe_keys_text() +
+                    "; a run without a checkpoint yet starts over from step 0");
+  cmd->add_flag("--allow-config-change", f->launch.allow_config_change,
+                "with --resume: let --set or --config change other keys too (never a [model] key)");
+  cmd->add_flag("--print-config", f->launch.print_config,
+                "print the whole resolved config (always saved as RUN_DIR/config.toml)");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
-    if (f->config.path.empty()) f->config.path = default_config_path();
-    f->launch.config = f->config.load();
+    f->launch.run_dir = run_dir_or_default(f->launch.run_dir, f->launch.resume);
+    f->launch.config = f->config.load_for_run(f->launch.run_dir, f->launch.resume);
     f->launch.config_path = f->config.path;
     f->launch.stop_grace = std::chrono::milliseconds(int64_t(f->stop_grace_s * 1000));
     return launch(f->launch);

@@ -1,13 +1,25 @@
+#include <cerrno>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
-#include "atoll/ckpt/checkpoint.h"
 #include "atoll/cli/commands.h"
-#include "atoll/core/log.h"
+#include "atoll/train/resume_config.h"
 #include "atoll/train/trainer.h"
 
 namespace atl::cli {
+namespace {
+
+// `word` as the shell reads it back: as it is when it holds no special characters, else in
+// single quotes.
+std::string shell_word(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,+-") ==
+                           std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
 
 Runner add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model (no arguments: the default config on the built-in corpus)");
@@ -15,36 +27,49 @@ Runner add_train(CLI::App& app) {
     ConfigFlags config;
     std::string run_dir;
     bool resume = false;
+    bool allow_config_change = false;
+    bool print_config = false;
     bool no_sample = false;
     bool help_config = false;
   };
   auto f = std::make_shared<Flags>();
-  f->config.add_to(cmd, "default: configs/default.toml");
+  f->config.add_to(cmd, "default: configs/default.toml; with --resume: the run's config.toml");
   cmd->add_option("--run-dir", f->run_dir, "run directory (default: runs/<date-time>)");
-  cmd->add_flag("--resume", f->resume, "continue the run in --run-dir from its newest checkpoint");
+  cmd->add_flag("--resume", f->resume,
+                "continue the run in --run-dir from its newest checkpoint, with its own config.toml; --set may change " +
+                    resume_safe_keys_text() + "; a run without a checkpoint yet starts over from step 0");
+  cmd->add_flag("--allow-config-change", f->allow_config_change,
+                "with --resume: let --set or --config change other keys too (never a [model] key)");
+  cmd->add_flag("--print-config", f->print_config, "print the whole resolved config (always saved as RUN_DIR/config.toml)");
   cmd->add_flag("--no-sample", f->no_sample, "do not print a generated sample at the end");
-  cmd->add_flag("--help-config", f->help_config, "list every config key and exit");
+  cmd->add_flag("--help-config", f->help_config, "list every config key (type, default, allowed values, meaning) and exit");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->help_config) {
-      for (const auto& k : config_keys()) std::printf("%-28s %-7s %s\n", k.key.c_str(), k.type.c_str(), k.help.c_str());
+      std::printf("%s", config_help_text().c_str());
       return 0;
     }
-    if (f->config.path.empty()) f->config.path = default_config_path();
-    const Config cfg = f->config.load();
-    std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),
-                config_to_toml(cfg).c_str());
-    TrainResult r = train(cfg, {.run_dir = f->run_dir, .resume = f->resume});
-    char summary[1024];
-    std::snprintf(summary, sizeof summary,
-                  "run %s: %ld steps, %ld tokens in %.1f s (%.0f tokens/s); train loss %.4f -> %.4f%s\n"
-                  "final checkpoint %s\n",
-                  r.run_dir.c_str(), long(r.steps), long(r.tokens), r.seconds, r.tokens / std::max(r.seconds, 1e-9),
-                  r.first_loss, r.final_loss,
-                  r.final_val_loss >= 0 ? (", validation loss " + std::to_string(r.final_val_loss).substr(0, 6)).c_str() : "",
-                  r.checkpoint.c_str());
-    std::printf("\n%s", summary);
-    std::ofstream(r.run_dir + "/summary.txt") << summary;
+    const std::string run_dir = run_dir_or_default(f->run_dir, f->resume);
+    const Config cfg = f->config.load_for_run(run_dir, f->resume);
+    if (f->print_config)
+      std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),
+                  config_to_toml(cfg).c_str());
+    else
+      std::printf("%s\n", describe_run(cfg, run_dir).c_str());
+    std::fflush(stdout);
+    const TrainResult r = train(cfg, {.run_dir = run_dir,
+                                      .resume = f->resume,
+                                      .allow_config_change = f->allow_config_change,
+                                      .stop_on_signal = true});
+    std::printf("\n%s", r.summary.c_str());
+    std::fflush(stdout);
+    if (r.stopped_by != 0) {
+      // program_invocation_name: argv[0] as the user typed it, so the command runs as printed.
+      std::fprintf(stderr, "atoll: stopped by signal %d after step %ld; the run can resume from %s\nresume with: %s train --resume --run-dir %s\n",
+                   r.stopped_by, long(r.steps), r.checkpoint.c_str(), shell_word(program_invocation_name).c_str(),
+                   shell_word(r.run_dir).c_str());
+      return 128 + r.stopped_by;
+    }
     if (!f->no_sample && !r.tokenizer_path.empty()) {
       std::printf("\nsample (temperature 0.8):\n%s\n",
                   generate_text(r.checkpoint, r.tokenizer_path, "", 96, 0.8, 0.95, uint64_t(cfg.train.seed)).c_str());

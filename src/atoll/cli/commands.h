@@ -18,7 +18,15 @@ struct ConfigFlags {
   std::vector<std::string> overrides;
   void add_to(CLI::App* app, const std::string& default_help);
   Config load() const;
+  // The config of a command that writes a run: with `resume` and no --config, the run's own
+  // (RUN_DIR/config.toml with --set applied; train/run_dir.h); else --config, by default
+  // default_config_path(). Sets `path` to the file read.
+  Config load_for_run(const std::string& run_dir, bool resume);
 };
+
+// The run directory of a command that writes a run: --run-dir, else default_run_dir() for a new
+// run; --resume without --run-dir is a ConfigError.
+std::string run_dir_or_default(const std::string& given, bool resume);
 
 // The default config when --config is not given: configs/default.toml next to the sources,
 // or the built-in defaults.
@@ -34,7 +42,24 @@ Runner add_data(CLI::App& app);
 Runner add_launch(CLI::App& app);  // cmd_launch.cc
 Runner add_worker(CLI::App& app);  // cmd_launch.cc
 
-// Prints a sample from the model in `checkpoint_dir` (used by `train` at the end and by `generate`).
+// A sample from the model in `checkpoint_dir` (cmd_generate.cc): the prompt and its
+// continuation, and a note saying why it ended before max_tokens ("" when it did not): the
+// model's end-of-text, or the model's context (model.seq_len positions, prompt included), where
+// generation stops. Throws DataError for a tokenizer that does not fit the model, a prompt
+// longer than the context.
+struct GenerateOptions {
+  std::string tokenizer;  // tokenizer.model; "" = the run's
+  std::string prompt;
+  int max_tokens = 128;
+  double temperature = 0.8, top_p = 0.95;
+  uint64_t seed = 0;
+};
+struct Generated {
+  std::string text, note;
+};
+Generated generate(const std::string& checkpoint_dir, const GenerateOptions& options);
+
+// The text of generate() (for `train`'s sample at the end of a run).
 std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,
                           const std::string& prompt, int max_tokens, double temperature, double top_p, uint64_t seed);
 

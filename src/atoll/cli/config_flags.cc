@@ -2,6 +2,8 @@
 
 #include "atoll/atoll_config.h"
 #include "atoll/cli/commands.h"
+#include "atoll/core/errors.h"
+#include "atoll/train/run_dir.h"
 
 namespace atl::cli {
 
@@ -12,6 +14,21 @@ void ConfigFlags::add_to(CLI::App* app, const std::string& default_help) {
 }
 
 Config ConfigFlags::load() const { return load_config(path, overrides); }
+
+Config ConfigFlags::load_for_run(const std::string& run_dir, bool resume) {
+  if (resume && path.empty()) {
+    const Config cfg = load_run_config(run_dir, overrides);
+    path = run_dir + "/config.toml";
+    return cfg;
+  }
+  if (path.empty()) path = default_config_path();
+  return load();
+}
+
+std::string run_dir_or_default(const std::string& given, bool resume) {
+  if (resume && given.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
+  return given.empty() ? default_run_dir() : given;
+}
 
 std::string default_config_path() {
   for (const char* dir : {".", ATOLL_SOURCE_DIR}) {

@@ -2,13 +2,36 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "atoll/atoll_config.h"
 #include "atoll/cli/commands.h"
+#include "atoll/cli/openmp_wait.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 
+namespace {
+
+// A command-line mistake as one line: the command, CLI11's words (the flag and what is wrong with
+// it, from the flag's check: cli/number_flags.h) and where to look for the fix.
+std::string parse_error_line(const CLI::App& app, const CLI::ParseError& e) {
+  std::string command = "atoll";
+  for (const CLI::App* at = &app;;) {
+    const auto subs = at->get_subcommands();
+    if (subs.empty()) break;
+    at = subs.front();
+    command += " " + at->get_name();
+  }
+  std::string what = e.what();
+  for (char& c : what)
+    if (c == '\n') c = ' ';
+  return command + ": " + what + "; fix: correct the command line (`" + command + " --help` lists every flag)";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  atl::cli::apply_openmp_wait_default(argv);  // may restart the process once, before any thread exists
   CLI::App app{"atoll: train Mixture-of-Experts language models on CPUs, one machine or many islands"};
   app.set_version_flag("--version", ATOLL_VERSION);
   app.require_subcommand(1);
@@ -19,7 +42,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "atoll: error: %s\n", parse_error_line(app, e).c_str());
+    return e.get_exit_code();
   }
   try {
     for (auto& run : runners) {

@@ -17,90 +17,126 @@
 namespace atl {
 namespace {
 
-// Every key, declared once. `v.num(key, field, help, min, max)` for numbers,
-// `v.str(key, field, help, {choices})`, `v.flag(...)` for booleans, `v.list(...)` for lists.
+// The block part kinds (model/block.cc builds them; model.attention, model.router and their
+// per-layer lists choose among them).
+const std::vector<std::string> kAttentionKinds = {"gqa"};
+const std::vector<std::string> kRouterKinds = {"topk"};
+
+// The values a number key takes: [lo, hi], either end open where it says so; unbounded above
+// when hi is infinite (or, for integers, the largest int64). A float must also be finite.
+struct Bounds {
+  double lo, hi;
+  bool lo_open = false, hi_open = false;
+  bool contains(double x) const {
+    return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  }
+};
+constexpr int kMinTokenizerVocab = 260;  // 256 byte pieces + 3 specials + at least one more
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+constexpr double kInt64Max = double(std::numeric_limits<int64_t>::max());
+constexpr Bounds closed(double lo, double hi) { return {lo, hi}; }        // [lo, hi]
+constexpr Bounds below(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
+constexpr Bounds above(double lo, double hi = kNoLimit) { return {lo, hi, true, false}; }  // (lo, hi]
+constexpr Bounds at_least(double lo) { return {lo, kNoLimit}; }           // [lo, inf)
+
+// Every key, declared once, with the values it can mean. `v.num(key, field, help, bounds)` for
+// numbers, `v.str(key, field, help, {choices})`, `v.flag(...)` for booleans, `v.list(...)` for
+// lists.
 template <class V>
 void visit_config(Config& c, V&& v) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   auto& m = c.model;
-  v.num("model.vocab_size", m.vocab_size, "V: vocabulary size of the model", 2, 1 << 24);
-  v.num("model.dim", m.dim, "C: model width", 1, 1 << 16);
-  v.num("model.n_layers", m.n_layers, "L: transformer blocks", 1, 4096);
-  v.num("model.n_heads", m.n_heads, "NH: query heads", 1, 4096);
-  v.num("model.n_kv_heads", m.n_kv_heads, "NKV: key/value heads (grouped-query attention; divides n_heads)", 1, 4096);
-  v.num("model.head_dim", m.head_dim, "HD: head dimension (even, for RoPE)", 2, 4096);
-  v.num("model.n_experts", m.n_experts, "E: experts per MoE layer (1 = dense)", 1, 4096);
-  v.num("model.top_k", m.top_k, "K: experts per token", 1, 4096);
-  v.num("model.expert_hidden", m.expert_hidden, "H: SwiGLU hidden width of each expert", 1, 1 << 20);
-  v.num("model.seq_len", m.seq_len, "T: tokens per training sequence", 1, 1 << 20);
-  v.num("model.rope_theta", m.rope_theta, "RoPE base", 1.0, kInf);
-  v.num("model.norm_eps", m.norm_eps, "RMSNorm epsilon", 0.0, 1.0);
-  v.num("model.aux_loss_coef", m.aux_loss_coef, "Switch load-balancing loss coefficient (per layer)", 0.0, kInf);
-  v.num("model.z_loss_coef", m.z_loss_coef, "router z-loss coefficient", 0.0, kInf);
+  v.num("model.vocab_size", m.vocab_size, "V: vocabulary size of the model", closed(2, 1 << 24));
+  v.num("model.dim", m.dim, "C: model width", closed(1, 1 << 16));
+  v.num("model.n_layers", m.n_layers, "L: transformer blocks", closed(1, 4096));
+  v.num("model.n_heads", m.n_heads, "NH: query heads", closed(1, 4096));
+  v.num("model.n_kv_heads", m.n_kv_heads, "NKV: key/value heads (grouped-query attention; divides n_heads)", closed(1, 4096));
+  v.num("model.head_dim", m.head_dim, "HD: head dimension (even, for RoPE)", closed(2, 4096));
+  v.num("model.n_experts", m.n_experts, "E: experts per MoE layer (1 = dense)", closed(1, 4096));
+  v.num("model.top_k", m.top_k, "K: experts per token", closed(1, 4096));
+  v.num("model.expert_hidden", m.expert_hidden, "H: SwiGLU hidden width of each expert", closed(1, 1 << 20));
+  v.num("model.seq_len", m.seq_len, "T: tokens per training sequence", closed(1, 1 << 20));
+  v.num("model.rope_theta", m.rope_theta, "RoPE base", at_least(1.0));
+  // RMSNorm divides by sqrt(mean(x^2) + eps): 0 divides by zero on an all-zero row.
+  v.num("model.norm_eps", m.norm_eps, "RMSNorm epsilon", above(0.0, 1.0));
+  v.num("model.aux_loss_coef", m.aux_loss_coef, "Switch load-balancing loss coefficient (per layer)", at_least(0.0));
+  v.num("model.z_loss_coef", m.z_loss_coef, "router z-loss coefficient", at_least(0.0));
   v.flag("model.tie_embeddings", m.tie_embeddings, "LM head shares the embedding table");
-  v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", 0.0, kInf);
-  v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", 0, std::numeric_limits<int64_t>::max());
-  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE", {"gqa"});
-  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", {"topk"});
+  v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", at_least(0.0));
+  v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", closed(0, kInt64Max));
+  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE",
+        kAttentionKinds);
+  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", kRouterKinds);
+  v.list("model.attention_layers", m.attention_layers,
+         "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
+  v.list("model.router_layers", m.router_layers,
+         "per-layer router kinds, repeated over the layers (empty: model.router everywhere)");
 
   auto& t = c.train;
-  v.num("train.steps", t.steps, "optimizer steps", 0, std::numeric_limits<int64_t>::max());
-  v.num("train.batch_size", t.batch_size, "sequences per optimizer step per worker", 1, 1 << 20);
-  v.num("train.micro_batch_size", t.micro_batch_size, "sequences per forward/backward (0 = batch_size); gradients accumulate", 0, 1 << 20);
-  v.num("train.batch_ramp_start", t.batch_ramp_start, "sequences per step when the batch-size ramp starts (0 = no ramp)", 0, 1 << 20);
-  v.num("train.batch_ramp_tokens", t.batch_ramp_tokens, "tokens over which the batch grows linearly to batch_size", 0, std::numeric_limits<int64_t>::max());
-  v.num("train.seed", t.seed, "seed of the data order and sampling", 0, std::numeric_limits<int64_t>::max());
-  v.num("train.eval_every", t.eval_every, "steps between validation passes (0 = never)", 0, std::numeric_limits<int64_t>::max());
-  v.num("train.eval_batches", t.eval_batches, "batches per validation pass", 1, 1 << 20);
-  v.num("train.log_every", t.log_every, "steps between metrics lines", 1, std::numeric_limits<int64_t>::max());
+  v.num("train.steps", t.steps, "optimizer steps (0: only the initial checkpoint)", closed(0, kInt64Max));
+  v.num("train.batch_size", t.batch_size, "sequences per optimizer step per worker", closed(1, 1 << 20));
+  v.num("train.micro_batch_size", t.micro_batch_size, "sequences per forward/backward (0 = batch_size); gradients accumulate", closed(0, 1 << 20));
+  v.num("train.batch_ramp_start", t.batch_ramp_start, "sequences per step when the batch-size ramp starts (0 = no ramp)", closed(0, 1 << 20));
+  v.num("train.batch_ramp_tokens", t.batch_ramp_tokens, "tokens over which the batch grows linearly to batch_size", closed(0, kInt64Max));
+  v.num("train.seed", t.seed, "seed of the data order and sampling", closed(0, kInt64Max));
+  v.num("train.eval_every", t.eval_every, "steps between validation passes (0 = never)", closed(0, kInt64Max));
+  v.num("train.eval_batches", t.eval_batches, "batches per validation pass", closed(1, 1 << 20));
+  v.num("train.log_every", t.log_every, "steps between metrics lines", closed(1, kInt64Max));
   v.str("train.precision", t.precision, "matrix-product precision", {"fp32", "bf16"});
-  v.num("train.threads", t.threads, "worker threads (0 = all cores)", 0, 4096);
+  v.num("train.threads", t.threads, "worker threads (0 = all cores)", closed(0, 4096));
   v.str("train.device", t.device, "compute device", {"cpu", "cuda"});
+  v.flag("train.memory_check", t.memory_check,
+         "refuse at start a model and batch whose estimated memory exceeds what the machine has (false: skip, "
+         "if the estimate is wrong)");
 
   auto& o = c.optim;
   v.str("optim.name", o.name, "optimizer: adamw, muon (hidden matrices) + adamw (the rest), or sgd (plain, no momentum)",
         {"adamw", "muon", "sgd"});
-  v.num("optim.lr", o.lr, "peak learning rate", 0.0, kInf);
-  v.num("optim.min_lr_ratio", o.min_lr_ratio, "final learning rate as a fraction of the peak", 0.0, 1.0);
+  v.num("optim.lr", o.lr, "peak learning rate", at_least(0.0));
+  v.num("optim.min_lr_ratio", o.min_lr_ratio, "final learning rate as a fraction of the peak", closed(0.0, 1.0));
   v.str("optim.schedule", o.schedule, "learning-rate schedule after warmup", {"cosine", "wsd", "constant"});
-  v.num("optim.warmup_steps", o.warmup_steps, "linear warmup steps", 0, std::numeric_limits<int64_t>::max());
-  v.num("optim.decay_frac", o.decay_frac, "wsd: fraction of the steps spent decaying", 0.0, 1.0);
-  v.num("optim.beta1", o.beta1, "AdamW beta1", 0.0, 1.0);
-  v.num("optim.beta2", o.beta2, "AdamW beta2", 0.0, 1.0);
-  v.num("optim.eps", o.eps, "AdamW epsilon", 0.0, 1.0);
-  v.num("optim.weight_decay", o.weight_decay, "decoupled weight decay (matrices only)", 0.0, kInf);
-  v.num("optim.grad_clip", o.grad_clip, "global gradient-norm clip (0 = off)", 0.0, kInf);
-  v.num("optim.muon_momentum", o.muon_momentum, "Muon Nesterov momentum", 0.0, 1.0);
-  v.num("optim.ns_steps", o.ns_steps, "Muon Newton-Schulz iterations", 1, 100);
+  v.num("optim.warmup_steps", o.warmup_steps, "linear warmup steps", closed(0, kInt64Max));
+  v.num("optim.decay_frac", o.decay_frac, "wsd: fraction of the steps spent decaying", closed(0.0, 1.0));
+  // A moment's decay rate of 1 never forgets (and AdamW's bias correction divides by 1 - beta^t = 0).
+  v.num("optim.beta1", o.beta1, "AdamW beta1", below(0.0, 1.0));
+  v.num("optim.beta2", o.beta2, "AdamW beta2", below(0.0, 1.0));
+  v.num("optim.eps", o.eps, "AdamW epsilon (added to sqrt(v); 0 divides by zero where v is 0)", above(0.0, 1.0));
+  v.num("optim.weight_decay", o.weight_decay, "decoupled weight decay (matrices only; lr * weight_decay < 1)", at_least(0.0));
+  v.num("optim.grad_clip", o.grad_clip, "global gradient-norm clip (0 = off)", at_least(0.0));
+  v.num("optim.muon_momentum", o.muon_momentum, "Muon Nesterov momentum", below(0.0, 1.0));
+  v.num("optim.ns_steps", o.ns_steps, "Muon Newton-Schulz iterations", closed(1, 100));
 
   auto& d = c.data;
   v.list("data.input", d.input, "text files, folders or JSONL to train on (empty = built-in corpus)");
   v.str("data.dir", d.dir, "folder of prepared shards (empty = cache folder derived from the input)", {});
-  v.num("data.vocab_size", d.vocab_size, "tokenizer vocabulary (0 = model.vocab_size)", 0, 1 << 24);
-  v.num("data.val_fraction", d.val_fraction, "fraction of the corpus held out for validation", 0.0, 0.5);
+  v.num("data.vocab_size", d.vocab_size, "tokenizer vocabulary (0 = model.vocab_size; else at least 260)", closed(0, 1 << 24));
+  v.num("data.val_fraction", d.val_fraction, "fraction of the corpus held out for validation", closed(0.0, 0.5));
 
   auto& g = c.diloco;
-  v.num("diloco.inner_steps", g.inner_steps, "H: inner steps between outer synchronisations", 1, std::numeric_limits<int64_t>::max());
-  v.num("diloco.outer_lr", g.outer_lr, "outer Nesterov learning rate", 0.0, kInf);
-  v.num("diloco.outer_momentum", g.outer_momentum, "outer Nesterov momentum", 0.0, 1.0);
+  v.num("diloco.inner_steps", g.inner_steps, "H: inner steps between outer synchronisations", closed(1, kInt64Max));
+  // An outer learning rate of 0 throws every island's work away at each outer step.
+  v.num("diloco.outer_lr", g.outer_lr, "outer Nesterov learning rate", above(0.0));
+  v.num("diloco.outer_momentum", g.outer_momentum, "outer Nesterov momentum", below(0.0, 1.0));
   v.str("diloco.codec", g.codec, "pseudo-gradient codec", {"fp32", "bf16", "int8", "int4"});
-  v.num("diloco.fragments", g.fragments, "streaming fragments (1 = sync everything at once)", 1, 4096);
-  v.num("diloco.overlap_steps", g.overlap_steps, "inner steps each fragment exchange overlaps (0 = blocking)", 0, 1 << 20);
-  v.num("diloco.mixing", g.mixing, "alpha: after an overlapped exchange local <- alpha*local + (1-alpha)*global (unused when overlap_steps = 0)", 0.0, 1.0);
+  v.num("diloco.fragments", g.fragments, "streaming fragments (1 = sync everything at once)", closed(1, 4096));
+  v.num("diloco.overlap_steps", g.overlap_steps, "inner steps each fragment exchange overlaps (0 = blocking)", closed(0, 1 << 20));
+  v.num("diloco.mixing", g.mixing, "alpha: after an overlapped exchange local <- alpha*local + (1-alpha)*global (unused when overlap_steps = 0)", closed(0.0, 1.0));
   v.flag("diloco.error_feedback", g.error_feedback, "carry each island's quantization error into its next outer step");
   v.str("diloco.compress", g.compress, "lossless zstd over the codec's bytes on the wire (int8: ~5% fewer bytes)", {"zstd", "none"});
-  v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", 1, 64);
-  v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", 4, 1 << 20);
-  v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", 0, std::numeric_limits<int64_t>::max());
+  v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", closed(1, 64));
+  v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", closed(4, 1 << 20));
+  v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", closed(0, kInt64Max));
 
-  v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", 0, std::numeric_limits<int64_t>::max());
-  v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", 1, 1 << 20);
+  v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
+  v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", closed(1, 1 << 20));
 
-  v.num("fault.timeout_s", c.fault.timeout_s, "bound on any wait for a peer or the store, seconds", 0.0, kInf);
-  v.num("fault.max_restarts", c.fault.max_restarts, "restarts of one worker by `atoll launch` before the run fails (0 = the first loss ends the run)", 0, 1 << 20);
-  v.num("fault.restart_backoff_s", c.fault.restart_backoff_s, "seconds before a lost worker's first restart; doubles with each restart, capped at 60", 0.0, 3600.0);
-  v.num("fault.heartbeat_s", c.fault.heartbeat_s, "seconds between a worker's heartbeats in the store", 0.01, 3600.0);
-  v.num("fault.heartbeat_ttl_s", c.fault.heartbeat_ttl_s, "seconds a heartbeat lives: a worker silent this long is lost (above fault.heartbeat_s)", 0.02, 86400.0);
+  // Waits are counted in whole milliseconds (0 would mean "no bound" to some of them); a
+  // million seconds is eleven days, far below the overflow of the count.
+  v.num("fault.timeout_s", c.fault.timeout_s, "bound on any wait for a peer or the store, seconds", closed(0.001, 1e6));
+  v.num("fault.max_restarts", c.fault.max_restarts, "restarts of one worker by `atoll launch` before the run fails (0 = the first loss ends the run)", closed(0, 1 << 20));
+  v.num("fault.restart_backoff_s", c.fault.restart_backoff_s, "seconds before a lost worker's first restart; doubles with each restart, capped at 60", closed(0.0, 3600.0));
+  // Heartbeats are timed in whole milliseconds: at least 10 ms apart, living at least 20 ms.
+  v.num("fault.heartbeat_s", c.fault.heartbeat_s, "seconds between a worker's heartbeats in the store", closed(0.01, 3600.0));
+  v.num("fault.heartbeat_ttl_s", c.fault.heartbeat_ttl_s, "seconds a heartbeat lives: a worker silent this long is lost (above fault.heartbeat_s)", closed(0.02, 86400.0));
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -116,6 +152,22 @@ std::string fmt_double(double x) {
   std::string r(buf, res.ptr);
   if (r.find_first_of(".eEn") == std::string::npos) r += ".0";
   return r;
+}
+
+// A bound as help and errors write it: 0.001, 1e+06, 4096 (no trailing ".0").
+std::string bound_text(double x, bool integral) {
+  if (integral) return std::to_string(int64_t(x));
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, res.ptr);
+}
+
+// "[0, 1)", "(0, 1]", "> 0", ">= 1": the values a number key takes.
+std::string bounds_text(const Bounds& b, bool integral) {
+  const bool unbounded = std::isinf(b.hi) || (integral && b.hi >= kInt64Max);
+  if (unbounded) return (b.lo_open ? "> " : ">= ") + bound_text(b.lo, integral);
+  return (b.lo_open ? "(" : "[") + bound_text(b.lo, integral) + ", " + bound_text(b.hi, integral) +
+         (b.hi_open ? ")" : "]");
 }
 
 std::string quote(const std::string& s) {
@@ -150,24 +202,27 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-// Collects the declared keys and their types.
+// Collects the declared keys: type, default (the field's value in a default Config), the values
+// each takes, and what it means.
 struct KeyLister {
   std::vector<ConfigKeyInfo> keys;
   template <class N>
-  void num(const char* k, N&, const char* help, double, double) {
-    keys.push_back({k, std::is_integral_v<N> ? "int" : "float", help});
+  void num(const char* k, N& f, const char* help, Bounds b) {
+    constexpr bool integral = std::is_integral_v<N>;
+    keys.push_back({k, integral ? "int" : "float", help, integral ? std::to_string(f) : fmt_double(f),
+                    bounds_text(b, integral)});
   }
-  void str(const char* k, std::string&, const char* help, std::vector<std::string> choices) {
-    std::string h = help;
-    if (!choices.empty()) {
-      h += " (";
-      for (size_t i = 0; i < choices.size(); ++i) h += (i ? " | " : "") + choices[i];
-      h += ")";
-    }
-    keys.push_back({k, "string", h});
+  void str(const char* k, std::string& f, const char* help, std::vector<std::string> choices) {
+    std::string allowed;
+    for (size_t i = 0; i < choices.size(); ++i) allowed += (i ? " | " : "") + choices[i];
+    keys.push_back({k, "string", help, quote(f), choices.empty() ? "any text" : allowed});
   }
-  void flag(const char* k, bool&, const char* help) { keys.push_back({k, "bool", help}); }
-  void list(const char* k, std::vector<std::string>&, const char* help) { keys.push_back({k, "list", help}); }
+  void flag(const char* k, bool& f, const char* help) {
+    keys.push_back({k, "bool", help, f ? "true" : "false", "true | false"});
+  }
+  void list(const char* k, std::vector<std::string>& f, const char* help) {
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "strings"});
+  }
 };
 
 // Reads declared keys out of a parsed TOML table, with type and range checks.
@@ -188,24 +243,25 @@ struct Reader {
   }
 
   template <class N>
-  void num(const char* key, N& field, const char*, double lo, double hi) {
+  void num(const char* key, N& field, const char*, Bounds b) {
     const toml::node* n = find(key);
     if (!n) return;
-    double value;
-    if constexpr (std::is_integral_v<N>) {
+    constexpr bool integral = std::is_integral_v<N>;
+    const std::string allowed = bounds_text(b, integral);
+    const std::string in = allowed[0] == '[' || allowed[0] == '(' ? "in " + allowed : allowed;
+    if constexpr (integral) {
       auto* i = n->as_integer();
       if (!i) fail(key, "expected an integer, got " + node_repr(*n), std::string("write a whole number, e.g. ") + key + " = " + std::to_string(field));
-      value = static_cast<double>(i->get());
-      if (value < lo || value > hi)
-        fail(key, "value " + std::to_string(i->get()) + " is out of range",
-             "use a value in [" + std::to_string(int64_t(lo)) + ", " + std::to_string(int64_t(hi)) + "]");
+      if (!b.contains(double(i->get())))
+        fail(key, "value " + std::to_string(i->get()) + " is out of range", "use a value " + in);
       field = static_cast<N>(i->get());
     } else {
+      double value;
       if (auto* i = n->as_integer()) value = static_cast<double>(i->get());
       else if (auto* f = n->as_floating_point()) value = f->get();
       else fail(key, "expected a number, got " + node_repr(*n), std::string("write a number, e.g. ") + key + " = " + fmt_double(field));
-      if (!(value >= lo && value <= hi))
-        fail(key, "value " + fmt_double(value) + " is out of range", "use a value in [" + fmt_double(lo) + ", " + fmt_double(hi) + "]");
+      if (!std::isfinite(value)) fail(key, "value " + fmt_double(value) + " is not finite", "use a finite value " + in);
+      if (!b.contains(value)) fail(key, "value " + fmt_double(value) + " is out of range", "use a value " + in);
       field = value;
     }
   }
@@ -261,7 +317,7 @@ struct Writer {
     out << name << " = " << value << "\n";
   }
   template <class N>
-  void num(const char* k, N& f, const char*, double, double) {
+  void num(const char* k, N& f, const char*, Bounds) {
     if constexpr (std::is_integral_v<N>) key(k, std::to_string(f));
     else key(k, fmt_double(f));
   }
@@ -341,6 +397,23 @@ std::vector<ConfigKeyInfo> config_keys() {
   return l.keys;
 }
 
+std::string config_help_text() {
+  const std::vector<ConfigKeyInfo> keys = config_keys();
+  size_t w_key = 3, w_type = 4, w_default = 7, w_allowed = 7;
+  for (const auto& k : keys) {
+    w_key = std::max(w_key, k.key.size()), w_type = std::max(w_type, k.type.size());
+    w_default = std::max(w_default, k.default_value.size()), w_allowed = std::max(w_allowed, k.allowed.size());
+  }
+  auto row = [&](const std::string& a, const std::string& b, const std::string& c, const std::string& d,
+                 const std::string& e) {
+    auto pad = [](const std::string& x, size_t w) { return x + std::string(w - x.size() + 2, ' '); };
+    return pad(a, w_key) + pad(b, w_type) + pad(c, w_default) + pad(d, w_allowed) + e + "\n";
+  };
+  std::string out = row("key", "type", "default", "allowed", "meaning");
+  for (const auto& k : keys) out += row(k.key, k.type, k.default_value, k.allowed, k.help);
+  return out;
+}
+
 Config parse_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides) {
   toml::table root;
   try {
@@ -377,11 +450,32 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(ss.str(), path, overrides);
 }
 
+namespace {
+
+// A per-layer pattern: each entry a known kind, at most one per layer.
+void check_layer_kinds(const std::string& origin, const std::string& key, const std::vector<std::string>& kinds,
+                       const std::vector<std::string>& known, int n_layers) {
+  if (int(kinds.size()) > n_layers)
+    throw ConfigError(origin + ": " + key + " has " + std::to_string(kinds.size()) + " entries for model.n_layers = " +
+                      std::to_string(n_layers) + "; fix: give at most one kind per layer (the list repeats)");
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (std::find(known.begin(), known.end(), kinds[i]) == known.end()) {
+      std::string opts;
+      for (size_t k = 0; k < known.size(); ++k) opts += (k ? ", " : "") + quote(known[k]);
+      throw ConfigError(origin + ": " + key + "[" + std::to_string(i) + "] = " + quote(kinds[i]) +
+                        " is not a known kind; fix: use one of " + opts);
+    }
+}
+
+}  // namespace
+
 void validate_config(const Config& c, const std::string& origin) {
   auto fail = [&](const std::string& msg) { throw ConfigError(origin + ": " + msg); };
   const auto& m = c.model;
   if (m.n_heads % m.n_kv_heads != 0)
     fail("model.n_kv_heads (" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" + std::to_string(m.n_heads) + "); fix: change one of them");
+  check_layer_kinds(origin, "model.attention_layers", m.attention_layers, kAttentionKinds, m.n_layers);
+  check_layer_kinds(origin, "model.router_layers", m.router_layers, kRouterKinds, m.n_layers);
   if (m.head_dim % 2 != 0) fail("model.head_dim must be even for RoPE; fix: use an even head_dim");
   if (m.top_k > m.n_experts)
     fail("model.top_k (" + std::to_string(m.top_k) + ") exceeds model.n_experts (" + std::to_string(m.n_experts) + "); fix: lower top_k or add experts");
@@ -396,6 +490,16 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("fault.heartbeat_ttl_s (" + fmt_double(f.heartbeat_ttl_s) + ") must exceed fault.heartbeat_s (" +
          fmt_double(f.heartbeat_s) + "), or a live worker's heartbeat expires between two refreshes; fix: raise "
          "fault.heartbeat_ttl_s to a few heartbeats (e.g. 5 x fault.heartbeat_s)");
+  // SentencePiece's byte fallback: 256 byte pieces and 3 specials before any piece of the corpus.
+  if (c.data.vocab_size > 0 && c.data.vocab_size < kMinTokenizerVocab)
+    fail("data.vocab_size (" + std::to_string(c.data.vocab_size) + ") leaves no room for the tokenizer's 256 byte pieces and 3 "
+         "special tokens; fix: use 0 (= model.vocab_size) or at least " + std::to_string(kMinTokenizerVocab));
+  // Decoupled decay multiplies every decayed weight by 1 - lr * weight_decay each step: at 1 or
+  // above it zeroes or flips them.
+  if (c.optim.lr * c.optim.weight_decay >= 1.0)
+    fail("optim.lr * optim.weight_decay = " + fmt_double(c.optim.lr * c.optim.weight_decay) +
+         " would zero or flip every decayed weight at each step (decay multiplies them by 1 - lr * weight_decay); "
+         "fix: lower optim.weight_decay or optim.lr so that their product is below 1");
   if (c.data.vocab_size > m.vocab_size)
     fail("data.vocab_size (" + std::to_string(c.data.vocab_size) + ") exceeds model.vocab_size (" + std::to_string(m.vocab_size) + "); fix: lower data.vocab_size or raise model.vocab_size");
 }

@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | bf16
   int threads = 0;            // 0 = all cores
   std::string device = "cpu";
+  bool memory_check = true;   // refuse a model and batch that would not fit (engine/memory_estimate.h)
 };
 
 struct OptimConfig {
@@ -91,11 +92,17 @@ struct Config {
 
 // One declared key, for help text and listings.
 struct ConfigKeyInfo {
-  std::string key;   // "section.name"
-  std::string type;  // int | float | bool | string | list
+  std::string key;            // "section.name"
+  std::string type;           // int | float | bool | string | list
   std::string help;
+  std::string default_value;  // as TOML: 0.9, "adamw", true, []
+  std::string allowed;        // "[0, 1)", "> 0", ">= 1", "adamw | muon | sgd", "true | false"
 };
 std::vector<ConfigKeyInfo> config_keys();
+
+// `atoll train --help-config`: one line per key with its type, default, allowed values and
+// meaning, in declaration order.
+std::string config_help_text();
 
 // Loads `path` (empty = defaults only), applies `overrides` ("key=value", value in TOML syntax
 // or a bare string), validates and returns the config. Throws ConfigError naming the file,

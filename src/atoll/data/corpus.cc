@@ -1,6 +1,7 @@
 #include "atoll/data/corpus.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -91,6 +92,14 @@ std::string read_bytes(const std::string& path) {
   return bytes;
 }
 
+// The file's extension in lower case (".jsonl" for "x.JSONL"): formats follow the extension
+// whatever its case.
+std::string lower_extension(const fs::path& p) {
+  std::string ext = p.extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
 bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
 
 std::vector<std::string> split_jsonl(const std::string& path, const std::string& bytes) {
@@ -151,7 +160,7 @@ std::vector<std::string> split_text(const std::string& bytes) {
 std::vector<std::string> split_documents(const std::string& path, std::string& bytes) {
   if (bytes.starts_with("\xEF\xBB\xBF")) bytes.erase(0, 3);  // UTF-8 byte order mark
   check_text(path, bytes);
-  if (path.ends_with(".jsonl")) return split_jsonl(path, bytes);
+  if (lower_extension(path) == ".jsonl") return split_jsonl(path, bytes);
   return split_text(bytes);
 }
 

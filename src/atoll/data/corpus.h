@@ -1,6 +1,6 @@
 // Gathering a text corpus: inputs (files, folders, JSONL) -> a list of documents.
 //
-// Formats, decided per file:
+// Formats, decided per file (extensions in any case: x.JSONL is JSONL):
 //   *.jsonl   one JSON object per line with a string field "text"; blank lines are skipped.
 //   fortune   a text file with lines holding only `%` (the `fortune` format, strfile(1)):
 //             each stretch between such lines is a document.

@@ -15,6 +15,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/rng.h"
 #include "atoll/data/corpus.h"
@@ -179,10 +180,10 @@ std::optional<PrepareResult> existing_dataset(const fs::path& dir, const json& i
 }
 
 void write_json(const fs::path& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  out.flush();
-  if (!out) throw IoError("cannot write " + path.string());
+  FileWriter out(path.string());  // an IoError names the path and the reason ("disk full")
+  const std::string text = j.dump(2) + "\n";
+  out.write(text.data(), text.size());
+  out.close();
 }
 
 // Builds the whole dataset in `tmp`; returns its meta.json.
@@ -233,6 +234,7 @@ json build_dataset(const Corpus& corpus, const PrepareOptions& o, const fs::path
   meta["train_shards"] = train.finish();
   meta["val_shards"] = val.finish();
   meta["tokenizer"] = "tokenizer.model";
+  meta["tokenizer_fingerprint"] = tokenizer_fingerprint(model_path.string());
   write_json(tmp / "meta.json", meta);
   log_info("prepare: " + std::to_string(train_total) + " train + " + std::to_string(val_total) +
            " val tokens encoded and written in " +
@@ -240,7 +242,34 @@ json build_dataset(const Corpus& corpus, const PrepareOptions& o, const fs::path
   return meta;
 }
 
+// Refuses a vocabulary the tokenizer trainer cannot build for this corpus, before the
+// (long) training starts, naming where the size came from and the minimum.
+void check_vocab_size(const Corpus& corpus, const PrepareOptions& o, const std::vector<std::string>& inputs) {
+  const int need = Tokenizer::min_vocab_size(corpus.docs);
+  if (o.vocab_size >= need) return;
+  const bool flag = o.vocab_key.starts_with("--");
+  const std::string set = flag ? "pass " + o.vocab_key + " " : "set " + o.vocab_key + " to ";
+  std::string names;
+  for (const auto& in : inputs) names += (names.empty() ? "" : ", ") + in;
+  throw DataError(o.vocab_key + (flag ? " " : " = ") + std::to_string(o.vocab_size) +
+                  " is too small for a tokenizer of " + names + ": it needs at least " + std::to_string(need) +
+                  " (3 special pieces, 256 byte pieces and " + std::to_string(need - 259) +
+                  " characters of their own); fix: " + set + std::to_string(need) + " or more");
+}
+
 }  // namespace
+
+TokenizerFingerprint dataset_tokenizer_fingerprint(const std::string& data_path) {
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(data_path, ec) ? fs::path(data_path) : fs::path(data_path).parent_path();
+  const fs::path meta_path = dir / "meta.json", model_path = dir / "tokenizer.model";
+  std::ifstream in(meta_path);
+  const json meta = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json();
+  if (meta.is_object() && meta.contains("tokenizer_fingerprint") && meta["tokenizer_fingerprint"].is_string())
+    return {meta["tokenizer_fingerprint"].get<std::string>(), meta_path.string()};
+  if (fs::exists(model_path, ec)) return {tokenizer_fingerprint(model_path.string()), model_path.string()};
+  return {};
+}
 
 PrepareResult prepare_data(const PrepareOptions& o) {
   const auto start = std::chrono::steady_clock::now();
@@ -261,6 +290,7 @@ PrepareResult prepare_data(const PrepareOptions& o) {
     r->seconds = elapsed();
     return *r;
   }
+  check_vocab_size(corpus, o, inputs);
   meta["inputs"] = inputs;
   meta["files"] = corpus.files.size();
   meta["bytes"] = corpus.bytes;

@@ -5,7 +5,8 @@
 //   train_000000.bin, ...         training tokens, llm.c shard format (shard.h)
 //   val_000000.bin, ...           held-out validation tokens (absent when val_fraction = 0)
 //   meta.json                     what was made from what: settings, input fingerprint,
-//                                 vocabulary, token counts, shard names
+//                                 vocabulary, tokenizer_fingerprint (tokenizer.h), token
+//                                 counts, shard names
 // Token stream: every document is encoded and followed by </s> (eos_id), documents in corpus
 // order. Shards of a stream have equal sizes (within one token), at most shard_tokens each.
 //
@@ -31,6 +32,7 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files, folders, .jsonl; empty = default corpus
   std::string out_dir;
   int vocab_size = 4096;  // requested; a small corpus may give fewer
+  std::string vocab_key = "--vocab-size";  // where vocab_size came from, for messages
   double val_fraction = 0.02;
   int64_t shard_tokens = 100'000'000;  // few large shards, as ZAYA1 bundled them
   int64_t min_val_tokens = 4097;       // one 4096-token sequence and its last target
@@ -50,8 +52,18 @@ struct PrepareResult {
   double seconds = 0.0;
 };
 
-// Throws DataError for bad inputs (corpus.h) or an out_dir that holds something else,
-// IoError when files cannot be written.
+// Which tokenizer made the tokens at `data_path` (a dataset folder, or a .bin file: then the
+// folder holding it): meta.json's tokenizer_fingerprint or, for data prepared before that was
+// kept, the fingerprint of the folder's tokenizer.model. `source` is the file it was read from;
+// both are empty when the folder has neither (shards made elsewhere, such as llm.c's).
+struct TokenizerFingerprint {
+  std::string value, source;
+};
+TokenizerFingerprint dataset_tokenizer_fingerprint(const std::string& data_path);
+
+// Throws DataError for bad inputs (corpus.h), an out_dir that holds something else, or a
+// vocab_size below what the tokenizer needs for the corpus (Tokenizer::min_vocab_size; checked
+// before anything is trained or written), IoError when files cannot be written.
 PrepareResult prepare_data(const PrepareOptions& options);
 
 }  // namespace atl

@@ -17,6 +17,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 
 namespace atl {
 
@@ -55,11 +56,8 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int32
 
   const std::string tmp = path + ".tmp";
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw IoError("cannot create " + tmp + ": " + std::strerror(errno) +
-                    "; fix: check that the folder exists and is writable");
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    FileWriter out(tmp);  // an IoError names the path and the reason (a full disk: "disk full")
+    out.write(header, sizeof(header));
     // Narrow in chunks rather than building a second full-size copy of the tokens.
     constexpr size_t kChunk = 1 << 16;
     std::vector<uint16_t> narrow(version == kShardVersionU16 ? kChunk : 0);
@@ -67,13 +65,12 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int32
       const size_t n = std::min(kChunk, tokens.size() - i);
       if (version == kShardVersionU16) {
         for (size_t j = 0; j < n; ++j) narrow[j] = static_cast<uint16_t>(tokens[i + j]);
-        out.write(reinterpret_cast<const char*>(narrow.data()), static_cast<std::streamsize>(n * 2));
+        out.write(narrow.data(), n * 2);
       } else {
-        out.write(reinterpret_cast<const char*>(tokens.data() + i), static_cast<std::streamsize>(n * 4));
+        out.write(tokens.data() + i, n * 4);
       }
     }
-    out.flush();
-    if (!out) throw IoError("cannot write " + tmp + " (disk full?); fix: free space and retry");
+    out.close();
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

@@ -4,13 +4,17 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
+#include "atoll/data/corpus.h"
 
 namespace atl {
 
@@ -22,6 +26,9 @@ constexpr size_t kMaxSentenceBytes = 16384;
 // Beyond this many sentences SentencePiece would sample with its own unseeded RNG; instead we
 // pass an evenly spaced subset ourselves, which keeps training deterministic.
 constexpr size_t kMaxTrainSentences = 2'000'000;
+// Rare characters beyond this share of the text are spelled in bytes, not given pieces.
+constexpr double kCharacterCoverage = 0.9995;
+constexpr int kSpecialPieces = 3, kBytePieces = 256;  // <unk> <s> </s>; <0x00>..<0xFF>
 
 // Splits a document into pieces of at most kMaxSentenceBytes.
 void cut_document(std::string_view doc, std::vector<std::string_view>& out) {
@@ -61,13 +68,63 @@ class SentenceList : public sentencepiece::SentenceIterator {
   std::string cur_;
 };
 
+// The sentences the trainer sees: documents cut to its sentence limit and, past
+// kMaxTrainSentences, an evenly spaced subset.
+std::vector<std::string_view> training_sentences(const std::vector<std::string>& docs) {
+  std::vector<std::string_view> sentences;
+  for (const std::string& d : docs) cut_document(d, sentences);
+  if (sentences.size() > kMaxTrainSentences) {
+    std::vector<std::string_view> subset(kMaxTrainSentences);
+    for (size_t i = 0; i < kMaxTrainSentences; ++i) subset[i] = sentences[i * sentences.size() / kMaxTrainSentences];
+    log_info("tokenizer: training on " + std::to_string(kMaxTrainSentences) + " of " +
+             std::to_string(sentences.size()) + " sentences (evenly spaced)");
+    sentences = std::move(subset);
+  }
+  return sentences;
+}
+
+// Length of the special piece's spelling at the start of `s` ("<unk>", "<s>", "</s>", or a byte
+// piece "<0x41>", upper-case hex), 0 if none: SentencePiece replaces these with a space before
+// it counts characters.
+size_t special_spelling_at(std::string_view s) {
+  for (std::string_view w : {"<unk>", "<s>", "</s>"})
+    if (s.starts_with(w)) return w.size();
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); };
+  if (s.size() >= 6 && s.starts_with("<0x") && hex(s[3]) && hex(s[4]) && s[5] == '>') return 6;
+  return 0;
+}
+
+// Counts the code points of one training sentence as SentencePiece's trainer does
+// (TrainerInterface::LoadSentences): a sentence holding U+2585 (its stand-in for rare
+// characters) is skipped, special pieces' spellings become spaces, a space becomes U+2581.
+void count_characters(std::string_view s, std::unordered_map<char32_t, int64_t>& counts, int64_t& total) {
+  if (s.find("\xE2\x96\x85") != std::string_view::npos) return;
+  for (size_t i = 0; i < s.size();) {
+    char32_t c;
+    if (const size_t special = special_spelling_at(s.substr(i))) {
+      c = 0x2581;
+      i += special;
+    } else {
+      const auto b = static_cast<unsigned char>(s[i]);
+      const size_t len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;  // documents are valid UTF-8
+      c = len == 1 ? b : char32_t(b & (0x7F >> len));
+      for (size_t k = 1; k < len && i + k < s.size(); ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      i += len;
+      if (c == ' ') c = 0x2581;
+    }
+    if (c == 0) continue;  // SentencePiece drops NUL
+    ++counts[c];
+    ++total;
+  }
+}
+
 std::unordered_map<std::string, std::string> trainer_args(int vocab_size, bool hard_limit) {
   return {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(vocab_size)},
       {"hard_vocab_limit", hard_limit ? "true" : "false"},
       {"byte_fallback", "true"},
-      {"character_coverage", "0.9995"},
+      {"character_coverage", std::to_string(kCharacterCoverage)},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
       {"add_dummy_prefix", "false"},
@@ -83,19 +140,6 @@ std::unordered_map<std::string, std::string> trainer_args(int vocab_size, bool h
   };
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw IoError("cannot write tokenizer model " + tmp + "; fix: check the folder");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
@@ -103,18 +147,27 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-void Tokenizer::train(const std::vector<std::string>& docs, int vocab_size, const std::string& model_path) {
-  std::vector<std::string_view> sentences;
-  for (const std::string& d : docs) cut_document(d, sentences);
-  if (sentences.size() > kMaxTrainSentences) {
-    std::vector<std::string_view> subset(kMaxTrainSentences);
-    for (size_t i = 0; i < kMaxTrainSentences; ++i) {
-      subset[i] = sentences[i * sentences.size() / kMaxTrainSentences];
-    }
-    log_info("tokenizer: training on " + std::to_string(kMaxTrainSentences) + " of " +
-             std::to_string(sentences.size()) + " sentences (evenly spaced)");
-    sentences = std::move(subset);
+int Tokenizer::min_vocab_size(const std::vector<std::string>& docs) {
+  std::unordered_map<char32_t, int64_t> counts;
+  int64_t total = 0;
+  for (std::string_view s : training_sentences(docs)) count_characters(s, counts, total);
+  std::vector<int64_t> by_count;
+  for (const auto& [c, n] : counts) by_count.push_back(n);
+  std::sort(by_count.rbegin(), by_count.rend());
+  // The most frequent characters until they cover character_coverage of the text. Compared as
+  // SentencePiece compares them: the share as a float against the float setting.
+  int required = 0;
+  int64_t covered = 0;
+  for (int64_t n : by_count) {
+    if (float(double(covered) / double(total)) >= float(kCharacterCoverage)) break;
+    covered += n;
+    ++required;
   }
+  return kSpecialPieces + kBytePieces + required;
+}
+
+void Tokenizer::train(const std::vector<std::string>& docs, int vocab_size, const std::string& model_path) {
+  const std::vector<std::string_view> sentences = training_sentences(docs);
   if (sentences.empty()) throw DataError("tokenizer: no text to train on; fix: pass inputs with text");
 
   SentenceList it(sentences);
@@ -190,5 +243,15 @@ std::string Tokenizer::piece(int32_t id) const {
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+std::string tokenizer_fingerprint(const std::string& model_path) {
+  std::ifstream in(model_path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) throw DataError("cannot read tokenizer model " + model_path + "; fix: check the path and its permissions");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(bytes.str())));
+  return hex;
+}
 
 }  // namespace atl

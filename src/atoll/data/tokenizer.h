@@ -35,6 +35,11 @@ class Tokenizer {
   // below what the corpus needs (256 byte pieces + 3 specials + its characters).
   static void train(const std::vector<std::string>& docs, int vocab_size, const std::string& model_path);
 
+  // The smallest vocab_size train() accepts for `docs`: 3 special pieces + 256 byte pieces + the
+  // characters SentencePiece must give pieces of their own (the most frequent ones, until they
+  // cover character_coverage of the text), counted as its trainer counts them.
+  static int min_vocab_size(const std::vector<std::string>& docs);
+
   // Loads a model file. Throws DataError if it is missing or not a SentencePiece model.
   static Tokenizer load(const std::string& model_path);
 
@@ -57,5 +62,10 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
 };
+
+// A tokenizer's fingerprint: FNV-1a 64 (corpus.h) of its model file's bytes, as 16 hex digits,
+// so that data and models made with different tokenizers can be told apart. Throws DataError
+// if the file cannot be read.
+std::string tokenizer_fingerprint(const std::string& model_path);
 
 }  // namespace atl

@@ -22,7 +22,7 @@ std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& memb
   const MembershipOptions& m = membership.options();
   auto group = std::make_unique<ProcessGroup>(
       store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0,
-                          .connections = opts.connections, .timeout = opts.timeout});
+                          .connections = opts.connections, .timeout = opts.timeout, .member_name = opts.island_name});
   return std::unique_ptr<ElasticGroup>(new ElasticGroup(store, membership, std::move(group), opts));
 }
 
@@ -44,10 +44,14 @@ CommStats ElasticGroup::stats() const {
 
 void ElasticGroup::form() {
   formation_error_.clear();
+  std::function<std::string(int)> member_name;
+  if (opts_.island_name)
+    member_name = [name = opts_.island_name, islands = view_.islands](int g) { return name(islands[size_t(g)]); };
   try {
     group_ = std::make_unique<ProcessGroup>(
         store_, GroupOptions{.name = opts_.name, .rank = view_.position(island()), .size = int(view_.islands.size()),
-                             .epoch = view_.epoch, .connections = opts_.connections, .timeout = opts_.timeout});
+                             .epoch = view_.epoch, .connections = opts_.connections, .timeout = opts_.timeout,
+                             .member_name = member_name});
   } catch (const Timeout& e) {
     formation_error_ = e.what();
   } catch (const PeerLost& e) {

@@ -39,6 +39,8 @@ struct ElasticGroupOptions {
   std::string name = "outer-r0";  // the group of rank R of every island
   int connections = 1;
   std::chrono::milliseconds timeout{30000};  // rendezvous and collectives (fault.timeout_s)
+  // This worker's peer on island i, for errors ("island 2 rank 0"); empty: "rank <group rank>".
+  std::function<std::string(int island)> island_name{};
   // Told when the group goes (nullptr) and when a new one forms.
   std::function<void(ProcessGroup*)> on_change{};
   // Incidents, written by the leader of the new view (rank 0 of its lowest island) only:

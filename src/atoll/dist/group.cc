@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -76,18 +77,35 @@ void ignore_sigpipe_once() {
 
 // Gloo reports a timed-out wait as an IoException whose text says so; any other transport
 // failure (connection reset, closed by peer) means the peer is gone.
-[[noreturn]] void rethrow_translated(const std::string& context) {
+bool gloo_timed_out(const gloo::Exception& e) {
+  const std::string msg = e.what();
+  return msg.find("Timed out") != std::string::npos || msg.find("timeout") != std::string::npos;
+}
+
+// Inside a catch block: whether the exception in flight is a timeout.
+bool timed_out_in_flight() {
+  try {
+    throw;
+  } catch (const Timeout&) {
+    return true;
+  } catch (const gloo::Exception& e) {
+    return gloo_timed_out(e);
+  } catch (...) {
+    return false;
+  }
+}
+
+// `note` follows a timeout's message (who stalled).
+[[noreturn]] void rethrow_translated(const std::string& context, const std::string& note = "") {
   try {
     throw;
   } catch (const Timeout& e) {
-    throw Timeout(context + ": " + e.what());
+    throw Timeout(context + ": " + e.what() + note);
   } catch (const PeerLost& e) {
     throw PeerLost(context + ": " + e.what());
   } catch (const gloo::Exception& e) {
-    const std::string msg = e.what();
-    const bool timed_out = msg.find("Timed out") != std::string::npos || msg.find("timeout") != std::string::npos;
-    if (timed_out) throw Timeout(context + ": a peer did not answer in time (" + msg + ")");
-    throw PeerLost(context + ": lost a peer (" + msg + ")");
+    if (gloo_timed_out(e)) throw Timeout(context + ": a peer did not answer in time (" + e.what() + ")" + note);
+    throw PeerLost(context + ": lost a peer (" + e.what() + ")");
   }
 }
 
@@ -133,6 +151,8 @@ ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
   if (!store.set_if_absent(prefix_ + "/arrived/" + std::to_string(opts_.rank), opts_.hostname))
     throw ConfigError(describe() + ": this rank already joined (store " + store_url_ + ", prefix " + prefix_ +
                       "); fix: give every process its own rank, and every new group a new epoch or run id");
+  store.set(prefix_ + "/size/" + std::to_string(opts_.rank), std::to_string(opts_.size));
+  await_sizes(store);
   if (opts_.size == 1) return;  // nothing to connect: collectives are local
   for (int c = 0; c < opts_.connections; ++c) connect(store, c);
 }
@@ -158,6 +178,18 @@ void ProcessGroup::connect(Store& store, int connection) {
   auto view = store.gloo_view(prefix_ + "/c" + std::to_string(connection));
   try {
     context->connectFullMesh(*view, device);
+  } catch (...) {
+    std::vector<bool> checked(size_t(opts_.size), false);
+    checked[size_t(opts_.rank)] = true;
+    check_sizes(store, checked);  // a peer of another size that came late (whatever Gloo made of it)
+    connect_failed(store, connection);
+  }
+  contexts_.push_back(std::move(context));
+}
+
+void ProcessGroup::connect_failed(Store& store, int connection) const {
+  try {
+    throw;
   } catch (const Timeout& e) {
     std::vector<std::string> keys;
     for (int r = 0; r < opts_.size; ++r) keys.push_back(prefix_ + "/arrived/" + std::to_string(r));
@@ -175,7 +207,78 @@ void ProcessGroup::connect(Store& store, int connection) {
   } catch (...) {
     rethrow_translated(describe() + ": rendezvous of connection " + std::to_string(connection));
   }
-  contexts_.push_back(std::move(context));
+}
+
+void ProcessGroup::await_sizes(Store& store) const {
+  std::vector<bool> checked(size_t(opts_.size), false);
+  checked[size_t(opts_.rank)] = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::min(opts_.timeout, store.timeout());
+  for (Ms pause(1); !check_sizes(store, checked); pause = std::min(pause * 2, Ms(10))) {
+    if (std::chrono::steady_clock::now() >= deadline) return;  // the rendezvous names who never came
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+bool ProcessGroup::check_sizes(Store& store, std::vector<bool>& checked) const {
+  // Ranks beyond this one's size are not looked at: such a rank finds this one's size itself.
+  std::vector<std::string> keys;
+  for (int r = 0; r < opts_.size; ++r) keys.push_back(prefix_ + "/size/" + std::to_string(r));
+  const std::vector<bool> stated_any = store.exists(keys);
+  bool all = true;
+  for (int r = 0; r < opts_.size; ++r) {
+    if (checked[size_t(r)]) continue;
+    if (!stated_any[size_t(r)]) {
+      all = false;
+      continue;
+    }
+    checked[size_t(r)] = true;
+    const std::optional<std::string> stated = store.get(keys[size_t(r)]);
+    if (!stated || *stated == std::to_string(opts_.size)) continue;
+    const int peer_size = std::stoi(*stated);
+    const bool peer_first = r > opts_.rank;  // the higher rank first, the same sentence on both sides
+    const int first = peer_first ? r : opts_.rank, first_size = peer_first ? peer_size : opts_.size;
+    const int second = peer_first ? opts_.rank : r, second_size = peer_first ? opts_.size : peer_size;
+    throw GroupSizeMismatch(describe() + ": " + member(first) + " was started with a group of " +
+                                std::to_string(first_size) + ", " + member(second) + " with a group of " +
+                                std::to_string(second_size) +
+                                " (store " + store_url_ + ", prefix " + prefix_ +
+                                "); fix: start every member of the group with the same size",
+                            opts_.rank, opts_.size, r, peer_size);
+  }
+  return all;
+}
+
+std::string ProcessGroup::member(int rank) const {
+  return opts_.member_name ? opts_.member_name(rank) : "rank " + std::to_string(rank);
+}
+
+std::string ProcessGroup::mark_failed(Ms wait) const {
+  if (size() == 1) return "";
+  try {
+    // Its own connection: the group keeps none to the store after rendezvous.
+    Store store(StoreOptions{.url = store_url_, .run_id = "census", .timeout = std::max(wait, Ms(1000))});
+    store.set(prefix_ + "/failed/" + std::to_string(rank()), "1");
+    if (wait.count() == 0) return "";
+    std::vector<std::string> keys;
+    std::vector<int> ranks;
+    for (int r = 0; r < size(); ++r)
+      if (r != rank()) keys.push_back(prefix_ + "/failed/" + std::to_string(r)), ranks.push_back(r);
+    try {
+      store.wait(keys, wait);
+    } catch (const Timeout&) {
+      // those still unmarked stalled
+    }
+    const std::vector<bool> marked = store.exists(keys);
+    std::string stalled;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!marked[i]) stalled += (stalled.empty() ? "" : ", ") + member(ranks[i]);
+    if (stalled.empty()) return "; every member gave up waiting (none stalled alone: do all call the same collectives?)";
+    return "; stalled: " + stalled + (size() > 2 ? " (every other member gave up waiting too)" : "") +
+           "; fix: see why " + stalled + " stopped answering (its output: a crash, a stopped or swapping process, "
+           "a lost link), or raise the timeout (fault.timeout_s in a run) if it is only slow";
+  } catch (const std::exception&) {
+    return "";  // the store is unreachable too: nothing more to say
+  }
 }
 
 std::string ProcessGroup::describe() const {
@@ -207,9 +310,15 @@ void ProcessGroup::check_usable(const char* op) const {
                    "with the next membership epoch");
 }
 
-void ProcessGroup::fail(const std::string& op) {
+void ProcessGroup::fail(const std::string& op, Ms waited) {
   broken_ = true;
-  rethrow_translated(describe() + ": " + op);
+  // Every member whose collective fails says so in the store (a timed-out member may close its
+  // connections, so its neighbours see a lost peer rather than a timeout of their own). A member
+  // that timed out then waits as long again (at most 10 s) for the others: those that never say
+  // so stalled. A lost peer is reported at once.
+  const bool timed_out = timed_out_in_flight();
+  const std::string note = mark_failed(timed_out ? std::min(waited.count() > 0 ? waited : opts_.timeout, Ms(10000)) : Ms(0));
+  rethrow_translated(describe() + ": " + op, note);
 }
 
 void ProcessGroup::barrier() {

@@ -13,12 +13,20 @@
 //
 // Membership epoch: part of every store key of the group ("atoll/<run>/<name>/e<epoch>/...").
 // After a failure (Timeout or PeerLost) the group is broken: its collectives refuse to run, and
-// the survivors form a new group with a higher epoch (elastic membership, a later stage).
+// the survivors form a new group with a higher epoch (elastic_group.h).
 //
 // Timeouts: rendezvous waits at most `timeout` for every peer (capped by the store's timeout);
 // every collective waits at most `timeout` for any one message. Failures raise Timeout (a peer
 // stalled or never came: the message names the missing ranks when it can) or PeerLost (a peer's
 // connection closed or broke). Every collective leaves the caller's buffers unchanged on failure.
+// A collective that times out names the member that stalled: each member whose collective fails
+// marks it in the store, and one that timed out waits (as long again, at most 10 s) for the
+// others' marks; those that never mark are the ones that stalled ("stalled: island 2 rank 0",
+// by member_name).
+//
+// Sizes: every rank states in the store the group size it was started with, and a rank whose
+// size differs from a peer's is refused with GroupSizeMismatch naming both, rather than failing
+// inside Gloo's rendezvous on an address block of another length.
 //
 // The constructor ignores SIGPIPE for the process if it had the default action, so writing to
 // a dead peer's socket raises PeerLost instead of killing the process.
@@ -34,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "atoll/core/errors.h"
 #include "atoll/dist/store.h"
 
 namespace gloo {
@@ -55,6 +64,18 @@ struct GroupOptions {
   int connections = 1;                 // TCP contexts per group (streams per peer)
   std::chrono::milliseconds timeout{30000};
   size_t bucket_bytes = size_t{16} << 20;  // allreduce_sum: fused bucket size (fp32 bytes)
+  // How errors name a member, e.g. "island 2 rank 0" for rank 2 of an outer group (empty:
+  // "rank 2").
+  std::function<std::string(int rank)> member_name{};
+};
+
+// A rank started with another group size than a peer's (e.g. a worker given another
+// --islands): this rank's rank and size, and the first peer found with another size.
+class GroupSizeMismatch : public ConfigError {
+ public:
+  GroupSizeMismatch(const std::string& what, int rank, int size, int peer, int peer_size)
+      : ConfigError(what), rank(rank), size(size), peer(peer), peer_size(peer_size) {}
+  int rank, size, peer, peer_size;
 };
 
 // What a process sent and how long it spent in collectives: comm_bytes and comm_s in
@@ -111,11 +132,23 @@ class ProcessGroup {
   bool broken() const { return broken_; }
   void check_usable(const char* op) const;  // PeerLost if an earlier collective failed
   // Inside a catch block: marks the group broken and rethrows the current exception as
-  // Timeout or PeerLost (Gloo's exceptions translated) with `op` and describe() in front.
-  [[noreturn]] void fail(const std::string& op);
+  // Timeout or PeerLost (Gloo's exceptions translated) with `op` and describe() in front; a
+  // timeout (after `waited`, 0 = the group's timeout) also names the members that stalled.
+  [[noreturn]] void fail(const std::string& op, std::chrono::milliseconds waited = {});
+  // "rank 2", or what GroupOptions::member_name says.
+  std::string member(int rank) const;
 
  private:
   void connect(Store& store, int connection);
+  // Waits (at most the rendezvous bound) until every rank has stated its size, throwing
+  // GroupSizeMismatch at once for one that stated another; check_sizes looks once at the ranks
+  // not yet `checked` and says whether every rank has stated one.
+  void await_sizes(Store& store) const;
+  bool check_sizes(Store& store, std::vector<bool>& checked) const;
+  [[noreturn]] void connect_failed(Store& store, int connection) const;  // in a catch block
+  // Marks this member's failed collective in the store; with a `wait`, waits that long for the
+  // others' marks and returns "; stalled: <members that never marked>".
+  std::string mark_failed(std::chrono::milliseconds wait) const;
 
   GroupOptions opts_;
   std::string prefix_;

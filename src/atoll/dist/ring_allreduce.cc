@@ -146,7 +146,8 @@ void RingAllreduce::mean(float* data, size_t n) {
     try {
       std::rethrow_exception(run.error);
     } catch (...) {
-      group_.fail("ring mean (" + std::string(codec_name(opts_.codec)) + ", " + std::to_string(n) + " floats)");
+      group_.fail("ring mean (" + std::string(codec_name(opts_.codec)) + ", " + std::to_string(n) + " floats)",
+                  opts_.timeout);
     }
   }
   std::memcpy(data, work_.data(), n * sizeof(float));

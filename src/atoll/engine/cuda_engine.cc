@@ -110,6 +110,19 @@ class CudaEngine final : public Engine {
 bool cuda_engine_built() { return true; }
 bool cuda_engine_has_nccl() { return gpu::nccl_available(); }
 
+bool cuda_device_memory(int device_index, double* free_bytes, double* total_bytes) {
+  try {
+    gpu::describe_device();  // GpuError when none is usable, before select_device's bare one
+    if (device_index >= 0) gpu::select_device(device_index);
+    size_t free_b = 0, total_b = 0;
+    gpu::memory_info(&free_b, &total_b);
+    *free_bytes = double(free_b), *total_bytes = double(total_b);
+    return true;
+  } catch (const Error&) {
+    return false;  // the engine itself then reports why no GPU is usable
+  }
+}
+
 std::unique_ptr<Engine> make_cuda_engine(const Config& cfg, const EngineOptions& opts) {
   return std::make_unique<CudaEngine>(cfg, opts);
 }

@@ -7,6 +7,7 @@ namespace atl {
 
 bool cuda_engine_built() { return false; }
 bool cuda_engine_has_nccl() { return false; }
+bool cuda_device_memory(int, double*, double*) { return false; }
 
 std::unique_ptr<Engine> make_cuda_engine(const Config&, const EngineOptions&) {
   ATOLL_CHECK(false) << "make_cuda_engine() in a build without CUDA (wants_gpu() refuses it first)";

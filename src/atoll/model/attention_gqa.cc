@@ -129,7 +129,8 @@ void AttentionGqa<T>::start_decode(int max_len) {
   const size_t QD = size_t(m_.n_heads) * m_.head_dim, KVD = size_t(m_.n_kv_heads) * m_.head_dim;
   ATOLL_CHECK(q_.h.empty()) << "decoding runs fp32 products";
   if (sh_->rope.seq_len < max_len) sh_->rope = RopeTable<T>::build(max_len, m_.head_dim, m_.rope_theta);
-  k_cache_.assign(size_t(max_len) * KVD, T(0)), v_cache_.assign(size_t(max_len) * KVD, T(0));
+  // resize, not assign: a grown cache keeps the positions already cached ([pos, KVD] rows).
+  k_cache_.resize(size_t(max_len) * KVD, T(0)), v_cache_.resize(size_t(max_len) * KVD, T(0));
   dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len);
 }
 

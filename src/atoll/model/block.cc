@@ -15,14 +15,16 @@ namespace {
 enum class AttentionKind { kGqa };
 enum class RouterKind { kTopk };
 
-AttentionKind attention_kind(const ModelConfig& m, int /*layer*/) {
-  if (m.attention == "gqa") return AttentionKind::kGqa;
-  throw ConfigError("model.attention = \"" + m.attention + "\" is not a known attention; fix: use \"gqa\"");
+AttentionKind attention_kind(const ModelConfig& m, int layer) {
+  if (m.attention_at(layer) == "gqa") return AttentionKind::kGqa;
+  throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
+                    "\" is not a known attention (model.attention, model.attention_layers); fix: use \"gqa\"");
 }
 
-RouterKind router_kind(const ModelConfig& m, int /*layer*/) {
-  if (m.router == "topk") return RouterKind::kTopk;
-  throw ConfigError("model.router = \"" + m.router + "\" is not a known router; fix: use \"topk\"");
+RouterKind router_kind(const ModelConfig& m, int layer) {
+  if (m.router_at(layer) == "topk") return RouterKind::kTopk;
+  throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
+                    "\" is not a known router (model.router, model.router_layers); fix: use \"topk\"");
 }
 
 template <typename T>

@@ -11,16 +11,20 @@
 
 namespace atl {
 
+namespace {
+constexpr int kFirstCapacity = 64;  // cache positions before the first doubling
+}  // namespace
+
 // One token's worth of every buffer: the blocks' parts built for a batch of one token, and a
-// KV cache of max_len positions in each attention.
+// KV cache of `capacity` positions in each attention.
 struct Decoder::State {
-  State(const ModelConfig& m, const ParamLayout& layout, int max_len)
+  State(const ModelConfig& m, const ParamLayout& layout, int capacity)
       : buf(m, 1), final_norm(m, layout, "final_norm", sizes), x(m.dim), h(m.dim) {
     size_t work_elements = 0;
     blocks.reserve(m.n_layers);
     for (int l = 0; l < m.n_layers; ++l) {
       Block<float>& b = blocks.emplace_back(m, layout, l, sizes, scratch, buf);
-      b.start_decode(max_len);
+      b.start_decode(capacity);
       work_elements = std::max(work_elements, b.work_elements());
     }
     work.resize(work_elements);
@@ -35,12 +39,19 @@ struct Decoder::State {
 
 Decoder::Decoder(const ModelConfig& m, const float* params, int max_len)
     : m_(m), layout_(ParamLayout::build(m)), p_(params), max_len_(max_len),
-      s_(std::make_unique<State>(m_, layout_, max_len)), logits_(m.vocab_size) {}
+      capacity_(std::min(max_len, kFirstCapacity)), s_(std::make_unique<State>(m_, layout_, capacity_)),
+      logits_(m.vocab_size) {
+  ATOLL_CHECK_GT(max_len, 0);
+}
 
 Decoder::~Decoder() = default;
 
 const std::vector<float>& Decoder::step(int32_t token) {
   ATOLL_CHECK_LT(pos_, max_len_) << "decoder cache is full";
+  if (pos_ == capacity_) {
+    capacity_ = int(std::min<int64_t>(int64_t(capacity_) * 2, max_len_));
+    for (Block<float>& b : s_->blocks) b.start_decode(capacity_);
+  }
   const int C = m_.dim;
   BlockDims d = block_dims(m_, 1);
   d.T = 1, d.N = 1;
@@ -56,9 +67,13 @@ const std::vector<float>& Decoder::step(int32_t token) {
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SampleOptions& opts, Rng& rng) {
-  const int V = int(logits.size());
-  if (opts.temperature <= 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  const float mx = *std::max_element(logits.begin(), logits.end());
+  ATOLL_CHECK(std::isfinite(opts.temperature) && opts.temperature >= 0) << "temperature " << opts.temperature;
+  ATOLL_CHECK(opts.top_p > 0 && opts.top_p <= 1) << "top_p " << opts.top_p;
+  ATOLL_CHECK(opts.vocab >= 0 && size_t(opts.vocab) <= logits.size()) << "vocab " << opts.vocab;
+  const int V = opts.vocab > 0 ? opts.vocab : int(logits.size());
+  const auto end = logits.begin() + V;
+  if (opts.temperature == 0) return int32_t(std::max_element(logits.begin(), end) - logits.begin());
+  const float mx = *std::max_element(logits.begin(), end);
   std::vector<double> p(V);
   double sum = 0;
   for (int v = 0; v < V; ++v) sum += (p[v] = std::exp((logits[v] - mx) / opts.temperature));

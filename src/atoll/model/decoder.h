@@ -16,7 +16,9 @@ namespace atl {
 
 class Decoder {
  public:
-  // params [layout.total()] must outlive the decoder. max_len bounds prompt + generated tokens.
+  // params [layout.total()] must outlive the decoder. max_len bounds the positions fed (prompt
+  // and generated tokens). The KV cache starts at a few positions and doubles when full, up to
+  // max_len, so a large bound costs memory only as tokens come.
   Decoder(const ModelConfig& m, const float* params, int max_len);
   ~Decoder();
 
@@ -24,6 +26,7 @@ class Decoder {
   const std::vector<float>& step(int32_t token);
   int pos() const { return pos_; }
   int max_len() const { return max_len_; }
+  int capacity() const { return capacity_; }  // positions the cache holds now
   void reset() { pos_ = 0; }
 
  private:
@@ -31,14 +34,15 @@ class Decoder {
   ModelConfig m_;
   ParamLayout layout_;
   const float* p_;
-  int max_len_, pos_ = 0;
+  int max_len_, capacity_, pos_ = 0;
   std::unique_ptr<State> s_;
   std::vector<float> logits_;
 };
 
 struct SampleOptions {
-  double temperature = 0.8;  // 0 = greedy
-  double top_p = 0.95;       // nucleus: smallest set of tokens whose probability reaches top_p
+  double temperature = 0.8;  // finite, >= 0; 0 = greedy
+  double top_p = 0.95;       // in (0, 1]; nucleus: smallest set of tokens whose probability reaches top_p
+  int vocab = 0;             // draw among ids [0, vocab) only (a tokenizer's); 0 = all of [V]
 };
 
 // Draws the next token from logits [V].

@@ -7,17 +7,19 @@
 namespace atl::gpu {
 namespace {
 
-// The part kinds a config may choose (model.attention, model.router), as model/block.cc.
+// The part kinds a config may choose per layer (ModelConfig::attention_at, router_at), as model/block.cc.
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
-  if (m.attention == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
-  throw ConfigError("model.attention = \"" + m.attention + "\" is not a known attention on the GPU; fix: use \"gqa\"");
+  if (m.attention_at(layer) == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
+  throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
+                    "\" is not a known attention on the GPU (model.attention, model.attention_layers); fix: use \"gqa\"");
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
-  if (m.router == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
-  throw ConfigError("model.router = \"" + m.router + "\" is not a known router on the GPU; fix: use \"topk\"");
+  if (m.router_at(layer) == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
+  throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
+                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\"");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace atl {
 
@@ -32,6 +33,16 @@ struct ModelConfig {
   // "topk" Mixtral's top-k softmax router with renormalised weights.
   std::string attention = "gqa";
   std::string router = "topk";
+  // Per-layer choices, repeated over the layers (["gqa", "cca"] would alternate two kinds, as
+  // gemma.cpp repeats its attention pattern); empty: every layer takes `attention` / `router`.
+  std::vector<std::string> attention_layers, router_layers;
+
+  const std::string& attention_at(int layer) const {
+    return attention_layers.empty() ? attention : attention_layers[size_t(layer) % attention_layers.size()];
+  }
+  const std::string& router_at(int layer) const {
+    return router_layers.empty() ? router : router_layers[size_t(layer) % router_layers.size()];
+  }
 };
 
 }  // namespace atl

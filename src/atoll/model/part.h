@@ -93,7 +93,8 @@ class AttentionPart {
   virtual void recompute_output(T* out, const PartContext<T>& c) = 0;
   // dh[N,C] (+=) and the weight gradients (+=) from dout[N,C]; h as in forward.
   virtual void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) = 0;
-  // Decoding: allocates the cache for max_len positions, then out[C] (=) for the token h[C] at
+  // Decoding: allocates the cache for max_len positions (called again with a larger max_len,
+  // grows it, keeping the positions cached so far), then out[C] (=) for the token h[C] at
   // position pos, whose keys and values join the cache.
   virtual void start_decode(int max_len) = 0;
   virtual void decode(T* out, const T* h, int pos, const PartContext<T>& c) = 0;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "atoll/core/timer.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/store.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/redis_server.h"
 #include "atoll/train/dataset.h"
@@ -26,6 +29,7 @@
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
+#include "atoll/train/trainer.h"
 
 namespace atl {
 
@@ -43,7 +47,8 @@ std::string make_run_id() {
 // other workers' output lines are shown with their name in front.
 class LaunchView {
  public:
-  LaunchView(int64_t steps, JsonlWriter* metrics) : progress_("step", steps), metrics_(metrics) {}
+  LaunchView(int64_t steps, int64_t first_step, JsonlWriter* metrics)
+      : progress_("step", steps, first_step), metrics_(metrics) {}
 
   void output(const std::string& name, const std::string& line) { progress_.note("[" + name + "] " + line); }
   // Writes a worker's row; returns it parsed (null when it is not JSON).
@@ -217,12 +222,19 @@ int launch(const LaunchOptions& o) {
   const Config& cfg = o.config;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
-  std::printf("# resolved config (%s)\n%s\n", o.config_path.empty() ? "built-in defaults" : o.config_path.c_str(),
-              config_to_toml(cfg).c_str());
-  const double t_start = now_s();
-  resolve_dataset(cfg);  // prepared once here, so the workers find it ready
+  check_memory_fits(cfg, {.processes = W});  // every worker on this machine, before the data is prepared
   if (o.resume && o.run_dir.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
-  RunDir rd = inspect_run_dir(o.run_dir.empty() ? default_run_dir() : o.run_dir, cfg, o.resume);
+  const std::string run_dir = o.run_dir.empty() ? default_run_dir() : o.run_dir;
+  if (o.print_config)
+    std::printf("# resolved config (%s)\n%s\n", o.config_path.empty() ? "built-in defaults" : o.config_path.c_str(),
+                config_to_toml(cfg).c_str());
+  else
+    std::printf("%s; %d islands x %d workers\n", describe_run(cfg, run_dir).c_str(), N, M);
+  std::fflush(stdout);
+  const double t_start = now_s();
+  // Held until launch returns: the workers it starts write the folder under this lock.
+  RunDir rd = open_run_dir(run_dir, cfg, {.resume = o.resume, .allow_config_change = o.allow_config_change});
+  const DatasetInfo data = resolve_dataset(cfg);  // prepared once here, so the workers find it ready
   int64_t resume_step = 0;
   if (!rd.checkpoint.empty()) {  // refused here, before any worker starts, if it cannot resume
     const nlohmann::json manifest = read_training_manifest(rd.checkpoint);
@@ -231,19 +243,22 @@ int launch(const LaunchOptions& o) {
   }
   std::unique_ptr<RedisServer> redis;
   const std::string store = open_store(o.store, std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)), &redis);
-  write_run_config(rd, cfg);
+  begin_run(rd, cfg);
+  if (!data.tokenizer_path.empty())  // so `atoll generate` and `atoll export` find it, as for `atoll train`
+    std::filesystem::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model",
+                               std::filesystem::copy_options::overwrite_existing);
   // Rows after the checkpoint are logged again by the resumed run.
-  if (!rd.checkpoint.empty()) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
+  if (rd.resumed) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
   JsonlWriter events(rd.path + "/events.jsonl");
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
   events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
-  if (!rd.checkpoint.empty()) events.write(event_row("resume", {{"step", resume_step}, {"checkpoint", rd.checkpoint}}));
+  record_resume(events, rd, resume_step);
 
   // Cores shared out when train.threads = 0 (all cores), so W workers do not oversubscribe.
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
-  LaunchView view(cfg.train.steps, &metrics);
+  LaunchView view(cfg.train.steps, resume_step, &metrics);
   RestartPolicy policy(cfg, events, o.stop_grace);
   auto& workers = policy.workers();
   Supervisor sup({.stop_grace = o.stop_grace,
@@ -286,6 +301,7 @@ int launch(const LaunchOptions& o) {
                 rd.path.c_str(), N, M, long(cfg.train.steps), long(view.outer_steps()), long(view.split_hashes()),
                 now_s() - t_start, latest.c_str());
   std::printf("\n%s", summary);
+  std::ofstream(rd.path + "/summary.txt") << summary;
   return view.split_hashes() == 0 ? 0 : 3;
 }
 

@@ -2,21 +2,22 @@
 // islands. The command line only parses flags into LaunchOptions and calls launch().
 //
 // launch():
-//  1. validates the streaming settings, prints the resolved config, prepares the data once (so
-//     the workers find it ready), and checks the run directory (train/run_dir.h: new, or with
-//     `resume` the same run, whose newest checkpoint must suit N and M; refused before any
-//     worker starts);
+//  1. validates the streaming settings, prints one line on the run (train/trainer.h
+//     describe_run; the whole config with `print_config`), opens the run directory
+//     (train/run_dir.h: new, or with `resume` the same run, whose newest checkpoint must suit N
+//     and M; refused before any worker starts) and takes its lock for the whole launch: the
+//     workers it starts do not lock; then prepares the data once (so the workers find it ready);
 //  2. starts redis-server on loopback (redis_server.h) unless `store` is given, which must then
 //     answer PING (else Timeout at once, with the fix);
-//  3. writes RUN_DIR/config.toml, truncates metrics.jsonl after the resumed step, and writes the
-//     events `launch` (and `resume`) to RUN_DIR/events.jsonl;
+//  3. writes RUN_DIR/config.toml and tokenizer.model, truncates metrics.jsonl after the resumed
+//     step, and writes the events `launch` (and `resume` or `start_over`) to RUN_DIR/events.jsonl;
 //  4. spawns the N·M `atoll worker` processes (the running executable itself) through the
 //     Supervisor (launcher.h), with train.threads = cores / (N·M) when the config says 0, and
 //     OMP_WAIT_POLICY=passive;
 //  5. shows their output with each worker's name in front, writes their metrics rows, whole
 //     lines, into the one RUN_DIR/metrics.jsonl, and drives one progress line from worker 0's
 //     rows with every island's latest loss;
-//  6. stops Redis and reports how the run ended.
+//  6. stops Redis and reports how the run ended (RUN_DIR/summary.txt when it ran to the end).
 // Returns 0 when the run finished, 3 when the θ hashes of an outer step ever differed, 128 + the
 // signal when SIGINT/SIGTERM stopped the run (event `interrupted`). A worker lost after the run
 // started (a signal, or exit kWorkerRejoinExit) is restarted with --join after a backoff while
@@ -43,6 +44,8 @@ struct LaunchOptions {
   std::string run_dir = {};                    // "" = default_run_dir()
   std::chrono::milliseconds stop_grace{5000};  // a stopped worker's time before SIGKILL
   bool resume = false;                         // continue the run in run_dir from its newest checkpoint
+  bool allow_config_change = false;            // resume with keys changed beyond kResumeSafeKeys
+  bool print_config = false;                   // print the whole resolved config, not one line
 };
 
 // Runs the whole launch (see above); returns the exit status.

@@ -11,6 +11,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
 #include "atoll/engine/engine.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/trainer.h"
@@ -45,6 +46,10 @@ void random_batch(Rng& rng, int V, int B, int T, std::vector<int32_t>& in, std::
     for (int t = 0; t < T; ++t) in[b * T + t] = tokens[b * (T + 1) + t], tg[b * T + t] = tokens[b * (T + 1) + t + 1];
 }
 
+// A step cannot do more than the device's peak: an MFU above 1 means the peak was measured while
+// other work slowed it (a shared host), or the given peak is wrong. Said, not printed as real.
+bool mfu_disturbed(double mfu) { return mfu > 1.0; }
+
 }  // namespace
 
 // Full training steps on synthetic tokens through the engine train.device names: forward and
@@ -53,13 +58,16 @@ void random_batch(Rng& rng, int V, int B, int T, std::vector<int32_t>& in, std::
 // against the engine's matrix-multiply peak in train.precision's input type.
 nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   wants_gpu(cfg.train);  // cuda in a build without CUDA: a ConfigError that names the fix
+  check_memory_fits(cfg);
   const Precision precision = parse_precision(cfg.train.precision);
   const int threads = configure_threads(cfg.train.threads);
   const ModelConfig& m = cfg.model;
   const int B = micro_batch(cfg.train), n_micro = cfg.train.batch_size / B, T = m.seq_len;
   std::unique_ptr<Engine> engine = make_engine(cfg);
   const bool cpu = engine->device_name() == "cpu";
-  const PeakRate peak = opts.measure_peak ? engine->matmul_peak(precision) : PeakRate{};
+  const PeakRate peak = opts.peak_gflops > 0 ? PeakRate{opts.peak_gflops, "given with --peak-gflops"}
+                        : opts.measure_peak  ? engine->matmul_peak(precision)
+                                             : PeakRate{};
   engine->init_params(uint64_t(m.init_seed));
   engine->to_device(kParams);
   Rng rng(uint64_t(cfg.train.seed));
@@ -85,6 +93,7 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   const StepStats st = step_stats(step_s);
   const double tok = double(cfg.train.batch_size) * T;
   const double fpt = flops_per_token(m), gflops = fpt * tok / st.median * 1e-9;
+  const double mfu = peak.gflops > 0 ? gflops / peak.gflops : 0.0;
   const double per = 1.0 / opts.steps;
   double total_s = 0, model_s = 0;
   for (double x : step_s) total_s += x;
@@ -99,7 +108,7 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
                       {"steps", opts.steps}, {"step_s_median", st.median}, {"step_s_min", st.min},
                       {"step_s_max", st.max}, {"tokens_per_s", tok / st.median}, {"flops_per_token", fpt},
                       {"gflops", gflops}, {"peak_gflops", peak.gflops}, {"peak_method", peak.method},
-                      {"mfu", peak.gflops > 0 ? gflops / peak.gflops : 0.0}, {"peak_rss_mib", peak_rss_mib()},
+                      {"mfu", mfu}, {"mfu_disturbed", mfu_disturbed(mfu)}, {"peak_rss_mib", peak_rss_mib()},
                       {"first_loss", first_loss}, {"last_loss", last_loss}, {"phase_s", phases}};
   if (cpu) r["threads"] = threads;
   if (!cpu) r["device_mib"] = double(engine->device_bytes()) / 1048576.0;
@@ -107,8 +116,10 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
               engine->device_name().c_str(), threads, cfg.train.batch_size, T, cfg.optim.name.c_str(),
               precision_name(precision), long(engine->layout().n_params()));
   std::printf("  step %.4f s median (min %.4f, max %.4f) | %.1f tokens/s | %.1f GFLOP/s | MFU %.1f%% of %.1f GFLOP/s (%s)\n",
-              st.median, st.min, st.max, tok / st.median, gflops, 100 * r["mfu"].get<double>(), peak.gflops,
-              peak.method.c_str());
+              st.median, st.min, st.max, tok / st.median, gflops, 100 * mfu, peak.gflops, peak.method.c_str());
+  if (mfu_disturbed(mfu))
+    std::printf("  MFU above 100%%: a disturbed measurement, not a real utilisation (the peak was measured while other "
+                "work slowed it, or the peak given is wrong); rerun on a quiet machine or give --peak-gflops\n");
   std::printf("  phase seconds per step:");
   for (auto& [k, v] : phases.items()) std::printf(" %s %.4f (%.0f%%)", k.c_str(), v.get<double>(), 100 * v.get<double>() / st.median);
   std::printf("\n  peak RSS %.0f MiB\n", peak_rss_mib());

@@ -13,6 +13,7 @@ struct BenchOptions {
   int warmup = 1;
   int steps = 3;
   bool measure_peak = true;
+  double peak_gflops = 0;  // > 0: MFU against this peak (e.g. the vendor's), not a measured one
 };
 
 // Runs the benchmark; returns the result object (DESIGN.md bench contract: tokens_per_s,

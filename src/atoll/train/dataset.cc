@@ -79,13 +79,22 @@ DatasetInfo resolve_dataset(const Config& cfg) {
   const bool given = !cfg.data.dir.empty();
   info.dir = given ? cfg.data.dir : cache_dir_for(cfg, vocab);
   const bool ready = fs::exists(info.dir + "/meta.json") || (given && fs::is_regular_file(info.dir));
-  if (given && !ready && fs::is_directory(info.dir) && !fs::is_empty(info.dir)) {
+  const bool holds_files = fs::is_directory(info.dir) && !fs::is_empty(info.dir);
+  // A data.dir with nothing in it is prepared only from inputs the user named: filling it with
+  // the built-in corpus would train on text nobody asked for (a typo, or data deleted since).
+  if (given && !ready && !holds_files && cfg.data.input.empty())
+    throw DataError("data.dir = \"" + info.dir + "\" " + (fs::exists(info.dir) ? "is empty" : "does not exist") +
+                    " and data.input names nothing to prepare there; fix: point data.dir at prepared shards (`atoll "
+                    "data prepare --input ... --out " + info.dir + "`), set data.input to prepare it there, or leave "
+                    "data.dir out to train on the built-in corpus");
+  if (given && !ready && holds_files) {
     // A folder of shards made elsewhere (llm.c's scripts, say): use it as it is.
   } else if (!ready) {
     PrepareOptions opt;
     opt.inputs = cfg.data.input;
     opt.out_dir = info.dir;
     opt.vocab_size = vocab;
+    opt.vocab_key = cfg.data.vocab_size ? "data.vocab_size" : "model.vocab_size";
     opt.val_fraction = cfg.data.val_fraction;
     opt.min_val_tokens = int64_t(cfg.model.seq_len) + 1;
     log_info("preparing data into " + info.dir + " (tokenizer vocabulary " + std::to_string(vocab) + ")");

@@ -74,8 +74,14 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
       std::snprintf(buf, sizeof buf, "loss %.4f | lr %.2e | %.0f tok/s", loss.ce, row.lr, row.tokens_per_s);
       opts.progress->update(loop.step, buf);
     }
-    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last;
+    const bool stopping = !last && opts.stop_requested && opts.stop_requested();
+    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last ||
+                     stopping;
     if (checkpoint_due && hooks.can_checkpoint()) checkpoint(), checkpoint_due = false;
+    if (stopping && !checkpoint_due) {  // its checkpoint written: the run may resume from this step
+      result.stopped = true;
+      break;
+    }
     if (opts.stop_after > 0 && loop.step >= opts.stop_after && !last) break;
   }
   if (opts.progress) opts.progress->finish();

@@ -9,8 +9,8 @@
 // optim.grad_clip, the optimizer step at lr_at(step), the counters, hooks.after_inner_step
 // (DiLoCo's outer steps), validation at train.eval_every (and at the last step), the metrics
 // row (written every train.log_every steps, at the last, and at rows with val_loss or
-// theta_hash), the progress line, and a checkpoint at checkpoint.every (and at the last step)
-// once hooks.can_checkpoint() allows it. `tokens` counts every worker's batches, so the batch
+// theta_hash), the progress line, and a checkpoint at checkpoint.every (and at the last step, and
+// when a stop is requested: then the run ends there) once hooks.can_checkpoint() allows it. `tokens` counts every worker's batches, so the batch
 // ramp and the learning rate read global figures.
 #pragma once
 
@@ -92,15 +92,19 @@ struct DriverOptions {
   JsonlWriter* events = nullptr;  // "checkpoint" events, where this process keeps events.jsonl
   int64_t stop_after = 0;         // > 0: return after this step, as if interrupted
   double t_start = 0;             // now_s() when the process started: time_s counts from it
+  // Asked after every step: true stops the run there, with a checkpoint of that step (written
+  // as soon as hooks.can_checkpoint() allows). Ctrl-C in `atoll train` (stop_signals.h).
+  std::function<bool()> stop_requested{};
 };
 
 struct DriverResult {
   std::string checkpoint;  // the newest this process wrote
   double first_loss = 0, final_loss = 0, final_val_loss = -1;
+  bool stopped = false;    // stop_requested ended the run before its last step
 };
 
-// Steps from loop.step to cfg.train.steps (or opts.stop_after); saves a checkpoint at the end
-// if none was written.
+// Steps from loop.step to cfg.train.steps (or opts.stop_after, or a stop request); saves a
+// checkpoint at the end if none was written.
 DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts);
 
 }  // namespace atl

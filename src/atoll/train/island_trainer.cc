@@ -26,6 +26,7 @@
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
@@ -63,6 +64,11 @@ class RowSink {
   int fd_;
   JsonlWriter file_;
 };
+
+// "island 1 rank 0": a worker as messages name it.
+std::string worker_name(int island, int rank) {
+  return "island " + std::to_string(island) + " rank " + std::to_string(rank);
+}
 
 // Runs a start-up comparison in `group`, turning a mismatch into an error that says who and how
 // to fix it.
@@ -162,6 +168,7 @@ struct Worker {
     return {.name = "outer-r" + std::to_string(opts.rank),
             .connections = cfg.diloco.connections,
             .timeout = timeout,
+            .island_name = [R = opts.rank](int i) { return worker_name(i, R); },
             .on_change = [this](ProcessGroup* g) {
               if (diloco) g ? diloco->rebind(*g) : diloco->detach();
             },
@@ -170,9 +177,11 @@ struct Worker {
 
   // The group of this island's workers; a restarted island forms it at the epoch it rejoins in.
   void form_island(uint64_t epoch) {
+    // Members named as the run knows them, in errors (a stalled peer, a size mismatch).
     inner = std::make_unique<ProcessGroup>(
         *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
-                             .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout});
+                             .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout,
+                             .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
   }
 
   // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
@@ -208,6 +217,22 @@ struct Worker {
       membership->announce();
       form_island(0);
       outer = ElasticGroup::start(*store, *membership, outer_options());
+    } catch (const GroupSizeMismatch& e) {
+      // Gloo would fail on address blocks of another length ("136 vs 68"); say which flag differs.
+      const bool islands = inner != nullptr;  // the in-island group formed: the outer one differs
+      const std::string flag = islands ? "--islands" : "--workers-per-island";
+      auto started = [&](int member, int size, const char* joint) {
+        return (islands ? "island " + std::to_string(member) : worker_name(opts.island, member)) + joint + flag + " " +
+               std::to_string(size);
+      };
+      const bool peer_first = e.peer > e.rank;
+      throw ConfigError(who + ": " +
+                        (peer_first ? started(e.peer, e.peer_size, " was started with ") + ", " +
+                                          started(e.rank, e.size, " with ")
+                                    : started(e.rank, e.size, " was started with ") + ", " +
+                                          started(e.peer, e.peer_size, " with ")) +
+                        "; fix: start every worker of the run with the same --islands and --workers-per-island "
+                        "(and the same --run-id; a new run id for a new run)");
     } catch (const Timeout& e) {
       char bound[64];
       std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
@@ -311,6 +336,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
+  check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only:
@@ -319,15 +345,19 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   else arm_fault_injection(opts.island, opts.rank);
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
-  const std::string who = "island " + std::to_string(opts.island) + " rank " + std::to_string(opts.rank);
+  const std::string who = worker_name(opts.island, opts.rank);
   const double t_start = now_s();
-  configure_threads(cfg.train.threads);
-  const DatasetInfo data = resolve_dataset(cfg);
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
-  // Without a launcher, worker 0 owns the run folder: checked before any peer can write to it.
+  // Without a launcher, worker 0 owns the run folder: checked and locked before any peer can
+  // write to it (a launcher holds the lock for the workers it starts). The workers' configs are
+  // compared with one another at start-up (expect_same below), which is what a by-hand run
+  // needs, so a change against the run's config.toml is logged rather than refused.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0 && !opts.join) rd = inspect_run_dir(run_dir, cfg, resume);
+  if (w == 0 && opts.metrics_fd < 0 && !opts.join)
+    rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
+  configure_threads(cfg.train.threads);
+  const DatasetInfo data = resolve_dataset(cfg);
 
   // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
   // copies serve initialisation, DiLoCo's outer step and checkpoints.
@@ -356,7 +386,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                              .mixing = cfg.diloco.mixing});
   engine.to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
-    write_run_config(rd, cfg);
+    begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
   }
   RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");

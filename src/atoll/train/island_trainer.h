@@ -5,8 +5,9 @@
 // training data (loader.h). Groups: "island<I>" (the M workers of island I) all-reduces
 // gradients every step; "outer-r<R>" (rank R of every island) runs the DiLoCo outer step
 // (dist/diloco.h) every H = diloco.inner_steps steps and at the last step. Every worker of an
-// island holds the same parameters, so each outer-r<R> group computes the same θ (the M outer
-// rings repeat one another's work; sharding θ over the island's ranks is a later step).
+// island holds the same parameters; the exchange is sharded over the island's ranks (rank R
+// exchanges the R-th M-th of θ over outer-r<R>, then the island all-gathers the shards), so
+// the slow links carry each element once per island.
 //
 // Schedule: train.steps counts global steps (every worker takes each of them); train.batch_size
 // is per worker; `tokens` counts the whole run (W workers' batches per step), and the batch
@@ -58,7 +59,9 @@ struct WorkerOptions {
   std::string run_id = "atoll";      // store key prefix: unique per run
   int island = 0, rank = 0;          // this worker
   int islands = 1, workers_per_island = 1;
-  std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0)
+  std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0); worker 0
+                                     // without a launcher (metrics_fd < 0) locks it (train/run_lock.h),
+                                     // else the launcher holds the lock
   int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)

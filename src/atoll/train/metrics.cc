@@ -5,12 +5,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 
-#include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 
 namespace atl {
 
@@ -46,7 +43,7 @@ nlohmann::json event_row(const std::string& event, const nlohmann::json& fields)
 
 JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError(path + ": cannot open for appending: " + std::strerror(errno));
+  if (fd_ < 0) throw_io_error("open for appending", path, errno);
 }
 
 JsonlWriter::~JsonlWriter() {
@@ -68,27 +65,23 @@ JsonlWriter& JsonlWriter::operator=(JsonlWriter&& o) noexcept {
 void JsonlWriter::write(const nlohmann::json& row) {
   if (fd_ < 0) return;
   const std::string line = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const ssize_t n = ::write(fd_, line.data(), line.size());
-  if (n != static_cast<ssize_t>(line.size())) throw IoError(path_ + ": write failed: " + std::strerror(errno));
+  // One write(2) per line keeps lines from several processes whole (O_APPEND); a short one (a
+  // disk filling up) is continued so that the error names the reason it stopped.
+  write_all(fd_, line.data(), line.size(), path_);
 }
 
 void truncate_jsonl_after_step(const std::string& path, int64_t max_step) {
   std::ifstream in(path);
   if (!in) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      auto row = nlohmann::json::parse(line, nullptr, false);
-      if (row.is_discarded()) continue;  // a line cut short by a kill
-      if (row.contains("step") && row["step"].is_number_integer() && row["step"].get<int64_t>() > max_step) continue;
-      out << line << "\n";
-    }
-    if (!out) throw IoError(tmp + ": write failed");
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded()) continue;  // a line cut short by a kill
+    if (row.contains("step") && row["step"].is_number_integer() && row["step"].get<int64_t>() > max_step) continue;
+    kept += line + "\n";
   }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, kept);
 }
 
 }  // namespace atl

@@ -8,8 +8,8 @@
 
 namespace atl {
 
-Progress::Progress(std::string label, int64_t total_steps)
-    : label_(std::move(label)), total_(total_steps), tty_(::isatty(STDOUT_FILENO)), start_(now_s()) {}
+Progress::Progress(std::string label, int64_t total_steps, int64_t first_step)
+    : label_(std::move(label)), total_(total_steps), first_(first_step), tty_(::isatty(STDOUT_FILENO)), start_(now_s()) {}
 
 std::string Progress::format_duration(double s) {
   if (s < 0 || s > 1e8) return "?";
@@ -25,9 +25,9 @@ void Progress::update(int64_t step, const std::string& fields) {
   const bool last = step >= total_;
   // Terminal: redraw at most 10 times a second. Logs: a line every 10 s, plus the first and last.
   const double interval = tty_ ? 0.1 : 10.0;
-  if (!last && step > 1 && now - last_print_ < interval) return;
+  if (!last && step > first_ + 1 && now - last_print_ < interval) return;
   last_print_ = now;
-  const double eta = step > 0 ? elapsed / step * (total_ - step) : -1;
+  const double eta = step > first_ ? elapsed / double(step - first_) * double(total_ - step) : -1;
   char head[96];
   std::snprintf(head, sizeof head, "%s %ld/%ld", label_.c_str(), long(step), long(total_));
   const std::string line = std::string(head) + " | " + fields + " | " + format_duration(elapsed) + " elapsed, ETA " +

@@ -9,7 +9,9 @@ namespace atl {
 
 class Progress {
  public:
-  Progress(std::string label, int64_t total_steps);
+  // `first_step`: the steps already done when this process started (a resumed run), so the
+  // rate and the ETA count only the steps it takes.
+  Progress(std::string label, int64_t total_steps, int64_t first_step = 0);
   // Call after each step; prints when due.
   void update(int64_t step, const std::string& fields);
   // A permanent line (validation results, checkpoints), keeping the live line intact.
@@ -19,7 +21,7 @@ class Progress {
 
  private:
   std::string label_;
-  int64_t total_;
+  int64_t total_, first_;
   bool tty_;
   double start_, last_print_ = 0.0;
   bool live_ = false;

@@ -1,12 +1,17 @@
 #include "atoll/train/run_dir.h"
 
+#include <signal.h>
+
+#include <cerrno>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 
 namespace atl {
@@ -20,6 +25,7 @@ std::string default_run_dir() {
 }
 
 namespace {
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -27,63 +33,162 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// The first [model] key whose value differs, as "model.dim is 32 there, 64 here".
-std::string model_difference(const ModelConfig& there, const ModelConfig& here) {
-  std::istringstream a(model_config_to_toml(there)), b(model_config_to_toml(here));
-  std::string la, lb;
-  while (std::getline(a, la) && std::getline(b, lb)) {
-    if (la == lb) continue;
-    const size_t eq = la.find(" = ");
-    if (eq == std::string::npos || lb.compare(0, eq + 3, la, 0, eq + 3) != 0) break;
-    return "model." + la.substr(0, eq) + " is " + la.substr(eq + 3) + " there, " + lb.substr(eq + 3) + " here";
-  }
-  return "[model] differs";
+// --resume continues a run: the folder must exist and hold config.toml.
+void expect_a_run(const std::string& path) {
+  const std::string fix = "; fix: check the --run-dir path, or leave out --resume to start a new run";
+  if (!fs::exists(path)) throw RunDirConflict(path + " does not exist: --resume continues the run in --run-dir" + fix);
+  if (!fs::exists(path + "/config.toml"))
+    throw RunDirConflict(path + " holds no atoll run (no config.toml): --resume continues the run in --run-dir" + fix);
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    if (!f) throw IoError(tmp + ": cannot write");
-  }
-  fs::rename(tmp, path);
+// Whether the folder holds nothing but what a start that never began its run may leave: its lock.
+bool empty_but_lock(const std::string& path) {
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.path().filename() != kRunLockFile) return false;
+  return true;
 }
+
+// The run's config differences that opts allow, or a RunDirConflict naming those it does not.
+std::vector<ConfigChange> allowed_changes(const std::string& cfg_path, const Config& old, const Config& cfg,
+                                          const RunDirOptions& opts) {
+  std::vector<ConfigChange> changes = config_changes(old, cfg), refused;
+  for (const ConfigChange& c : changes)
+    if (c.model()) refused.push_back(c);
+  if (!refused.empty()) {
+    const ConfigChange& c = refused.front();
+    throw RunDirConflict(fs::path(cfg_path).parent_path().string() + " holds a run of another model shape (" + cfg_path +
+                         ": " + c.key + " is " + c.was + " there, " + c.now +
+                         " here); fix: choose a new --run-dir, or resume with that run's config");
+  }
+  if (!opts.resume || opts.allow_config_change) return changes;
+  for (const ConfigChange& c : changes)
+    if (!c.safe()) refused.push_back(c);
+  if (refused.empty()) return changes;
+  std::string what;
+  for (const ConfigChange& c : refused) what += (what.empty() ? "" : ", ") + c.key + " (" + c.was + " there, " + c.now + " here)";
+  throw RunDirConflict("--resume would change " + what + " of the run in " + cfg_path + "; only " +
+                       resume_safe_keys_text() +
+                       " may change on --resume; fix: leave the change out, start a new --run-dir, or pass "
+                       "--allow-config-change to change it on purpose");
+}
+
+// The step-* checkpoint directories of the run (complete or not; not the temporary ones).
+std::vector<std::string> checkpoint_dirs(const std::string& path) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) dirs.push_back(name);
+  }
+  return dirs;
+}
+
+bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
 }  // namespace
 
-RunDir inspect_run_dir(const std::string& path, const Config& cfg, bool resume) {
+Config load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  expect_a_run(path);
+  return load_config(path + "/config.toml", overrides);
+}
+
+RunDir inspect_run_dir(const std::string& path, const Config& cfg, const RunDirOptions& opts) {
   RunDir rd;
   rd.path = path;
   const std::string cfg_path = path + "/config.toml";
   if (fs::exists(path) && !fs::is_directory(path))
     throw RunDirConflict(path + ": --run-dir is a file, not a folder; fix: choose another --run-dir");
+  if (opts.resume) expect_a_run(path);
   const bool has_run = fs::exists(cfg_path);
-  if (!has_run && fs::exists(path) && !fs::is_empty(path) && !resume)
+  if (!has_run && fs::exists(path) && !empty_but_lock(path))
     throw RunDirConflict(path + ": folder is not empty and holds no atoll run (no config.toml); fix: choose an empty or new --run-dir");
-  if (has_run) {
-    Config old;
-    try {
-      old = parse_config(read_file(cfg_path), cfg_path);
-    } catch (const ConfigError& e) {
-      throw RunDirConflict(std::string(e.what()) + " (the run directory holds a config this atoll cannot read; fix: choose a new --run-dir)");
-    }
-    if (model_config_to_toml(old.model) != model_config_to_toml(cfg.model))
-      throw RunDirConflict(path + " holds a run of another model shape (" + cfg_path + ": " +
-                           model_difference(old.model, cfg.model) +
-                           "); fix: choose a new --run-dir, or resume with that run's config");
-    if (!resume)
-      throw RunDirConflict(path + " already holds a run (" + cfg_path + "); fix: pass --resume to continue it, or choose a new --run-dir");
-    rd.resumed = true;
-    rd.checkpoint = latest_checkpoint(path);
-    rd.config_changed = config_to_toml(cfg) != read_file(cfg_path);
+  if (!has_run) return rd;
+  Config old;
+  try {
+    old = parse_config(read_file(cfg_path), cfg_path);
+  } catch (const ConfigError& e) {
+    throw RunDirConflict(std::string(e.what()) + " (the run directory holds a config this atoll cannot read; fix: choose a new --run-dir)");
+  }
+  rd.config_changes = allowed_changes(cfg_path, old, cfg, opts);
+  if (!opts.resume)
+    throw RunDirConflict(path + " already holds a run (" + cfg_path + "); fix: pass --resume to continue it, or choose a new --run-dir");
+  rd.resumed = true;
+  rd.checkpoint = latest_checkpoint(path);
+  if (rd.checkpoint.empty()) {
+    const std::vector<std::string> dirs = checkpoint_dirs(path);
+    if (!dirs.empty())
+      throw RunDirConflict(path + "/checkpoints holds " + dirs.front() + (dirs.size() > 1 ? " and more" : "") +
+                           " but no complete checkpoint (no valid manifest.json); fix: move the damaged checkpoints "
+                           "away to start the run over, or put back a complete one");
+    rd.starts_over = true;
   }
   return rd;
 }
 
-void write_run_config(const RunDir& rd, const Config& cfg) {
-  if (rd.config_changed) log_warn("resuming " + rd.path + " with changed settings; config.toml updated");
+RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOptions& opts) {
+  // A lock file present: its holder, if any, is the reason to refuse; taking it changes nothing
+  // in the folder (the lock puts a taken-over file back when the start fails).
+  std::unique_ptr<RunLock> lock;
+  if (fs::is_directory(path) && fs::exists(path + "/" + kRunLockFile)) lock = std::make_unique<RunLock>(path);
+  RunDir rd = inspect_run_dir(path, cfg, opts);
+  if (!lock) {
+    lock = std::make_unique<RunLock>(path);
+    rd = inspect_run_dir(path, cfg, opts);  // another process may have started a run meanwhile
+  }
+  if (!lock->stale_holder().empty())
+    log_warn("took over the stale lock of " + path + " left by atoll " + lock->stale_holder() +
+             " (that process has ended)");
+  rd.lock = std::move(lock);
+  return rd;
+}
+
+void begin_run(RunDir& rd, const Config& cfg) {
+  if (rd.lock) rd.lock->commit();
+  remove_leftover_writes(rd.path);
+  if (!rd.config_changes.empty()) {
+    std::string what;
+    for (const ConfigChange& c : rd.config_changes) what += (what.empty() ? "" : ", ") + c.text();
+    log_info("resuming " + rd.path + " with changed settings (" + what + "); config.toml updated");
+  }
+  if (rd.starts_over)
+    log_warn(rd.path + " holds no checkpoint yet (the run stopped before its first): starting over from step 0");
   fs::create_directories(rd.path + "/checkpoints");
-  write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));
+  write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));  // IoError with the reason ("disk full")
+}
+
+void record_resume(JsonlWriter& events, const RunDir& rd, int64_t step) {
+  if (!rd.resumed) return;
+  nlohmann::json changes = nlohmann::json::array();
+  for (const ConfigChange& c : rd.config_changes) changes.push_back(c.text());
+  nlohmann::json e = rd.starts_over
+                         ? nlohmann::json{{"event", "start_over"},
+                                          {"reason", "--resume found no checkpoint in " + rd.path +
+                                                         " (the run stopped before its first): starting over from step 0"}}
+                         : nlohmann::json{{"event", "resume"}, {"step", step}, {"checkpoint", rd.checkpoint}};
+  if (!changes.empty()) e["config_changes"] = changes;
+  events.write(e);
+}
+
+std::vector<std::string> remove_leftover_writes(const std::string& run_dir) {
+  std::vector<std::string> leftovers;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(run_dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t at = name.rfind(".tmp-");
+    if (!it->is_directory() || at == std::string::npos || at == 0 || at + 5 == name.size() ||
+        name.find_first_not_of("0123456789", at + 5) != std::string::npos)
+      continue;
+    it.disable_recursion_pending();  // its contents go with it
+    const pid_t pid = pid_t(std::stol(name.substr(at + 5)));
+    const bool checkpoint = it.depth() == 1 && it->path().parent_path().filename() == "checkpoints";
+    if (checkpoint || !process_alive(pid)) leftovers.push_back(it->path().string());
+  }
+  for (const std::string& dir : leftovers) {
+    fs::remove_all(dir, ec);
+    log_info("removed " + dir + ", left by an interrupted write");
+  }
+  return leftovers;
 }
 
 }  // namespace atl

@@ -7,6 +7,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/data/prepare.h"
 
 namespace atl {
 namespace {
@@ -143,6 +144,10 @@ std::string save_training_state(const Config& cfg, const std::string& run_dir, T
       walk.value(e);
   }
   if (!walk.writer) return "";
+  // Not training state but what its tokens mean: the tokenizer of the data it trains on, so
+  // that readers (eval, generate) can refuse data or a tokenizer of another.
+  const TokenizerFingerprint tokenizer = dataset_tokenizer_fingerprint(s.loop.train_data.shard_paths().front());
+  if (!tokenizer.value.empty()) walk.state["tokenizer_fingerprint"] = tokenizer.value;
   return save_checkpoint({.run_dir = run_dir,
                           .step = s.loop.step,
                           .keep = cfg.checkpoint.keep,

@@ -39,7 +39,10 @@ struct StatePlace {
 };
 
 // The checkpoint of s.loop.step: a collective walk of the registry (every worker calls it);
-// worker 0 (rank 0 of the lowest member island) writes. Returns the directory there, "" elsewhere.
+// worker 0 (rank 0 of the lowest member island) writes. Beside the registry's entries, the
+// manifest's state holds "tokenizer_fingerprint": the tokenizer of the training data
+// (data/prepare.h dataset_tokenizer_fingerprint), absent for data without one. Returns the
+// directory on worker 0, "" elsewhere.
 std::string save_training_state(const Config& cfg, const std::string& run_dir, TrainingState& s,
                                 const StatePlace& place);
 

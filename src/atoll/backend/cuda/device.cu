@@ -45,6 +45,10 @@ int select_device(int index) {
   return dev;
 }
 
+void memory_info(size_t* free_bytes, size_t* total_bytes) {
+  ATOLL_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 void synchronize() { ATOLL_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 double measure_matmul_peak_gflops(int n, int reps, bool bf16) {

@@ -2,6 +2,7 @@
 // GPU headers (the trainer, the CLI). Plain C++: no vendor header is included.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace atl::gpu {
@@ -13,6 +14,9 @@ std::string describe_device();
 // Makes device `index` modulo the number of devices current for this thread (an island
 // worker's rank picks its GPU); returns the device taken. GpuError when there is none.
 int select_device(int index);
+
+// Free and total bytes of the current device (cudaMemGetInfo). GpuError when there is none.
+void memory_info(size_t* free_bytes, size_t* total_bytes);
 
 // Waits until every operation queued on the device has finished (timing, before host reads
 // that do not synchronise by themselves). Throws GpuError on an earlier asynchronous fault.

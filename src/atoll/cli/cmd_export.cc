@@ -1,0 +1,33 @@
+// `atoll export --format hf`: a checkpoint as a Hugging Face Mixtral model (ckpt/export_hf.h).
+#include <cstdio>
+
+#include "atoll/ckpt/export_hf.h"
+#include "atoll/cli/checkpoint_model.h"
+#include "atoll/cli/commands.h"
+
+namespace atl::cli {
+
+Runner add_export(CLI::App& app) {
+  auto* cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face Mixtral model");
+  struct Flags {
+    std::string checkpoint, format = "hf", out;
+  };
+  auto f = std::make_shared<Flags>();
+  cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
+  cmd->add_option("--format", f->format, "export format (hf)")->check(CLI::IsMember({"hf"}));
+  cmd->add_option("--out", f->out,
+                  "output folder: new, empty, or an earlier export (atoll's files in it are replaced, "
+                  "files you added are kept)")
+      ->required();
+  return [cmd, f]() -> int {
+    if (!cmd->parsed()) return -1;
+    CheckpointModel cm = load_checkpoint_model(f->checkpoint);
+    const std::string tok = run_tokenizer(cm.dir);
+    export_hf(f->out, cm.config.model, cm.layout, cm.params.data(), tok);
+    std::printf("exported %s to %s (config.json, model.safetensors%s; atoll-export.json lists them)\n",
+                cm.dir.c_str(), f->out.c_str(), tok.empty() ? "" : ", tokenizer.model");
+    return 0;
+  };
+}
+
+}  // namespace atl::cli

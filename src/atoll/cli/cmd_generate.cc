@@ -1,0 +1,119 @@
+// `atoll generate`: text sampled from a checkpoint, token by token through the KV-cache decoder.
+//
+// Generation stops at the model's context: the positions fed (the start-of-text token, the
+// prompt, then each generated token but the last) never exceed model.seq_len, the length the
+// model was trained on, so a prompt of P positions gets at most seq_len - P + 1 tokens. When
+// that cuts --max-tokens short, or the model ends the text, a note on stderr says so.
+#include <cmath>
+#include <cstdio>
+
+#include "atoll/cli/checkpoint_model.h"
+#include "atoll/cli/commands.h"
+#include "atoll/cli/number_flags.h"
+#include "atoll/core/errors.h"
+#include "atoll/data/tokenizer.h"
+#include "atoll/model/decoder.h"
+
+namespace atl::cli {
+namespace {
+
+// More is a typing slip: no model has such a context, and generation stops at the context.
+constexpr int64_t kMaxTokensLimit = 1'000'000;
+
+bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+}  // namespace
+
+Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) {
+  CheckpointModel cm = load_checkpoint_model(checkpoint_dir);
+  const Tokenizer tok = load_checkpoint_tokenizer(cm, o.tokenizer);
+  const int T = cm.config.model.seq_len;
+  // Training documents follow an end-of-document token, so a prompt starts after one too.
+  std::vector<int32_t> ids = {tok.eos_id()};
+  for (int32_t id : tok.encode(o.prompt)) ids.push_back(id);
+  const int P = int(ids.size());
+  if (P > T)
+    throw DataError("--prompt is " + std::to_string(P - 1) + " tokens, and with the start-of-text token more than " +
+                    "the context of the model in " + cm.dir + " (model.seq_len = " + std::to_string(T) +
+                    " positions); fix: shorten the prompt to at most " + std::to_string(T - 1) + " tokens");
+  const int room = T - P + 1;  // tokens the context leaves: the last one sampled is never fed
+  const int n = std::min(o.max_tokens, room);
+  Generated g;
+  if (n == 0) {
+    g.text = o.prompt;
+    return g;
+  }
+  Decoder dec(cm.config.model, cm.params.data(), P + n - 1);
+  Rng rng(o.seed);
+  const std::vector<float>* logits = nullptr;
+  for (int32_t id : ids) logits = &dec.step(id);
+  // Only the tokenizer's ids are drawn: a model's vocabulary may be larger than its tokenizer's.
+  const SampleOptions sampling{.temperature = o.temperature, .top_p = o.top_p, .vocab = tok.vocab_size()};
+  std::vector<int32_t> out;
+  bool ended = false;
+  for (int i = 0; i < n; ++i) {
+    const int32_t next = sample_token(*logits, sampling, rng);
+    if ((ended = next == tok.eos_id())) break;
+    out.push_back(next);
+    if (i + 1 < n) logits = &dec.step(next);
+  }
+  const std::string continuation = tok.decode(out);
+  g.text = o.prompt + continuation;
+  const std::string after = "end-of-text after " + std::to_string(out.size()) + " tokens)";
+  if (ended)
+    g.note = is_blank(continuation) ? "(the model ended the text at once: " + after : "(the model ended the text: " + after;
+  else if (n < o.max_tokens)
+    g.note = "(stopped at the model's context: model.seq_len = " + std::to_string(T) + " positions, the prompt took " +
+             std::to_string(P) + " with its start-of-text token, so " + std::to_string(n) + " of --max-tokens " +
+             std::to_string(o.max_tokens) + " were generated)";
+  return g;
+}
+
+std::string generate_text(const std::string& checkpoint_dir, const std::string& tokenizer_path,
+                          const std::string& prompt, int max_tokens, double temperature, double top_p, uint64_t seed) {
+  return generate(checkpoint_dir, {.tokenizer = tokenizer_path,
+                                   .prompt = prompt,
+                                   .max_tokens = max_tokens,
+                                   .temperature = temperature,
+                                   .top_p = top_p,
+                                   .seed = seed})
+      .text;
+}
+
+Runner add_generate(CLI::App& app) {
+  auto* cmd = app.add_subcommand("generate",
+                                 "sample text from a checkpoint (KV cache); stops at end-of-text, at --max-tokens, or at "
+                                 "the model's context (model.seq_len positions, prompt included), and says why on stderr");
+  struct Flags {
+    std::string checkpoint, prompt, tokenizer, max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
+  };
+  auto f = std::make_shared<Flags>();
+  cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
+  cmd->add_option("--prompt", f->prompt, "text to continue (at most model.seq_len - 1 tokens)");
+  cmd->add_option("--max-tokens", f->max_tokens,
+                  "tokens to generate, 0 to " + std::to_string(kMaxTokensLimit) +
+                      " (default 128); fewer when the model's context is reached first")
+      ->type_name("N");
+  cmd->add_option("--temperature", f->temperature, "sampling temperature, a finite number >= 0; 0 = greedy (default 0.8)")
+      ->type_name("T");
+  cmd->add_option("--top-p", f->top_p, "nucleus sampling mass, > 0 and <= 1 (default 0.95)")->type_name("P");
+  cmd->add_option("--seed", f->seed, "sampling seed, a whole number >= 0 (default 0)")->type_name("S");
+  cmd->add_option("--tokenizer", f->tokenizer, "tokenizer.model (default: the run's)");
+  return [cmd, f]() -> int {
+    if (!cmd->parsed()) return -1;
+    const GenerateOptions o{
+        .tokenizer = f->tokenizer,
+        .prompt = f->prompt,
+        .max_tokens = int(whole_number_flag("--max-tokens", f->max_tokens, 0, kMaxTokensLimit, "128")),
+        .temperature = real_flag("--temperature", f->temperature, {.lo = 0, .hi = INFINITY}, "0.8 (0 = greedy)"),
+        .top_p = real_flag("--top-p", f->top_p, {.lo = 0, .hi = 1, .lo_open = true}, "0.95"),
+        .seed = seed_flag("--seed", f->seed)};
+    const Generated g = generate(f->checkpoint, o);
+    std::printf("%s\n", g.text.c_str());
+    std::fflush(stdout);
+    if (!g.note.empty()) std::fprintf(stderr, "%s\n", g.note.c_str());
+    return 0;
+  };
+}
+
+}  // namespace atl::cli

@@ -1,0 +1,170 @@
+#include "atoll/engine/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "atoll/core/errors.h"
+#include "atoll/engine/cuda_engine.h"
+#include "atoll/engine/engine.h"
+#include "atoll/model/layout.h"
+#include "atoll/model/precision.h"
+#include "atoll/optim/muon.h"
+
+namespace atl {
+namespace {
+
+constexpr double kF32 = 4, kBf16 = 2, kI32 = 4;
+constexpr double kHeadChunk = 256;   // rows of logits alive at once (model.cc)
+constexpr double kExpertChunk = 2048;  // dispatched rows per expert chunk (experts_swiglu.h)
+
+// Activations one model keeps for `B` sequences, and its largest scratch (bytes), as the
+// buffers of model/model.cc, block.cc and the parts allocate them.
+struct ModelBytes {
+  double activations = 0, scratch = 0;
+};
+ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
+  const double T = m.seq_len, N = B * T, C = m.dim, L = m.n_layers, V = m.vocab_size, E = m.n_experts,
+               K = m.top_k, H = m.expert_hidden, NH = m.n_heads, QD = NH * m.head_dim,
+               KVD = double(m.n_kv_heads) * m.head_dim, R = N * K;
+  const double kept = bf16 ? kBf16 : kF32;  // attention's q, k, v, output and the expert rows
+  ModelBytes b;
+  // Per block: the two norms' statistics, attention (log-sum-exp per head, q, k, v, output), the
+  // residual between the sub-layers (fp32 only), the router (probabilities, log-sum-exp, top-k
+  // ids and weights), the experts' hidden rows (two in fp32, one in bf16) and their routing.
+  const double per_block = kF32 * (2 * N + N * NH + (bf16 ? 0 : N * C) + N * E + N + R) + kI32 * R +
+                           kept * N * (2 * QD + 2 * KVD) + kept * R * H * (bf16 ? 1 : 2) + kI32 * (2 * R + E + 1);
+  // The residual stream entering every block, the buffers the blocks share, the tokens.
+  b.activations = L * per_block + kF32 * ((L + 1) * N * C + 4 * N * C + N * K + N) + kI32 * N;
+  // Scratch shared by the layers: the router's logits and their gradient, the experts' row
+  // weights, and under bf16 the products' rounded inputs and output gradients.
+  b.activations += kF32 * (2 * N * E + 2 * R);
+  if (bf16) b.activations += kBf16 * (N * C + N * std::max({C, QD, KVD}) + 2 * N * C + N * C);
+  // The work buffer: the head's logits chunk, attention's, or one expert chunk's.
+  const double chunk = std::min(kExpertChunk, R);
+  b.scratch = kF32 * std::max({kHeadChunk * V, N * (2 * QD + 2 * KVD), chunk * (3 * C + 3 * H)});
+  if (bf16) b.scratch += kBf16 * (V * C + kHeadChunk * V);  // the head's weights and d(logits) in bf16
+  return b;
+}
+
+// Muon's Newton-Schulz buffers (optim/muon.cc) for the largest hidden matrix (m = min(rows,
+// cols), n = rows * cols): fp32 products give each thread the update, X and A = X Xt, B (3n + 2m²
+// floats); bf16 products batch matrices of one shape up to kMuonBatchElements, with the update
+// and X in fp32, X, A and B in bf16.
+double muon_scratch(const Config& cfg, const ParamLayout& layout, bool bf16) {
+  if (cfg.optim.name != "muon") return 0;
+  double n = 0, mm = 0;
+  for (const ParamEntry& e : layout.entries()) {
+    if (!e.is_hidden_matrix()) continue;
+    const double m = double(std::min(e.matrix_rows, e.matrix_cols));
+    n = std::max(n, double(e.matrix_rows) * double(e.matrix_cols)), mm = std::max(mm, m * m);
+  }
+  if (bf16) {
+    const double batch = std::max(1.0, std::floor(double(kMuonBatchElements) / std::max(n, 1.0)));
+    return batch * (n * (2 * kF32 + kBf16) + 2 * kBf16 * mm);
+  }
+  const double threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1u, std::thread::hardware_concurrency());
+  return threads * kF32 * (3 * n + 2 * mm);
+}
+
+double read_number(const std::string& path) {
+  std::ifstream f(path);
+  double x = 0;
+  return f >> x ? x : 0;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const bool bf16 = parse_precision(cfg.train.precision) == Precision::kBf16;
+  const ParamLayout layout = ParamLayout::build(m);
+  MemoryEstimate e;
+  e.params = double(layout.total());
+  // Parameters, gradients and the two moments, one float each per parameter.
+  e.state = 4 * kF32 * e.params;
+  const ModelBytes micro = model_bytes(m, micro_batch(cfg.train), bf16);
+  e.activations = micro.activations;
+  e.scratch = micro.scratch + muon_scratch(cfg, layout, bf16);
+  if (cfg.train.device != "cuda") {
+    e.host = e.state + e.activations + e.scratch;
+    return e;
+  }
+  // The GPU holds the working state, the activations and scratch (and under bf16 every
+  // parameter rounded once per forward); the host keeps copies of the state and a model of
+  // one sequence.
+  const ModelBytes one = model_bytes(m, 1, bf16);
+  e.device = e.state + e.activations + e.scratch + (bf16 ? kBf16 * e.params : 0);
+  e.host = e.state + one.activations + one.scratch;
+  return e;
+}
+
+AvailableMemory available_host_memory() {
+  AvailableMemory a;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    std::istringstream words(line);
+    std::string name;
+    double kib = 0;
+    if (words >> name >> kib && name == "MemAvailable:") a = {kib * 1024, "MemAvailable in /proc/meminfo"};
+  }
+  // cgroup v2: memory.max is "max" (no limit, reads as 0 here) or the limit in bytes.
+  const double limit = read_number("/sys/fs/cgroup/memory.max");
+  if (limit > 0) {
+    const double room = std::max(0.0, limit - read_number("/sys/fs/cgroup/memory.current"));
+    if (a.bytes <= 0 || room < a.bytes) a = {room, "this cgroup's memory.max less memory.current"};
+  }
+  return a;
+}
+
+std::string bytes_text(double bytes) {
+  char buf[64];
+  constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB, kTiB = 1024.0 * kGiB;
+  if (bytes >= kTiB) std::snprintf(buf, sizeof buf, "%.1f TiB", bytes / kTiB);
+  else if (bytes >= kGiB) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
+  else std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / kMiB);
+  return buf;
+}
+
+namespace {
+
+// The refusal: what the estimate is made of, the keys that drive the larger part first, what is
+// available and where that figure comes from, and the fix.
+[[noreturn]] void too_large(const Config& cfg, const MemoryEstimate& e, double need, const std::string& memory,
+                            int processes, const AvailableMemory& have) {
+  const std::string state_keys =
+      "model.dim, model.n_layers, model.n_experts, model.expert_hidden or model.vocab_size (the parameters)";
+  const std::string batch_keys =
+      "train.micro_batch_size (gradients accumulate up to train.batch_size) or model.seq_len (the activations)";
+  char params[32];
+  std::snprintf(params, sizeof params, "%.3g", e.params);
+  const std::string parts =
+      "parameters, gradients and optimizer moments " + bytes_text(e.state) + " for " + params +
+      " parameters; activations kept for backward " + bytes_text(e.activations) + " for " +
+      std::to_string(micro_batch(cfg.train)) + " sequences of " + std::to_string(cfg.model.seq_len) +
+      " tokens; largest scratch " + bytes_text(e.scratch);
+  const std::string each = processes > 1 ? " for " + std::to_string(processes) + " worker processes" : "";
+  const bool state_first = e.state >= e.activations;
+  throw ConfigError("the model and batch need about " + bytes_text(need) + " of " + memory + each + " (" + parts +
+                    "), more than the " + bytes_text(have.bytes) + " available (" + have.source + "); fix: lower " +
+                    (state_first ? state_keys + ", or " + batch_keys : batch_keys + ", or " + state_keys) +
+                    "; or set train.memory_check = false if the estimate is wrong");
+}
+
+}  // namespace
+
+void check_memory_fits(const Config& cfg, const MemoryCheckOptions& opts) {
+  if (!cfg.train.memory_check) return;
+  const MemoryEstimate e = estimate_memory(cfg);
+  const AvailableMemory host = available_host_memory();
+  if (host.bytes > 0 && e.host * opts.processes > host.bytes)
+    too_large(cfg, e, e.host * opts.processes, "host memory", opts.processes, host);
+  double free_bytes = 0, total_bytes = 0;
+  if (e.device > 0 && cuda_device_memory(opts.device_index, &free_bytes, &total_bytes) && e.device > free_bytes)
+    too_large(cfg, e, e.device, "GPU memory", 1, {free_bytes, "free on the GPU of " + bytes_text(total_bytes)});
+}
+
+}  // namespace atl

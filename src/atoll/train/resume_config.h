@@ -1,0 +1,42 @@
+// What a resumed run may change of the config it was started with (RUN_DIR/config.toml).
+//
+// `atoll train --resume` and `atoll launch --resume` continue a run with its own config.toml;
+// `--set` (or a `--config` file) may change the keys of kResumeSafeKeys: how long the run goes,
+// how often it evaluates, logs and checkpoints, how many checkpoints it keeps, its threads and
+// its timeout. These steer the run without changing what a step computes (train.steps does move
+// the learning-rate schedule's end, which is what extending a run means). Every other key (the
+// optimizer, the data, the batch, DiLoCo...) would make the resumed run another run than the one
+// its checkpoint belongs to, so a change is refused with the key and both values named, unless
+// the user asks for it (`--allow-config-change`). A [model] key cannot change at all: the
+// checkpoint holds a model of that shape.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "atoll/config/config.h"
+
+namespace atl {
+
+// The one list of keys a --resume may change without --allow-config-change (docs: README.md).
+inline constexpr std::array<std::string_view, 8> kResumeSafeKeys = {
+    "train.steps",   "train.eval_every", "train.eval_batches", "train.log_every",
+    "train.threads", "checkpoint.every", "checkpoint.keep",    "fault.timeout_s"};
+
+// One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).
+struct ConfigChange {
+  std::string key, was, now;
+  bool safe() const;         // in kResumeSafeKeys
+  bool model() const;        // a [model] key
+  std::string text() const;  // "train.steps: 4 -> 6"
+};
+
+// Every key whose value differs between the run's config and the new one, in declaration order.
+std::vector<ConfigChange> config_changes(const Config& was, const Config& now);
+
+// kResumeSafeKeys as "train.steps, train.eval_every, ..." (help text and error messages).
+std::string resume_safe_keys_text();
+
+}  // namespace atl

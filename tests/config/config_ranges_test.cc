@@ -1,0 +1,186 @@
+// Every value is checked where it enters: each config key refuses what it cannot mean (out of
+// range, not finite, a bound that is open) with an error naming the key and the fix, and takes
+// the edges it can mean. Cross-field rules (decay that would flip the weights, a tokenizer too
+// small for its byte pieces) too. Table-driven: one row per key and bad value.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "atoll/config/config.h"
+#include "atoll/core/errors.h"
+
+namespace atl {
+namespace {
+
+// The error of the default config with `sets` applied ("" when it loads).
+std::string error_of(const std::vector<std::string>& sets) {
+  try {
+    parse_config("", "t.toml", sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Bad {
+  std::string set;   // key=value
+  std::string name;  // what the error must name besides the key
+};
+
+// Values each key cannot mean. Several of these loaded before and failed later (a NaN loss
+// blamed on the learning rate, a timeout of 0 s, an infinite RoPE base).
+const std::vector<Bad> kBad = {
+    {"model.rope_theta=inf", "finite"},
+    {"model.rope_theta=nan", "finite"},
+    {"model.rope_theta=0.5", "out of range"},
+    {"model.norm_eps=0.0", "out of range"},
+    {"model.norm_eps=-1e-6", "out of range"},
+    {"model.aux_loss_coef=inf", "finite"},
+    {"model.aux_loss_coef=-0.1", "out of range"},
+    {"model.z_loss_coef=nan", "finite"},
+    {"model.init_std=inf", "finite"},
+    {"model.init_std=-0.02", "out of range"},
+    {"model.vocab_size=1", "out of range"},
+    {"model.dim=0", "out of range"},
+    {"model.seq_len=0", "out of range"},
+    {"model.head_dim=1", "out of range"},
+    {"model.n_layers=0", "out of range"},
+    {"model.n_heads=0", "out of range"},
+    {"model.n_kv_heads=0", "out of range"},
+    {"model.n_experts=0", "out of range"},
+    {"model.top_k=0", "out of range"},
+    {"model.expert_hidden=0", "out of range"},
+    {"model.init_seed=-1", "out of range"},
+    {"train.seed=-1", "out of range"},
+    {"train.batch_ramp_start=-1", "out of range"},
+    {"train.batch_ramp_tokens=-1", "out of range"},
+    {"train.eval_every=-1", "out of range"},
+    {"train.steps=-1", "out of range"},
+    {"train.batch_size=0", "out of range"},
+    {"train.micro_batch_size=-1", "out of range"},
+    {"train.eval_batches=0", "out of range"},
+    {"train.log_every=0", "out of range"},
+    {"train.threads=-1", "out of range"},
+    {"optim.lr=-0.001", "out of range"},
+    {"optim.lr=inf", "finite"},
+    {"optim.lr=nan", "finite"},
+    {"optim.min_lr_ratio=1.5", "out of range"},
+    {"optim.warmup_steps=-1", "out of range"},
+    {"optim.decay_frac=1.1", "out of range"},
+    {"optim.beta1=1.0", "out of range"},
+    {"optim.beta1=-0.1", "out of range"},
+    {"optim.beta2=1.0", "out of range"},
+    {"optim.eps=0.0", "out of range"},
+    {"optim.eps=nan", "finite"},
+    {"optim.weight_decay=-0.1", "out of range"},
+    {"optim.weight_decay=inf", "finite"},
+    {"optim.grad_clip=-1.0", "out of range"},
+    {"optim.grad_clip=inf", "finite"},
+    {"optim.muon_momentum=1.0", "out of range"},
+    {"optim.ns_steps=0", "out of range"},
+    {"data.vocab_size=-1", "out of range"},
+    {"data.val_fraction=0.9", "out of range"},
+    {"data.val_fraction=nan", "finite"},
+    {"diloco.inner_steps=0", "out of range"},
+    {"diloco.outer_lr=0.0", "out of range"},
+    {"diloco.outer_lr=inf", "finite"},
+    {"diloco.outer_momentum=1.0", "out of range"},
+    {"diloco.outer_momentum=-0.5", "out of range"},
+    {"diloco.fragments=0", "out of range"},
+    {"diloco.overlap_steps=-1", "out of range"},
+    {"diloco.mixing=nan", "finite"},
+    {"diloco.connections=0", "out of range"},
+    {"diloco.chunk_kb=0", "out of range"},
+    {"diloco.dp_warmup_steps=-1", "out of range"},
+    {"checkpoint.every=-1", "out of range"},
+    {"checkpoint.keep=0", "out of range"},
+    {"fault.timeout_s=0.0", "out of range"},
+    {"fault.timeout_s=-5.0", "out of range"},
+    {"fault.timeout_s=inf", "finite"},
+    {"fault.timeout_s=nan", "finite"},
+    {"fault.timeout_s=0.0001", "out of range"},  // below a millisecond: waits count whole ms
+    {"fault.timeout_s=1e300", "out of range"},   // would overflow the millisecond count
+};
+
+TEST(ConfigRanges, EveryKeyRefusesWhatItCannotMean) {
+  for (const Bad& b : kBad) {
+    const std::string key = b.set.substr(0, b.set.find('='));
+    const std::string e = error_of({b.set});
+    EXPECT_NE(e.find("--set " + b.set), std::string::npos) << b.set << " -> " << e;
+    EXPECT_NE(e.find(key + ":"), std::string::npos) << b.set << " -> " << e;
+    EXPECT_NE(e.find(b.name), std::string::npos) << b.set << " -> " << e;
+    EXPECT_NE(e.find("fix: use a"), std::string::npos) << b.set << " -> " << e;
+  }
+}
+
+TEST(ConfigRanges, TheSameRulesHoldInAFile) {
+  const std::string e = [] {
+    try {
+      parse_config("[optim]\nbeta2 = 1.0\n", "f.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(e.find("f.toml: optim.beta2: value 1.0 is out of range; fix: use a value in [0, 1)"), std::string::npos)
+      << e;
+}
+
+TEST(ConfigRanges, EveryKeyTakesTheEdgesItCanMean) {
+  const std::vector<std::string> good = {
+      "model.norm_eps=1e-12",     "model.rope_theta=1.0",  "model.init_std=0.0",     "train.steps=0",
+      "optim.lr=0.0",             "optim.beta1=0.0",       "optim.beta2=0.999999",   "optim.eps=1e-30",
+      "optim.weight_decay=0.0",   "optim.grad_clip=0.0",   "optim.muon_momentum=0.0", "optim.min_lr_ratio=1.0",
+      "optim.decay_frac=0.0",     "data.val_fraction=0.0", "data.vocab_size=0",      "data.vocab_size=260",
+      "diloco.outer_lr=1e-6",     "diloco.outer_momentum=0.0", "diloco.mixing=1.0",  "fault.timeout_s=0.001",
+      "fault.timeout_s=1000000.0", "checkpoint.every=0"};
+  for (const std::string& s : good) EXPECT_EQ(error_of({s}), "") << s;
+}
+
+TEST(ConfigRanges, DecayThatWouldZeroOrFlipTheWeightsIsRefused) {
+  // Decoupled decay multiplies each weight by 1 - lr * weight_decay every step.
+  const std::string e = error_of({"optim.lr=2.0", "optim.weight_decay=0.5"});
+  EXPECT_NE(e.find("optim.lr"), std::string::npos) << e;
+  EXPECT_NE(e.find("optim.weight_decay"), std::string::npos) << e;
+  EXPECT_NE(e.find("fix:"), std::string::npos) << e;
+  EXPECT_EQ(error_of({"optim.lr=2.0", "optim.weight_decay=0.0"}), "");
+  EXPECT_EQ(error_of({"optim.lr=1.0", "optim.weight_decay=0.9"}), "");
+}
+
+TEST(ConfigRanges, ATokenizerTooSmallForItsBytePiecesIsRefused) {
+  // 256 byte pieces and 3 specials come before any piece of the corpus.
+  for (const char* v : {"1", "64", "259"}) {
+    const std::string e = error_of({std::string("data.vocab_size=") + v});
+    EXPECT_NE(e.find("data.vocab_size"), std::string::npos) << v << " -> " << e;
+    EXPECT_NE(e.find("260"), std::string::npos) << v << " -> " << e;
+    EXPECT_NE(e.find("fix:"), std::string::npos) << v << " -> " << e;
+  }
+}
+
+TEST(ConfigRanges, EveryNumberKeyIsCoveredByABadCase) {
+  // A key added later must come with its bad values here.
+  for (const ConfigKeyInfo& k : config_keys()) {
+    if (k.type != "int" && k.type != "float") continue;
+    bool covered = false;
+    for (const Bad& b : kBad) covered |= b.set.rfind(k.key + "=", 0) == 0;
+    EXPECT_TRUE(covered) << k.key << " has no bad case in kBad";
+  }
+}
+
+TEST(ConfigRanges, ShippedConfigsStillLoad) {
+  const char* src = std::getenv("ATOLL_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(src) + "/configs")) {
+    if (e.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(load_config(e.path().string())) << e.path();
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+}  // namespace
+}  // namespace atl

@@ -1,0 +1,177 @@
+// The memory estimate against a real engine's resident memory (fp32 and bf16, AdamW and Muon,
+// small and large activations), and the refusal of a config too large for the machine: fast,
+// without allocating, naming the keys that drive the size, the estimate, what is available and
+// the fix; train.memory_check = false skips it.
+#include "atoll/engine/memory_estimate.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "atoll/config/config.h"
+#include "atoll/core/errors.h"
+#include "atoll/engine/engine.h"
+
+namespace atl {
+namespace {
+
+// Resident bytes of this process (/proc/self/statm: pages).
+double resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  double size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * double(::sysconf(_SC_PAGESIZE));
+}
+
+Config config_with(const std::vector<std::string>& sets) {
+  // ~11 M parameters (175 MiB of state), so that fixed costs (thread stacks, library caches) are
+  // small beside what the estimate counts.
+  std::vector<std::string> all = {"model.vocab_size=8192", "model.dim=256",         "model.n_layers=2",
+                                  "model.n_heads=4",       "model.n_kv_heads=2",    "model.head_dim=64",
+                                  "model.n_experts=8",     "model.expert_hidden=512", "model.seq_len=64",
+                                  "train.batch_size=8",    "train.threads=2"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return parse_config("", "test", all);
+}
+
+// Resident memory an engine adds once it has run a whole step (Muon's buffers and the expert
+// routing are allocated on first use), measured in a child process of its own: memory an
+// earlier engine freed may stay resident in the allocator's heap and hide the next one's.
+double engine_bytes(const Config& cfg);
+double measured_bytes(const Config& cfg) {
+  int p[2];
+  if (::pipe(p) != 0) throw std::runtime_error("pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    double bytes = -1;
+    try {
+      bytes = engine_bytes(cfg);
+    } catch (...) {
+    }
+    [[maybe_unused]] ssize_t n = ::write(p[1], &bytes, sizeof bytes);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  double bytes = -1;
+  if (::read(p[0], &bytes, sizeof bytes) != sizeof bytes) bytes = -1;
+  ::close(p[0]);
+  ::waitpid(pid, nullptr, 0);
+  return bytes;
+}
+
+double engine_bytes(const Config& cfg) {
+  const double before = resident_bytes();
+  std::unique_ptr<Engine> engine = make_engine(cfg);
+  engine->init_params(1);
+  // One sequence is enough: every buffer is sized for the whole micro-batch when the engine is
+  // made, and a step of one sequence is quick on a busy machine.
+  const int T = cfg.model.seq_len;
+  std::vector<int32_t> in(T), tg(T);
+  for (int i = 0; i < T; ++i) in[i] = int32_t(i * 7 % cfg.model.vocab_size), tg[i] = int32_t(i % 97);
+  engine->zero_grads();
+  engine->forward_backward(in.data(), tg.data(), 1, 1.0);
+  engine->clip_grads(1.0);
+  engine->optimizer_step(1e-3);
+  return resident_bytes() - before;
+}
+
+// The estimate is for refusing what cannot fit, so it may be rough, but not by much: within 25%
+// of what a real engine holds (libraries' own caches and the allocator's slack are not counted).
+TEST(MemoryEstimate, CloseToWhatARealEngineHolds) {
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {"train.batch_size=128"},  // fp32, activations larger than the state
+           {"train.precision=bf16"},  // the state and bf16 copies
+           {"optim.name=muon", "train.precision=bf16", "train.batch_size=32"}}) {  // Muon's batched buffers
+    const Config cfg = config_with(sets);
+    const MemoryEstimate e = estimate_memory(cfg);
+    const double real = measured_bytes(cfg);
+    ASSERT_GT(real, 0) << "the measuring child failed";
+    std::string what;
+    for (const auto& s : sets) what += s + " ";
+    EXPECT_GT(e.host, 0.75 * real) << what << "estimate " << bytes_text(e.host) << ", real " << bytes_text(real);
+    EXPECT_LT(e.host, 1.25 * real) << what << "estimate " << bytes_text(e.host) << ", real " << bytes_text(real);
+    EXPECT_EQ(e.device, 0);
+  }
+}
+
+TEST(MemoryEstimate, PartsAddUpAndGrowWithTheirKeys) {
+  const MemoryEstimate e = estimate_memory(config_with({}));
+  EXPECT_DOUBLE_EQ(e.host, e.state + e.activations + e.scratch);
+  EXPECT_DOUBLE_EQ(e.state, 16 * e.params);  // parameters, gradients, two moments: fp32 each
+  const MemoryEstimate batch = estimate_memory(config_with({"train.batch_size=32"}));
+  EXPECT_DOUBLE_EQ(batch.state, e.state);
+  EXPECT_NEAR(batch.activations, 4 * e.activations, 1e-4 * batch.activations);  // all but a few counters per token
+  const MemoryEstimate micro = estimate_memory(config_with({"train.batch_size=32", "train.micro_batch_size=8"}));
+  EXPECT_DOUBLE_EQ(micro.activations, e.activations);  // gradient accumulation keeps one micro-batch
+}
+
+TEST(MemoryEstimate, TheGpuHoldsTheStepAndTheHostItsCopies) {
+  const MemoryEstimate cpu = estimate_memory(config_with({"train.batch_size=8"}));
+  const MemoryEstimate gpu = estimate_memory(config_with({"train.batch_size=8", "train.device=\"cuda\""}));
+  EXPECT_DOUBLE_EQ(gpu.device, cpu.host);
+  EXPECT_LT(gpu.host, cpu.host);
+  EXPECT_GT(gpu.host, cpu.state);
+}
+
+// 52 TB of parameters: refused at once, nothing allocated.
+Config absurd() {
+  return config_with({"model.dim=16384", "model.n_layers=64", "model.n_experts=64", "model.expert_hidden=65536"});
+}
+
+TEST(MemoryCheck, AnAbsurdModelIsRefusedWithoutAllocating) {
+  const double before = resident_bytes();
+  std::string e;
+  try {
+    check_memory_fits(absurd());
+  } catch (const ConfigError& x) {
+    e = x.what();
+  }
+  EXPECT_LT(resident_bytes() - before, 16.0 * 1024 * 1024);
+  for (const char* s : {"TiB", "model.dim", "model.n_experts", "model.expert_hidden", "train.micro_batch_size",
+                        "model.seq_len", "available", "/proc/meminfo", "fix:", "train.memory_check = false"})
+    EXPECT_NE(e.find(s), std::string::npos) << s << " not in: " << e;
+}
+
+TEST(MemoryCheck, AnAbsurdBatchNamesTheBatchFirst) {
+  std::string e;
+  try {
+    check_memory_fits(config_with({"train.batch_size=65536", "model.seq_len=65536"}));
+  } catch (const ConfigError& x) {
+    e = x.what();
+  }
+  const size_t batch = e.find("train.micro_batch_size"), model = e.find("model.dim");
+  ASSERT_NE(batch, std::string::npos) << e;
+  ASSERT_NE(model, std::string::npos) << e;
+  EXPECT_LT(batch, model) << e;
+  EXPECT_NE(e.find("65536 sequences of 65536 tokens"), std::string::npos) << e;
+}
+
+TEST(MemoryCheck, WorkerProcessesOnOneMachineAddUp) {
+  // One worker fits; as many as it takes to exceed what is available do not.
+  const Config cfg = config_with({});
+  EXPECT_NO_THROW(check_memory_fits(cfg));
+  const AvailableMemory have = available_host_memory();
+  ASSERT_GT(have.bytes, 0);
+  const int processes = int(have.bytes / estimate_memory(cfg).host) + 1;
+  std::string e;
+  try {
+    check_memory_fits(cfg, {.processes = processes});
+  } catch (const ConfigError& x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("for " + std::to_string(processes) + " worker processes"), std::string::npos) << e;
+}
+
+TEST(MemoryCheck, TurnedOffWhenTheEstimateIsWrong) {
+  Config cfg = absurd();
+  cfg.train.memory_check = false;
+  EXPECT_NO_THROW(check_memory_fits(cfg));
+}
+
+}  // namespace
+}  // namespace atl
