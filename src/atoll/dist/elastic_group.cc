@@ -67,6 +67,17 @@ void ElasticGroup::drop() {
   group_.reset();  // closes the connections: a peer waiting on us fails now
 }
 
+std::string ElasticGroup::lost_members() {
+  const std::vector<bool> alive = membership_.alive(view_);
+  std::string lost;
+  for (size_t g = 0; g < alive.size(); ++g) {
+    if (alive[g]) continue;
+    const int i = view_.islands[g];
+    lost += (lost.empty() ? "" : ", ") + (opts_.island_name ? opts_.island_name(i) : "island " + std::to_string(i));
+  }
+  return lost;
+}
+
 Decision ElasticGroup::decide(const std::string& attempt, bool ok, bool admit) {
   if (!ok) drop();
   return membership_.decide(view_, attempt, ok, admit);

@@ -3,7 +3,7 @@
 // decides whether an attempt counts.
 //
 // One attempt (an outer step's exchange, or an admission's state transfer) goes:
-//   1. formed() and members_alive() (one MGET of the view's heartbeats: a member already known
+//   1. formed() and lost_members() (one MGET of the view's heartbeats: a member already known
 //      lost is not waited for), then the collective;
 //   2. decide(ok): every worker of the view votes, one decision for all (Membership::decide).
 //      A worker whose collective failed drops its group before it waits, so peers still
@@ -71,7 +71,8 @@ class ElasticGroup {
   // Why the current group did not form ("" when it did).
   const std::string& formation_error() const { return formation_error_; }
 
-  bool members_alive() { return membership_.all_alive(view_); }
+  // "" while every island of the view is alive, else the lost ones named ("island 2 rank 0").
+  std::string lost_members();
   // This worker's outcome of `attempt`; drops the group first when !ok.
   Decision decide(const std::string& attempt, bool ok, bool admit);
   // After an aborted attempt: drops the group, adopts the next epoch's view and forms its group

@@ -34,7 +34,8 @@ std::optional<View> StreamingDiloco::take_admission() {
 std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
   fault_outer_step(sync_.outer_step() + 1);
   if (!elastic_->formed()) return "the outer group did not form: " + elastic_->formation_error();
-  if (!elastic_->members_alive()) return "a member of " + elastic_->view().describe() + " is lost (heartbeat)";
+  if (const std::string lost = elastic_->lost_members(); !lost.empty())
+    return lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
   const double b0 = now_s();
   try {
     outer().barrier();
@@ -175,7 +176,8 @@ StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* t
   if (elastic_) {  // an exchange that cannot succeed is not started; its wait point votes it down
     fault_outer_step(sync_.outer_step() + 1);
     if (!elastic_->formed()) flight_failure_ = "the outer group did not form: " + elastic_->formation_error();
-    else if (!elastic_->members_alive()) flight_failure_ = "a member of " + elastic_->view().describe() + " is lost";
+    else if (const std::string lost = elastic_->lost_members(); !lost.empty())
+      flight_failure_ = lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
     if (!flight_failure_.empty()) {
       // Voted down at once (the vote stands for the wait point too): the group is dropped now,
       // so the islands whose exchange started fail at once instead of at their timeout.
