@@ -157,6 +157,7 @@ struct Worker {
   std::unique_ptr<ProcessGroup> inner{};
   std::unique_ptr<ElasticGroup> outer{};
   std::unique_ptr<DilocoSync> diloco{};
+  uint64_t checkpoint_bytes = 0;  // sent by checkpoint gathers (not training traffic: comm_bytes leaves it out)
 
   // An incident of this worker in events.jsonl.
   void stamp(const std::string& kind, nlohmann::json fields) {
@@ -319,6 +320,12 @@ struct Worker {
           const std::optional<std::string> record = membership->record(i, r);
           return record ? record_value(*record, entry) : std::nullopt;
         }};
+    const uint64_t sent_before = inner->stats().bytes_sent + outer->stats().bytes_sent;
+    struct Count {  // whatever the save sent, also when it failed
+      Worker& w;
+      uint64_t before;
+      ~Count() { w.checkpoint_bytes += w.inner->stats().bytes_sent + w.outer->stats().bytes_sent - before; }
+    } count{*this, sent_before};
     try {
       return save_training_state(cfg, run_dir, state, place);
     } catch (const PeerLost& e) {
@@ -397,7 +404,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
              std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
-  IslandHooks hooks(cfg, {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who},
+  IslandHooks hooks(cfg,
+                    {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who,
+                     .checkpoint_bytes = &wk.checkpoint_bytes},
                     inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr);
   DriverResult r;
   try {
