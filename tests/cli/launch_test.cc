@@ -156,6 +156,22 @@ TEST_F(LaunchTest, BadStreamingValuesAreClearErrorsNamingTheKey) {
 // mean gradient, i.e. data parallel: 2 islands equal 1 island of 2 workers to rounding, worker
 // by worker (the same data slices). With AdamW it would not (sgd.h, docs/islands.md). Gradient
 // clipping is off because clipping each island's gradient is not linear either.
+// comm_bytes is training traffic: checkpoints gathered to their writer every 2 steps leave it as
+// it is without them (the DiLoCo-versus-data-parallel byte count must not depend on checkpoints).
+TEST_F(LaunchTest, CheckpointGathersAreNotCountedInCommBytes) {
+  std::map<std::string, std::map<std::pair<int, int>, uint64_t>> bytes;  // run -> worker -> last comm_bytes
+  for (const std::string every : {"0", "2"}) {
+    const RunResult r = launch(dir("every" + every), {"--islands", "2", "--workers-per-island", "2", "--set",
+                                                      "train.steps=6", "--set", "diloco.inner_steps=3", "--set",
+                                                      "checkpoint.every=" + every});
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    for (const auto& row : read_jsonl(dir("every" + every) + "/metrics.jsonl"))
+      bytes[every][{row["island"].get<int>(), row["rank"].get<int>()}] = row["comm_bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(bytes["2"], bytes["0"]);
+  EXPECT_EQ(bytes["0"].size(), 4u);
+}
+
 TEST_F(LaunchTest, SgdWithHOneEqualsDataParallel) {
   const std::vector<std::string> common = {"--set", "optim.name=sgd", "--set", "optim.lr=0.5", "--set",
                                            "optim.grad_clip=0", "--set", "optim.warmup_steps=0", "--set",

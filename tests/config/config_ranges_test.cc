@@ -103,6 +103,12 @@ const std::vector<Bad> kBad = {
     {"fault.timeout_s=nan", "finite"},
     {"fault.timeout_s=0.0001", "out of range"},  // below a millisecond: waits count whole ms
     {"fault.timeout_s=1e300", "out of range"},   // would overflow the millisecond count
+    {"fault.max_restarts=-1", "out of range"},
+    {"fault.restart_backoff_s=-1.0", "out of range"},
+    {"fault.restart_backoff_s=nan", "finite"},
+    {"fault.heartbeat_s=0.001", "out of range"},  // below 10 ms: heartbeats are timed in whole ms
+    {"fault.heartbeat_s=inf", "finite"},
+    {"fault.heartbeat_ttl_s=0.0", "out of range"},
 };
 
 TEST(ConfigRanges, EveryKeyRefusesWhatItCannotMean) {
@@ -136,7 +142,7 @@ TEST(ConfigRanges, EveryKeyTakesTheEdgesItCanMean) {
       "optim.weight_decay=0.0",   "optim.grad_clip=0.0",   "optim.muon_momentum=0.0", "optim.min_lr_ratio=1.0",
       "optim.decay_frac=0.0",     "data.val_fraction=0.0", "data.vocab_size=0",      "data.vocab_size=260",
       "diloco.outer_lr=1e-6",     "diloco.outer_momentum=0.0", "diloco.mixing=1.0",  "fault.timeout_s=0.001",
-      "fault.timeout_s=1000000.0", "checkpoint.every=0"};
+      "fault.timeout_s=1000000.0", "fault.max_restarts=0", "fault.restart_backoff_s=0.0", "checkpoint.every=0"};
   for (const std::string& s : good) EXPECT_EQ(error_of({s}), "") << s;
 }
 

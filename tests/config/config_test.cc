@@ -58,6 +58,20 @@ TEST(Config, WrongTypesAndRangesAreNamed) {
   EXPECT_NE(error_of("", {"train.steps"}).find("expected key=value"), std::string::npos);
 }
 
+TEST(Config, FaultKeysHaveHealingDefaultsAndTheTtlMustExceedTheHeartbeat) {
+  const Config c = parse_config("", "defaults");
+  EXPECT_GT(c.fault.max_restarts, 0) << "a run left alone heals itself";
+  EXPECT_GT(c.fault.heartbeat_ttl_s, c.fault.heartbeat_s);
+  const Config d = parse_config("[fault]\nheartbeat_s = 0.5\nheartbeat_ttl_s = 2\nmax_restarts = 0\n", "f.toml");
+  EXPECT_EQ(d.fault.max_restarts, 0);
+  EXPECT_DOUBLE_EQ(d.fault.heartbeat_ttl_s, 2.0);
+  const std::string e = error_of("[fault]\nheartbeat_s = 2\nheartbeat_ttl_s = 2\n");
+  EXPECT_NE(e.find("bad.toml"), std::string::npos) << e;
+  EXPECT_NE(e.find("fault.heartbeat_ttl_s"), std::string::npos) << e;
+  EXPECT_NE(e.find("fix"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {"fault.max_restarts=-1"}).find("fault.max_restarts"), std::string::npos);
+}
+
 TEST(Config, PerLayerPartKindsAreChecked) {
   Config c = parse_config("[model]\nn_layers = 4\nattention_layers = [\"gqa\", \"gqa\"]\n", "t.toml",
                           {"model.router_layers=topk"});

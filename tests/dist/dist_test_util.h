@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,11 +40,13 @@ class RedisSuite : public ::testing::Test {
 
 // Runs fn(rank) for rank 0..size-1, each in its own forked process, and returns what each
 // returned, in rank order. A child that throws sends back "ERROR: <what>" instead (the test
-// decides whether that is expected); a child that crashes or outlives `deadline` fails the test.
+// decides whether that is expected); a child that crashes or outlives `deadline` fails the test,
+// unless its rank is in `may_die` (a fault test kills it on purpose): its result is then "DIED".
 // Children leave with _exit, so they never run the parent's destructors (its redis-server
 // stays up) or its remaining tests.
 inline std::vector<std::string> run_processes(int size, const std::function<std::string(int rank)>& fn,
-                                              std::chrono::seconds deadline = std::chrono::seconds(60)) {
+                                              std::chrono::seconds deadline = std::chrono::seconds(60),
+                                              const std::vector<int>& may_die = {}) {
   std::vector<int> fds(size);
   std::vector<pid_t> pids(size);
   for (int r = 0; r < size; ++r) {
@@ -107,6 +110,8 @@ inline std::vector<std::string> run_processes(int size, const std::function<std:
     ::waitpid(pids[r], &status, 0);
     if (out[r].rfind("OK:", 0) == 0) {
       out[r] = out[r].substr(3);
+    } else if (std::find(may_die.begin(), may_die.end(), r) != may_die.end()) {
+      out[r] = "DIED";
     } else if (out[r].rfind("ERROR: ", 0) != 0) {
       ADD_FAILURE() << "rank " << r << " died (status " << status << ") without a result";
     }

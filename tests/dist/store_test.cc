@@ -50,6 +50,31 @@ TEST_F(StoreTest, KeyOperations) {
   EXPECT_EQ(store.exists({"atoll/keys/a", "atoll/keys/none"}), (std::vector<bool>{true, false}));
 }
 
+// The commands membership needs: keys with an expiry (heartbeats), several keys in one round
+// trip, deletion (also only of one's own value).
+TEST_F(StoreTest, ExpiringKeysManyKeysAtOnceAndDeletion) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "ttl"});
+  store.set_with_ttl("atoll/ttl/hb", "token-1", std::chrono::milliseconds(60000));
+  store.set("atoll/ttl/plain", "p");
+  EXPECT_EQ(store.get_many({"atoll/ttl/hb", "atoll/ttl/none", "atoll/ttl/plain"}),
+            (std::vector<std::optional<std::string>>{"token-1", std::nullopt, "p"}));
+  EXPECT_TRUE(store.get_many({}).empty());
+  EXPECT_FALSE(store.erase_if_equal("atoll/ttl/hb", "token-0"));  // another writer's value stays
+  EXPECT_EQ(store.get("atoll/ttl/hb").value(), "token-1");
+  EXPECT_TRUE(store.erase_if_equal("atoll/ttl/hb", "token-1"));
+  store.set("atoll/ttl/hb", "again");
+  store.erase("atoll/ttl/hb");
+  store.erase("atoll/ttl/never-there");
+  EXPECT_FALSE(store.get("atoll/ttl/hb").has_value());
+  // An expiring key lives until its ttl passes without a refresh (Redis expires it, not us).
+  store.set_with_ttl("atoll/ttl/short", "x", std::chrono::milliseconds(30));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store.get("atoll/ttl/short") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_FALSE(store.get("atoll/ttl/short").has_value());
+  EXPECT_EQ(store.get("atoll/ttl/plain").value(), "p");  // keys without a ttl stay
+}
+
 TEST_F(StoreTest, GlooViewPrefixesKeysAndWritesOnce) {
   Store store(StoreOptions{.url = server_->url(), .run_id = "view"});
   auto view = store.gloo_view(store.group_prefix("g", 0));

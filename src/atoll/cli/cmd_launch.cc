@@ -35,6 +35,7 @@ Runner add_worker(CLI::App& app) {
       ->check(whole_number(0, kIntMax));
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
+  cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
   return [cmd, f, config]() -> int {
     if (!cmd->parsed()) return -1;
     if (f->island >= f->islands)
@@ -44,7 +45,15 @@ Runner add_worker(CLI::App& app) {
       throw ConfigError("--rank " + std::to_string(f->rank) + " is not below --workers-per-island " +
                         std::to_string(f->workers_per_island) + "; fix: ranks are numbered 0..M-1");
     if (config->path.empty()) config->path = default_config_path();
-    const WorkerResult r = run_worker(config->load(), *f);
+    if (f->join && !f->resume_from.empty())
+      throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
+    WorkerResult r;
+    try {
+      r = run_worker(config->load(), *f);
+    } catch (const LeftRun& e) {  // the launcher restarts it with --join
+      std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
+      return kWorkerRejoinExit;
+    }
     if (!f->quiet)
       std::printf("island %d rank %d: %ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,
                   long(r.steps), long(r.outer_steps), r.first_loss, r.final_loss, r.theta_hash.c_str());

@@ -132,6 +132,11 @@ void visit_config(Config& c, V&& v) {
   // Waits are counted in whole milliseconds (0 would mean "no bound" to some of them); a
   // million seconds is eleven days, far below the overflow of the count.
   v.num("fault.timeout_s", c.fault.timeout_s, "bound on any wait for a peer or the store, seconds", closed(0.001, 1e6));
+  v.num("fault.max_restarts", c.fault.max_restarts, "restarts of one worker by `atoll launch` before the run fails (0 = the first loss ends the run)", closed(0, 1 << 20));
+  v.num("fault.restart_backoff_s", c.fault.restart_backoff_s, "seconds before a lost worker's first restart; doubles with each restart, capped at 60", closed(0.0, 3600.0));
+  // Heartbeats are timed in whole milliseconds: at least 10 ms apart, living at least 20 ms.
+  v.num("fault.heartbeat_s", c.fault.heartbeat_s, "seconds between a worker's heartbeats in the store", closed(0.01, 3600.0));
+  v.num("fault.heartbeat_ttl_s", c.fault.heartbeat_ttl_s, "seconds a heartbeat lives: a worker silent this long is lost (above fault.heartbeat_s)", closed(0.02, 86400.0));
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {
@@ -480,6 +485,11 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("train.micro_batch_size (" + std::to_string(micro) + ") must divide train.batch_size (" + std::to_string(t.batch_size) + "); fix: change one of them");
   if (t.batch_ramp_start > t.batch_size)
     fail("train.batch_ramp_start exceeds train.batch_size; fix: start the ramp at or below the target batch");
+  const auto& f = c.fault;
+  if (!(f.heartbeat_ttl_s > f.heartbeat_s))
+    fail("fault.heartbeat_ttl_s (" + fmt_double(f.heartbeat_ttl_s) + ") must exceed fault.heartbeat_s (" +
+         fmt_double(f.heartbeat_s) + "), or a live worker's heartbeat expires between two refreshes; fix: raise "
+         "fault.heartbeat_ttl_s to a few heartbeats (e.g. 5 x fault.heartbeat_s)");
   // SentencePiece's byte fallback: 256 byte pieces and 3 specials before any piece of the corpus.
   if (c.data.vocab_size > 0 && c.data.vocab_size < kMinTokenizerVocab)
     fail("data.vocab_size (" + std::to_string(c.data.vocab_size) + ") leaves no room for the tokenizer's 256 byte pieces and 3 "

@@ -41,5 +41,11 @@ class PeerLost : public Error {
  public:
   using Error::Error;
 };
+// This worker is no longer a member of an elastic run (its island lost a worker, or the others
+// re-formed without it): it must leave, and rejoin as a new process (`atoll worker --join`).
+class LeftRun : public Error {
+ public:
+  using Error::Error;
+};
 
 }  // namespace atl

@@ -23,16 +23,53 @@ DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const
   }
   ATOLL_CHECK_EQ(plan_.total, n);
   const int P = plan_.count();
-  const int rings = opts.ring.error_feedback ? P : 1;
-  for (int r = 0; r < rings; ++r) rings_.push_back(std::make_unique<RingAllreduce>(outer, opts.ring));
+  make_rings(outer);
   delta_.resize(size_t(P));
-  for (int f = 0; f < P; ++f) delta_[size_t(f)].resize(plan_.size(f));
+  size_t largest = 0;
+  for (int f = 0; f < P; ++f) delta_[size_t(f)].resize(plan_.size(f)), largest = std::max(largest, plan_.size(f));
+  mean_.resize(largest);
+  exchanged_.assign(size_t(P), false);
   sent_.assign(size_t(P), 0);
   exchange_s_.assign(size_t(P), 0.0);
   outer_steps_.assign(size_t(P), 0);
 }
 
 DilocoSync::~DilocoSync() = default;
+
+void DilocoSync::make_rings(ProcessGroup& outer) {
+  const int rings = opts_.ring.error_feedback ? plan_.count() : 1;
+  for (int r = 0; r < rings; ++r) rings_.push_back(std::make_unique<RingAllreduce>(outer, opts_.ring));
+}
+
+RingAllreduce& DilocoSync::ring_of(int f) {
+  ATOLL_CHECK(!rings_.empty()) << "DilocoSync: an exchange while detached from the outer group";
+  return *rings_[rings_.size() == 1 ? 0 : size_t(f)];
+}
+
+const RingAllreduce& DilocoSync::ring(int f) const {
+  ATOLL_CHECK(!rings_.empty()) << "DilocoSync: the ring read while detached from the outer group";
+  return *rings_[rings_.size() == 1 ? 0 : size_t(f)];
+}
+
+void DilocoSync::detach() {
+  if (rings_.empty()) return;
+  parked_.clear();
+  for (auto& r : rings_) parked_.push_back(r->residual());
+  rings_.clear();  // their Gloo buffers and contexts go: the group's connections can close
+}
+
+void DilocoSync::rebind(ProcessGroup& outer) {
+  detach();
+  make_rings(outer);
+  for (size_t r = 0; r < rings_.size(); ++r)
+    if (!parked_[r].empty()) rings_[r]->set_residual(parked_[r].data(), parked_[r].size());
+  parked_.clear();
+}
+
+void DilocoSync::discard(int f) {
+  if (exchanged_[size_t(f)]) ring_of(f).undo_residual();
+  exchanged_[size_t(f)] = false;
+}
 
 void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta, size_t n, double lr,
                          double momentum_coef) {
@@ -73,7 +110,7 @@ void DilocoSync::unpack(int f, const float* flat, float* x) const {
 
 void DilocoSync::share_shards(int f) {
   // Δ̄_f is spent: its buffer carries θ_f's shards, then m_f's.
-  float* flat = delta_[size_t(f)].data();
+  float* flat = mean_.data();
   const auto [lo, hi] = shard(f);
   const std::vector<size_t> sizes = even_part_sizes(delta_[size_t(f)].size(), shards_);
   for (std::vector<float>* x : {&theta_, &momentum_}) {
@@ -88,14 +125,21 @@ double DilocoSync::exchange(int f) {
   RingAllreduce& ring = ring_of(f);
   const uint64_t sent_before = ring.stats().bytes_sent;
   const auto [lo, hi] = shard(f);
-  ring.mean(delta_[size_t(f)].data() + lo, hi - lo);  // throws before anything of ours changed
+  // Δ̄ in its own buffer: Δ_f stays for a retry if the outer step is not committed.
+  std::copy(delta_[size_t(f)].begin() + std::ptrdiff_t(lo), delta_[size_t(f)].begin() + std::ptrdiff_t(hi),
+            mean_.begin() + std::ptrdiff_t(lo));
+  exchanged_[size_t(f)] = false;
+  ring.mean(mean_.data() + lo, hi - lo);  // throws before anything of ours changed
+  exchanged_[size_t(f)] = true;
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
   exchange_s_[size_t(f)] = now_s() - t0;
   return exchange_s_[size_t(f)];
 }
 
 SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
-  const float* d = delta_[size_t(f)].data();
+  ATOLL_CHECK(exchanged_[size_t(f)]) << "fragment " << f << " applied without an exchange";
+  exchanged_[size_t(f)] = false;
+  const float* d = mean_.data();
   const auto [lo, hi] = shard(f);
   size_t k = 0;  // flat position of the range's first element
   for (const ElementRange& r : plan_.ranges[size_t(f)]) {
@@ -118,6 +162,7 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   return {.outer_step = outer_step(),
           .fragment = f,
           .theta_hash = fragment_hash(f),
+          .momentum_hash = fragment_momentum_hash(f),
           .bytes_sent = sent_[size_t(f)],
           .seconds = exchange_s_[size_t(f)]};
 }
@@ -135,6 +180,7 @@ SyncResult DilocoSync::sync(float* theta_local) {
   if (fragments() > 1) {
     res.fragment = -1;
     res.theta_hash = theta_hash();
+    res.momentum_hash = momentum_hash();
   }
   res.bytes_sent = sent;
   res.seconds = now_s() - t0;
@@ -146,7 +192,8 @@ void DilocoSync::residual(float* out) const {
   for (int f = 0; f < fragments(); ++f) {
     const auto [lo, hi] = shard(f);
     std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
-    const std::vector<float>& r = ring(f).residual();
+    const std::vector<float>& r =
+        rings_.empty() ? parked_[parked_.size() == 1 ? 0 : size_t(f)] : ring(f).residual();
     if (r.size() == hi - lo) std::copy(r.begin(), r.end(), flat.begin() + std::ptrdiff_t(lo));  // else: none yet
     unpack(f, flat.data(), out);
   }
@@ -156,7 +203,7 @@ void DilocoSync::set_residual(const float* in) {
   ATOLL_CHECK(opts_.ring.error_feedback);
   for (int f = 0; f < fragments(); ++f) {
     const auto [lo, hi] = shard(f);
-    float* flat = delta_[size_t(f)].data();  // scratch: snapshot() overwrites it before any use
+    float* flat = mean_.data();  // scratch: an exchange overwrites it before any use
     pack(f, in, flat, lo, hi);
     if (std::all_of(flat + lo, flat + hi, [](float x) { return x == 0.0f; })) {
       ring_of(f).reset_residual();
@@ -185,13 +232,19 @@ std::string hash_floats(const float* x, size_t n) {
 
 std::string DilocoSync::theta_hash() const { return hash_floats(theta_.data(), theta_.size()); }
 
-std::string DilocoSync::fragment_hash(int f) const {
+std::string DilocoSync::momentum_hash() const { return hash_floats(momentum_.data(), momentum_.size()); }
+
+std::string DilocoSync::fragment_hash(int f) const { return ranges_hash(theta_, f); }
+
+std::string DilocoSync::fragment_momentum_hash(int f) const { return ranges_hash(momentum_, f); }
+
+std::string DilocoSync::ranges_hash(const std::vector<float>& x, int f) const {
   // Streaming xxh3 over the ranges equals the one-shot hash of their concatenation, so with one
-  // fragment this is theta_hash().
+  // fragment this is the hash of the whole array.
   XXH3_state_t* s = XXH3_createState();
   ATOLL_CHECK(s != nullptr);
   XXH3_64bits_reset(s);
-  for (const ElementRange& r : plan_.ranges[size_t(f)]) XXH3_64bits_update(s, theta_.data() + r.begin, r.size() * sizeof(float));
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) XXH3_64bits_update(s, x.data() + r.begin, r.size() * sizeof(float));
   const unsigned long long h = XXH3_64bits_digest(s);
   XXH3_freeState(s);
   char buf[17];

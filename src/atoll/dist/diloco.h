@@ -32,8 +32,14 @@
 // island all-gathers the updated θ_f and m_f shards (the fast link) and every rank applies the
 // merge to its whole θ_local_f. θ and m stay whole on every rank (checkpoints, hashes).
 //
-// After each sync the hash of θ (xxh3 of its bytes, 16 hex digits; of a fragment, of its ranges
-// in order) is returned; islands log it and compare.
+// After each sync the hashes of θ and of the momentum (xxh3 of their bytes, 16 hex digits; of a
+// fragment, of its ranges in order) are returned; islands log them and compare.
+//
+// Elastic runs (elastic_group.h): an exchange leaves θ, m, θ_local and Δ_f as they were (the
+// mean goes to its own buffer), so an outer step that is not committed is simply not applied:
+// discard() takes back the residual the ring moved on, and the same Δ_f is exchanged again
+// over the next epoch's group (rebind()). detach() lets go of the group first (its
+// connections close, so peers still waiting in it fail at once) and keeps the residuals.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +64,8 @@ struct DilocoOptions {
 struct SyncResult {
   int64_t outer_step = 0;  // fragment outer steps done in the run (all fragments), this one included
   int fragment = 0;        // the fragment synced; -1 for a sync of every fragment when there are several
-  std::string theta_hash;  // hex xxh3 of that fragment's θ (of all of θ for fragment -1)
+  std::string theta_hash;     // hex xxh3 of that fragment's θ (of all of θ for fragment -1)
+  std::string momentum_hash;  // the same of the outer momentum
   uint64_t bytes_sent = 0; // by this sync
   double seconds = 0;      // wall time of the exchange (and the whole call for sync())
 };
@@ -79,24 +86,34 @@ class DilocoSync {
 
   // The parts of one fragment's outer step. snapshot: Δ_f = θ_f − theta_local_f. exchange:
   // Δ̄_f = mean over islands (may run on another thread while the caller changes theta_local;
-  // throws Timeout/PeerLost with θ and m unchanged; sharded: this rank's shard only). apply:
+  // throws Timeout/PeerLost with θ, m and Δ_f unchanged; sharded: this rank's shard only). apply:
   // the outer step on θ_f and m_f (sharded: on this rank's shard, then the island's all-gather),
   // then theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy).
   void snapshot(int f, const float* theta_local);
   double exchange(int f);  // returns its wall time
   SyncResult apply(int f, float* theta_local, double mixing);
+  // Fragment f's exchange will not be applied: the ring's residual goes back to before it (a
+  // no-op when the exchange failed, which changed nothing). Δ_f stays for another exchange.
+  void discard(int f);
+  // Lets go of the outer group (the rings and their connections), keeping the residuals; and
+  // takes a new group (rings over it, the residuals carried over). Between the two no
+  // exchange may run.
+  void detach();
+  void rebind(ProcessGroup& outer);
 
   int fragments() const { return plan_.count(); }
   const FragmentPlan& plan() const { return plan_; }
   std::string theta_hash() const;           // all of θ
   std::string fragment_hash(int f) const;   // fragment f's ranges of θ, in order
+  std::string momentum_hash() const;        // all of m
+  std::string fragment_momentum_hash(int f) const;
   std::vector<float>& theta() { return theta_; }
   std::vector<float>& momentum() { return momentum_; }
   int64_t outer_step() const;  // sum over fragments
   const std::vector<int64_t>& fragment_outer_steps() const { return outer_steps_; }
   void set_fragment_outer_steps(const std::vector<int64_t>& s);
   // Error-feedback residuals, one ring per fragment when diloco.error_feedback is on.
-  const RingAllreduce& ring(int f) const { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
+  const RingAllreduce& ring(int f) const;
   // Every fragment's residual in θ's layout, out[n] (zeros where a ring holds none yet), and
   // back (a fragment of zeros clears its ring's residual, which adds the same nothing), for
   // checkpoints. Error feedback only. Sharded: this rank's shard (zeros elsewhere; the sum over
@@ -105,7 +122,9 @@ class DilocoSync {
   void set_residual(const float* in);
 
  private:
-  RingAllreduce& ring_of(int f) { return *rings_[rings_.size() == 1 ? 0 : size_t(f)]; }
+  RingAllreduce& ring_of(int f);
+  void make_rings(ProcessGroup& outer);
+  std::string ranges_hash(const std::vector<float>& x, int f) const;
   // This rank's shard [lo, hi) of fragment f's flattened elements (even_part).
   std::pair<size_t, size_t> shard(int f) const;
   // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
@@ -120,9 +139,12 @@ class DilocoSync {
   int shard_ = 0, shards_ = 1;
   // With error feedback each fragment needs its own residual, hence its own ring; without, the
   // fragments share one (a ring holds a few MiB of wire buffers per connection).
-  std::vector<std::unique_ptr<RingAllreduce>> rings_;
+  std::vector<std::unique_ptr<RingAllreduce>> rings_;  // empty while detached
+  std::vector<std::vector<float>> parked_;            // the rings' residuals while detached
   std::vector<float> theta_, momentum_;
-  std::vector<std::vector<float>> delta_;  // per fragment: Δ_f gathered contiguously
+  std::vector<std::vector<float>> delta_;  // per fragment: Δ_f gathered contiguously, kept until applied
+  std::vector<float> mean_;                // Δ̄ of the fragment exchanged last (the largest fragment's size)
+  std::vector<bool> exchanged_;            // per fragment: exchanged, not yet applied or discarded
   std::vector<uint64_t> sent_;             // per fragment: bytes of its last exchange
   std::vector<double> exchange_s_;         // per fragment: wall time of its last exchange
   std::vector<int64_t> outer_steps_;       // per fragment

@@ -13,7 +13,7 @@
 //
 // Membership epoch: part of every store key of the group ("atoll/<run>/<name>/e<epoch>/...").
 // After a failure (Timeout or PeerLost) the group is broken: its collectives refuse to run, and
-// the survivors form a new group with a higher epoch (elastic membership, a later stage).
+// the survivors form a new group with a higher epoch (elastic_group.h).
 //
 // Timeouts: rendezvous waits at most `timeout` for every peer (capped by the store's timeout);
 // every collective waits at most `timeout` for any one message. Failures raise Timeout (a peer

@@ -15,6 +15,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
 
 namespace atl {
@@ -117,6 +118,7 @@ RingAllreduce::~RingAllreduce() = default;
 
 void RingAllreduce::mean(float* data, size_t n) {
   group_.check_usable("ring mean");
+  undo_ready_ = false;
   const double t0 = now_s();
   Run run;
   run.rank = group_.rank();
@@ -149,8 +151,13 @@ void RingAllreduce::mean(float* data, size_t n) {
     }
   }
   std::memcpy(data, work_.data(), n * sizeof(float));
-  if (opts_.error_feedback) residual_.swap(next_residual_);
+  if (opts_.error_feedback) residual_.swap(next_residual_), undo_ready_ = true;
   update_stats(sent_before, now_s() - t0);
+}
+
+void RingAllreduce::undo_residual() {
+  if (undo_ready_) residual_.swap(next_residual_);
+  undo_ready_ = false;
 }
 
 void RingAllreduce::update_stats(uint64_t sent_before, double seconds) {
@@ -267,6 +274,7 @@ class RingAllreduce::LaneStepper {
       if (opts_.compress) bytes = kHeaderBytes + (header(in) & ~kCompressedBit);
       std::memcpy(out, in, bytes);
     }
+    fault_ring_message();
     conn_.ub[j][b]->send(right(), run_.slot(t, lane), 0, bytes);
     conn_.pending[j][b] = true;
     conn_.bytes_sent += bytes;

@@ -41,6 +41,11 @@
 // Failures: a peer that stalls for `timeout` on any message -> Timeout; a closed connection ->
 // PeerLost. Either way the caller's buffer and the residual are left as they were (the ring
 // works on a copy), the other connections' waits are aborted at once, and the group is broken.
+// A mean that succeeded here but is discarded (another island failed the same outer step:
+// elastic_group.h) is taken back with undo_residual(): the residual before it returns.
+//
+// Fault injection (core/fault_injection.h): every message sent is a point where ATOLL_FAULT
+// can kill or stop this process.
 #pragma once
 
 #include <chrono>
@@ -82,8 +87,10 @@ class RingAllreduce {
 
   const RingOptions& options() const { return opts_; }
   const std::vector<float>& residual() const { return residual_; }  // error feedback state
-  void reset_residual() { residual_.clear(); }
-  void set_residual(const float* r, size_t n) { residual_.assign(r, r + n); }  // from a checkpoint
+  void reset_residual() { residual_.clear(), undo_ready_ = false; }
+  void set_residual(const float* r, size_t n) { residual_.assign(r, r + n), undo_ready_ = false; }  // from a checkpoint
+  // The residual as it was before the last mean(), when that mean succeeded; else nothing.
+  void undo_residual();
   RingStats stats() const { return stats_; }
 
  private:
@@ -99,7 +106,8 @@ class RingAllreduce {
   RingOptions opts_;
   size_t chunk_ = 0;  // elements per chunk
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::vector<float> work_, residual_, next_residual_;
+  std::vector<float> work_, residual_, next_residual_;  // after a mean, next_residual_ holds the one before
+  bool undo_ready_ = false;
   RingStats stats_;
 };
 

@@ -216,6 +216,34 @@ int64_t Store::increment(const std::string& key, int64_t by) {
   return redis_->command({"INCRBY", key, std::to_string(by)})->integer;
 }
 
+void Store::set_with_ttl(const std::string& key, const std::string& value, Ms ttl) {
+  redis_->command({"SET", key, value, "PX", std::to_string(std::max<int64_t>(1, ttl.count()))});
+}
+
+std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::string>& keys) {
+  std::vector<std::optional<std::string>> out;
+  if (keys.empty()) return out;
+  std::vector<std::string> args{"MGET"};
+  args.insert(args.end(), keys.begin(), keys.end());
+  Reply r = redis_->command(args);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != keys.size())
+    throw IoError(url() + ": store MGET of " + std::to_string(keys.size()) + " keys: unexpected reply");
+  for (size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type == REDIS_REPLY_STRING) out.emplace_back(std::string(e->str, e->len));
+    else out.emplace_back(std::nullopt);
+  }
+  return out;
+}
+
+void Store::erase(const std::string& key) { redis_->command({"DEL", key}); }
+
+bool Store::erase_if_equal(const std::string& key, const std::string& value) {
+  static const std::string kScript =
+      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+  return redis_->command({"EVAL", kScript, "1", key, value})->integer == 1;
+}
+
 void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
 
 }  // namespace atl

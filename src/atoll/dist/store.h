@@ -77,6 +77,14 @@ class Store {
   std::optional<std::string> get(const std::string& key);                // does not wait
   std::vector<bool> exists(const std::vector<std::string>& keys);
   int64_t increment(const std::string& key, int64_t by = 1);  // atomic, returns the new value
+  // SET with an expiry (PX): the key vanishes `ttl` after the newest write (heartbeats).
+  void set_with_ttl(const std::string& key, const std::string& value, std::chrono::milliseconds ttl);
+  // MGET: every key's value, nullopt where absent, in one round trip.
+  std::vector<std::optional<std::string>> get_many(const std::vector<std::string>& keys);
+  void erase(const std::string& key);  // DEL; nothing if absent
+  // DEL only while the key holds `value` (atomic: one Lua script), so a process never deletes
+  // what a newer one wrote. Returns whether it deleted.
+  bool erase_if_equal(const std::string& key, const std::string& value);
   // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
 

@@ -2,27 +2,134 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
 
 namespace atl {
 
 StreamingDiloco::StreamingDiloco(DilocoSync& sync, ProcessGroup& outer, const StreamingOptions& opts)
-    : sync_(sync), outer_(outer), opts_(opts), schedule_(opts.inner_steps, sync.fragments()) {
+    : sync_(sync), outer_(&outer), opts_(opts), schedule_(opts.inner_steps, sync.fragments()) {
   ATOLL_CHECK(opts.overlap_steps == 0 || int64_t(opts.overlap_steps) * sync.fragments() < opts.inner_steps)
       << "overlap " << opts.overlap_steps << ", fragments " << sync.fragments() << ", H " << opts.inner_steps;
+}
+
+StreamingDiloco::StreamingDiloco(DilocoSync& sync, ElasticGroup& elastic, const StreamingOptions& opts)
+    : StreamingDiloco(sync, elastic.group(), opts) {
+  outer_ = nullptr;
+  elastic_ = &elastic;
 }
 
 StreamingDiloco::~StreamingDiloco() {
   if (thread_.joinable()) thread_.join();
 }
 
-SyncResult StreamingDiloco::finish_in_flight(float* theta_local, StreamStep& out) {
+ProcessGroup& StreamingDiloco::outer() { return elastic_ ? elastic_->group() : *outer_; }
+
+std::optional<View> StreamingDiloco::take_admission() {
+  std::optional<View> v = std::move(admission_);
+  admission_.reset();
+  return v;
+}
+
+std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
+  fault_outer_step(sync_.outer_step() + 1);
+  if (!elastic_->formed()) return "the outer group did not form: " + elastic_->formation_error();
+  if (const std::string lost = elastic_->lost_members(); !lost.empty())
+    return lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
+  const double b0 = now_s();
+  try {
+    outer().barrier();
+    const double b1 = now_s();
+    out.idle_s += b1 - b0;
+    sync_.exchange(f);
+    out.comm_s += now_s() - b1;
+  } catch (const PeerLost& e) {
+    return e.what();
+  } catch (const Timeout& e) {
+    return e.what();
+  }
+  return "";
+}
+
+SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_local, double mixing, bool admit,
+                                   StreamStep& out) {
+  const std::string attempt = outer_attempt(sync_.outer_step() + 1);  // a retry keeps the step's number
+  for (;;) {
+    const double d0 = now_s();
+    const Decision d = elastic_->decide(attempt, failure.empty(), admit);
+    out.comm_s += now_s() - d0;
+    if (d.commit) {
+      if (d.next) admission_ = d.next;
+      return sync_.apply(f, theta_local, mixing);
+    }
+    sync_.discard(f);  // nothing of this attempt is kept
+    elastic_->reform(attempt, failure.empty() ? d.why : failure);
+    failure = try_exchange(f, out);  // the same Δ_f, blocking, over the new group
+  }
+}
+
+SyncResult StreamingDiloco::blocking_step(int f, float* theta_local, bool admit, StreamStep& out) {
+  if (elastic_) return settle(f, try_exchange(f, out), theta_local, -1.0, admit, out);
+  // Waiting for the slowest island is idle time; the exchange itself is communication.
+  const double b0 = now_s();
+  outer().barrier();
+  const double b1 = now_s();
+  fault_outer_step(sync_.outer_step() + 1);
+  sync_.exchange(f);
+  out.idle_s += b1 - b0;
+  out.comm_s += now_s() - b1;
+  return sync_.apply(f, theta_local, -1.0);
+}
+
+SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
+  if (!elastic_) {
+    const double b0 = now_s();
+    outer().barrier();
+    const double b1 = now_s();
+    out.idle_s += b1 - b0;
+    SyncResult r = sync_.sync(theta_local);
+    out.comm_s += now_s() - b1;
+    return r;
+  }
+  // Fragment by fragment, each its own attempt: a failure retries only the fragment it hit.
+  SyncResult res;
+  uint64_t sent = 0;
+  for (int f = 0; f < sync_.fragments(); ++f) {
+    sync_.snapshot(f, theta_local);
+    res = blocking_step(f, theta_local, /*admit=*/false, out);
+    sent += res.bytes_sent;
+  }
+  if (sync_.fragments() > 1) {
+    res.fragment = -1;
+    res.theta_hash = sync_.theta_hash();
+    res.momentum_hash = sync_.momentum_hash();
+  }
+  res.bytes_sent = sent;
+  return res;
+}
+
+SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, StreamStep& out) {
   const double t0 = now_s();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();  // not started when elastic knew it would fail
   out.comm_s += now_s() - t0;
   out.overlap_s += flight_s_;
   const int f = flight_f_;
   flight_f_ = -1;
+  if (elastic_) {
+    std::string failure = flight_failure_;
+    if (flight_error_) {
+      std::exception_ptr e = flight_error_;
+      flight_error_ = nullptr;
+      try {
+        std::rethrow_exception(e);  // anything but a lost or silent peer is a bug: it propagates
+      } catch (const Timeout& x) {
+        failure = x.what();
+      } catch (const PeerLost& x) {
+        failure = x.what();
+      }
+    }
+    return settle(f, failure, theta_local, opts_.mixing, admit, out);
+  }
   if (flight_error_) {
     const std::string where = "fragment " + std::to_string(f) + " of " + std::to_string(sync_.fragments()) +
                               " (exchange started after step " + std::to_string(flight_step_) + "): ";
@@ -42,30 +149,20 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, StreamStep& out
 StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* theta_local) {
   StreamStep out;
   const bool last = step >= last_step;
-  if (in_flight() && (last || step >= flight_step_ + opts_.overlap_steps)) out.synced = finish_in_flight(theta_local, out);
+  const int due = last ? -1 : schedule_.due(step, last_step);
+  if (in_flight() && (last || step >= flight_step_ + opts_.overlap_steps))
+    out.synced = finish_in_flight(theta_local, /*admit=*/!last && due < 0, out);
   if (last) {
-    const double b0 = now_s();
-    outer_.barrier();
-    const double b1 = now_s();
-    out.idle_s += b1 - b0;
-    out.synced = sync_.sync(theta_local);
-    out.comm_s += now_s() - b1;
+    out.synced = final_sync(theta_local, out);
     return out;
   }
-  const int f = schedule_.due(step, last_step);
+  const int f = due;
   if (f < 0) return out;
   ATOLL_CHECK(!in_flight()) << "fragment " << f << " due at step " << step << " while fragment " << flight_f_
                             << " is in flight";
   if (opts_.overlap_steps == 0) {
-    // Waiting for the slowest island is idle time; the exchange itself is communication.
-    const double b0 = now_s();
-    outer_.barrier();
-    const double b1 = now_s();
     sync_.snapshot(f, theta_local);
-    sync_.exchange(f);
-    out.synced = sync_.apply(f, theta_local, -1.0);
-    out.idle_s += b1 - b0;
-    out.comm_s += now_s() - b1;
+    out.synced = blocking_step(f, theta_local, /*admit=*/true, out);
     return out;
   }
   const double s0 = now_s();
@@ -73,7 +170,24 @@ StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* t
   flight_f_ = f;
   flight_step_ = step;
   flight_error_ = nullptr;
+  flight_failure_.clear();
   flight_s_ = 0;
+  out.started = f;
+  if (elastic_) {  // an exchange that cannot succeed is not started; its wait point votes it down
+    fault_outer_step(sync_.outer_step() + 1);
+    if (!elastic_->formed()) flight_failure_ = "the outer group did not form: " + elastic_->formation_error();
+    else if (const std::string lost = elastic_->lost_members(); !lost.empty())
+      flight_failure_ = lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
+    if (!flight_failure_.empty()) {
+      // Voted down at once (the vote stands for the wait point too): the group is dropped now,
+      // so the islands whose exchange started fail at once instead of at their timeout.
+      elastic_->decide(outer_attempt(sync_.outer_step() + 1), false, false);
+      out.comm_s += now_s() - s0;
+      return out;
+    }
+  } else {
+    fault_outer_step(sync_.outer_step() + 1);
+  }
   thread_ = std::thread([this, f] {
     try {
       flight_s_ = sync_.exchange(f);
@@ -81,7 +195,6 @@ StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* t
       flight_error_ = std::current_exception();
     }
   });
-  out.started = f;
   out.comm_s += now_s() - s0;  // the snapshot: the main thread is busy with communication work
   return out;
 }

@@ -20,16 +20,30 @@
 // another group. The ring and its codecs open no OpenMP regions, so they do not fight the main
 // thread's OpenMP pool (they do compete with it for cores: that shows up in compute_s).
 //
-// Failures: a Timeout or PeerLost in the background exchange is rethrown on the main thread, as
-// the same type with the fragment named, when it waits for it; θ and m are then unchanged.
+// Failures, with a fixed group: a Timeout or PeerLost in the background exchange is rethrown on
+// the main thread, as the same type with the fragment named, when it waits for it; θ and m are
+// then unchanged.
+//
+// Failures, elastic (an ElasticGroup): every outer step is an attempt that every island votes
+// on (elastic_group.h). An exchange that fails (or is not even tried: a member's heartbeat is
+// gone, the group did not form) is voted down; a step not committed is discarded (θ, m,
+// θ_local and the residual are as before it) and retried blocking, with the same Δ_f, over the
+// next epoch's group, which holds the islands still alive: the mean is over the islands that
+// contribute. An overlapped exchange that fails is retried the same way at its wait point.
+// A committed step may admit joiners (islands restarted after a loss): take_admission() hands
+// the next view to the caller, which moves every island to it before the next step (the state
+// transfer is train/'s). Joiners are admitted only where no exchange is in flight or starts in
+// the same step, and never at the last step.
 #pragma once
 
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/elastic_group.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
 
@@ -52,7 +66,10 @@ struct StreamStep {
 
 class StreamingDiloco {
  public:
+  // Over a fixed group: a failure ends the run.
   StreamingDiloco(DilocoSync& sync, ProcessGroup& outer, const StreamingOptions& opts);
+  // Elastic: failed outer steps are discarded and retried over the next epoch's group.
+  StreamingDiloco(DilocoSync& sync, ElasticGroup& elastic, const StreamingOptions& opts);
   ~StreamingDiloco();  // waits for an exchange still in flight, dropping its result
   StreamingDiloco(const StreamingDiloco&) = delete;
   StreamingDiloco& operator=(const StreamingDiloco&) = delete;
@@ -62,19 +79,32 @@ class StreamingDiloco {
 
   bool in_flight() const { return flight_f_ >= 0; }
   const FragmentSchedule& schedule() const { return schedule_; }
+  // The view a committed outer step admitted joiners into, once (elastic only).
+  std::optional<View> take_admission();
 
  private:
-  SyncResult finish_in_flight(float* theta_local, StreamStep& out);
+  ProcessGroup& outer();
+  // Barrier and exchange of fragment f (Δ_f taken); "" or why it failed (elastic only).
+  std::string try_exchange(int f, StreamStep& out);
+  // The elastic outer step of fragment f after its exchange (done, or failed with `failure`):
+  // applied once every island agrees, else discarded and retried over the next epoch's group.
+  SyncResult settle(int f, std::string failure, float* theta_local, double mixing, bool admit, StreamStep& out);
+  SyncResult blocking_step(int f, float* theta_local, bool admit, StreamStep& out);
+  SyncResult final_sync(float* theta_local, StreamStep& out);
+  SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
 
   DilocoSync& sync_;
-  ProcessGroup& outer_;
+  ProcessGroup* outer_ = nullptr;    // a fixed group, or
+  ElasticGroup* elastic_ = nullptr;  // an elastic one
   StreamingOptions opts_;
   FragmentSchedule schedule_;
   std::thread thread_;
   int flight_f_ = -1;         // fragment in flight
   int64_t flight_step_ = 0;   // its sync step
   std::exception_ptr flight_error_;
+  std::string flight_failure_;  // elastic: why the exchange in flight failed or was not started
   double flight_s_ = 0;
+  std::optional<View> admission_;
 };
 
 }  // namespace atl

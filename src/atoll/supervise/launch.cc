@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,25 +51,27 @@ class LaunchView {
       : progress_("step", steps, first_step), metrics_(metrics) {}
 
   void output(const std::string& name, const std::string& line) { progress_.note("[" + name + "] " + line); }
-  void row(int child, const std::string& line) {
+  // Writes a worker's row; returns it parsed (null when it is not JSON).
+  nlohmann::json row(int child, const std::string& line) {
     nlohmann::json r;
     try {
       r = nlohmann::json::parse(line);
     } catch (const std::exception&) {
       output("worker " + std::to_string(child), "(not a metrics row) " + line);
-      return;
+      return nullptr;
     }
     metrics_->write(r);  // whole lines, one writer: never interleaved
     const int island = r.value("island", 0);
     if (r.contains("loss")) loss_[island] = r["loss"].get<double>();
     if (r.contains("theta_hash")) hashes_[r["outer_step"].get<int64_t>()].insert(r["theta_hash"].get<std::string>());
-    if (child != 0) return;
+    if (child != 0) return r;
     std::string fields;
     char buf[64];
     for (const auto& [i, l] : loss_) std::snprintf(buf, sizeof buf, "%si%d %.3f", fields.empty() ? "loss " : " ", i, l), fields += buf;
     if (r.contains("outer_step")) outer_ = r["outer_step"].get<int64_t>();
     std::snprintf(buf, sizeof buf, " | outer %ld | %.1f MB sent", long(outer_), r.value("comm_bytes", 0.0) / 1e6);
     progress_.update(r.value("step", int64_t(0)), fields + buf);
+    return r;
   }
   void finish() { progress_.finish(); }
   // Outer steps whose θ hashes differ between workers.
@@ -102,25 +105,115 @@ std::string open_store(const std::string& given, std::chrono::milliseconds timeo
   return a.url();
 }
 
-// The command line of worker (island, rank).
+// The command line of worker (island, rank); `join`: its restart, which rejoins the running run.
 std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, const std::string& store,
-                                     const std::string& run_id, int threads, int island, int rank) {
+                                     const std::string& run_id, int threads, int island, int rank, bool join) {
   std::vector<std::string> argv = {self_executable(), "worker", "--store", store, "--island", std::to_string(island),
                                    "--rank", std::to_string(rank), "--islands", std::to_string(o.islands),
                                    "--workers-per-island", std::to_string(o.workers_per_island), "--config",
                                    rd.path + "/config.toml", "--set", "train.threads=" + std::to_string(threads),
                                    "--run-dir", rd.path, "--run-id", run_id, "--metrics-fd", "3", "--quiet"};
-  if (!rd.checkpoint.empty()) argv.insert(argv.end(), {"--resume-from", rd.checkpoint});
+  if (join) argv.push_back("--join");
+  else if (!rd.checkpoint.empty()) argv.insert(argv.end(), {"--resume-from", rd.checkpoint});
   return argv;
 }
 
+// Elastic islands (docs/islands.md "Faults, membership and rejoin"): a worker that is lost after
+// the run started (killed by a signal, or left with kWorkerRejoinExit: its island lost a worker,
+// or the others re-formed without it) is restarted with --join after a backoff, while another
+// island is whole to rejoin, up to fault.max_restarts times per worker; any other bad end (an
+// error that a restart would only repeat) fails the run as before. Once a worker has finished
+// (exit 0: the run is over), a worker that never logged the last step (stopped, or excluded) is
+// stopped after the grace and ignored. Every incident goes to events.jsonl.
+class RestartPolicy {
+ public:
+  struct Worker {
+    std::string name;
+    int island = 0, rank = 0;
+    std::vector<std::string> argv;  // for a restart: --join instead of --resume-from
+    int restarts = 0;
+    bool last_step = false;  // logged a row of the last step
+  };
+
+  RestartPolicy(const Config& cfg, JsonlWriter& events, std::chrono::milliseconds grace)
+      : fault_(cfg.fault), steps_(cfg.train.steps), events_(events), grace_(grace) {}
+  void attach(Supervisor* sup) { sup_ = sup; }
+  std::vector<Worker>& workers() { return workers_; }
+
+  void row(int child, const nlohmann::json& r) {
+    started_ = true;
+    if (r.value("step", int64_t(0)) >= steps_) workers_[size_t(child)].last_step = true;
+  }
+
+  ExitAction on_exit(int child, const ChildExit& e) {
+    Worker& w = workers_[size_t(child)];
+    if (ended_) {
+      std::fprintf(stderr, "atoll: %s ended (%s) after the run finished; ignored\n", w.name.c_str(), e.describe().c_str());
+      return {.kind = ExitAction::Kind::kIgnore};
+    }
+    events_.write(event_row("peer_lost", {{"worker", w.name}, {"island", w.island}, {"rank", w.rank},
+                                          {"status", e.describe()}, {"error", e.last_error}}));
+    const bool rejoinable = e.signal != 0 || e.exit_code == kWorkerRejoinExit;
+    if (!rejoinable || !started_ || w.restarts >= fault_.max_restarts || !another_island_whole(w.island)) {
+      why_ = !rejoinable ? "" : !started_ ? " before the run started" : w.restarts >= fault_.max_restarts
+             ? " after " + std::to_string(w.restarts) + " restart(s) (fault.max_restarts)" : ", with no whole island left to rejoin";
+      return {.kind = ExitAction::Kind::kFail};
+    }
+    const double delay_s = std::min(kMaxBackoffS, fault_.restart_backoff_s * std::ldexp(1.0, w.restarts));
+    ++w.restarts;
+    events_.write(event_row("restart", {{"worker", w.name}, {"island", w.island}, {"rank", w.rank},
+                                        {"restart", w.restarts}, {"after_s", delay_s}}));
+    return {.kind = ExitAction::Kind::kRestart,
+            .delay = std::chrono::milliseconds(int64_t(delay_s * 1000)),
+            .spec = {.name = w.name, .argv = w.argv, .env = {"OMP_WAIT_POLICY=passive"}}};
+  }
+
+  void tick() {
+    if (!ended_) {
+      for (size_t i = 0; i < workers_.size(); ++i)
+        if (!sup_->running(int(i)) && sup_->status(int(i)).exited && sup_->status(int(i)).exit_code == 0) ended_ = now_s();
+      return;
+    }
+    if (now_s() - ended_ < grace_.count() / 1000.0) return;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      if (sup_->running(int(i)) && !workers_[i].last_step) sup_->kill_child(int(i));
+  }
+
+  // Why the run failed where a worker could have been restarted ("" otherwise).
+  const std::string& why() const { return why_; }
+
+ private:
+  static constexpr double kMaxBackoffS = 60.0;
+
+  bool another_island_whole(int island) const {
+    std::map<int, bool> whole;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      auto [it, fresh] = whole.emplace(workers_[i].island, true);
+      it->second = it->second && sup_->running(int(i));
+    }
+    for (const auto& [i, w] : whole)
+      if (i != island && w) return true;
+    return false;
+  }
+
+  FaultConfig fault_;
+  int64_t steps_;
+  JsonlWriter& events_;
+  std::chrono::milliseconds grace_;
+  Supervisor* sup_ = nullptr;
+  std::vector<Worker> workers_;
+  bool started_ = false;
+  double ended_ = 0;  // when a worker first finished (0: not yet)
+  std::string why_;
+};
+
 // The launcher's error line for a failed worker: its own error message, without its prefix.
-[[noreturn]] void throw_worker_failed(const std::string& name, const ChildExit& e) {
+[[noreturn]] void throw_worker_failed(const std::string& name, const ChildExit& e, const std::string& restart_why) {
   std::string why = e.last_error.empty() ? "no error message" : e.last_error.substr(e.last_error.find(':') + 1);
   while (!why.empty() && why.front() == ' ') why.erase(0, 1);
   if (why.rfind("error: ", 0) == 0) why.erase(0, 7);
   if (why.find("fix") == std::string::npos) why += "; fix: see the worker's output above";
-  throw Error(name + " failed (" + e.describe() + "), every worker stopped: " + why);
+  throw Error(name + " failed (" + e.describe() + ")" + restart_why + ", every worker stopped: " + why);
 }
 
 }  // namespace
@@ -158,7 +251,7 @@ int launch(const LaunchOptions& o) {
   if (rd.resumed) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
   JsonlWriter events(rd.path + "/events.jsonl");
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
-  events.write({{"event", "launch"}, {"islands", N}, {"workers_per_island", M}, {"store", store}});
+  events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
   record_resume(events, rd, resume_step);
 
   // Cores shared out when train.threads = 0 (all cores), so W workers do not oversubscribe.
@@ -166,15 +259,22 @@ int launch(const LaunchOptions& o) {
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
   LaunchView view(cfg.train.steps, resume_step, &metrics);
-  std::vector<std::string> names;
+  RestartPolicy policy(cfg, events, o.stop_grace);
+  auto& workers = policy.workers();
   Supervisor sup({.stop_grace = o.stop_grace,
-                  .on_output = [&](int c, const std::string& line) { view.output(names[size_t(c)], line); },
-                  .on_metrics = [&](int c, const std::string& line) { view.row(c, line); }});
+                  .on_output = [&](int c, const std::string& line) { view.output(workers[size_t(c)].name, line); },
+                  .on_metrics = [&](int c, const std::string& line) {
+                    if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r);
+                  },
+                  .on_exit = [&](int c, const ChildExit& e) { return policy.on_exit(c, e); },
+                  .on_tick = [&] { policy.tick(); }});
+  policy.attach(&sup);
   for (int i = 0; i < N; ++i)
     for (int r = 0; r < M; ++r) {
-      names.push_back("island " + std::to_string(i) + " rank " + std::to_string(r));
-      sup.spawn({.name = names.back(),
-                 .argv = worker_argv(o, rd, store, run_id, threads, i, r),
+      const RestartPolicy::Worker& w = workers.emplace_back(RestartPolicy::Worker{
+          .name = "island " + std::to_string(i) + " rank " + std::to_string(r), .island = i, .rank = r,
+          .argv = worker_argv(o, rd, store, run_id, threads, i, r, /*join=*/true)});
+      sup.spawn({.name = w.name, .argv = worker_argv(o, rd, store, run_id, threads, i, r, false),
                  .env = {"OMP_WAIT_POLICY=passive"}});
     }
   const SupervisorOutcome out = sup.run();
@@ -182,18 +282,18 @@ int launch(const LaunchOptions& o) {
   if (redis) redis->stop();
   const std::string latest = latest_checkpoint(rd.path);
   if (out.interrupted) {
-    events.write({{"event", "interrupted"}, {"signal", out.signal}, {"checkpoint", latest}});
+    events.write(event_row("interrupted", {{"signal", out.signal}, {"checkpoint", latest}}));
     std::fprintf(stderr, "atoll: interrupted (signal %d): every worker stopped; last complete checkpoint: %s\n", out.signal,
                  latest.empty() ? "none" : latest.c_str());
     return 128 + out.signal;
   }
   if (out.failed >= 0) {
     const ChildExit& e = out.children[size_t(out.failed)];
-    events.write({{"event", "worker_failed"}, {"worker", names[size_t(out.failed)]}, {"status", e.describe()},
-                  {"error", e.last_error}});
-    throw_worker_failed(names[size_t(out.failed)], e);
+    const std::string& name = workers[size_t(out.failed)].name;
+    events.write(event_row("worker_failed", {{"worker", name}, {"status", e.describe()}, {"error", e.last_error}}));
+    throw_worker_failed(name, e, policy.why());
   }
-  events.write({{"event", "end"}, {"step", cfg.train.steps}});
+  events.write(event_row("end", {{"step", cfg.train.steps}}));
   char summary[512];
   std::snprintf(summary, sizeof summary,
                 "run %s: %d islands x %d workers, %ld steps, %ld outer steps (%ld with differing theta_hash) in %.1f s\n"

@@ -18,8 +18,12 @@
 //     lines, into the one RUN_DIR/metrics.jsonl, and drives one progress line from worker 0's
 //     rows with every island's latest loss;
 //  6. stops Redis and reports how the run ended (RUN_DIR/summary.txt when it ran to the end).
-// Returns 0 when every worker succeeded, 3 when the θ hashes of an outer step ever differed,
-// 128 + the signal when SIGINT/SIGTERM stopped the run (event `interrupted`). A worker that fails
+// Returns 0 when the run finished, 3 when the θ hashes of an outer step ever differed, 128 + the
+// signal when SIGINT/SIGTERM stopped the run (event `interrupted`). A worker lost after the run
+// started (a signal, or exit kWorkerRejoinExit) is restarted with --join after a backoff while
+// another island is whole, up to fault.max_restarts times (events `peer_lost`, `restart`;
+// docs/islands.md "Faults, membership and rejoin"); once a worker has finished, one that never
+// logged the last step is stopped after the grace and ignored. A worker that fails otherwise
 // stops every other worker and is thrown as Error "island I rank R failed (exit 1), every worker
 // stopped: <its error>" (event `worker_failed`).
 #pragma once

@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
@@ -20,7 +22,14 @@ struct Supervisor::Child {
   int out_fd = -1, metrics_fd = -1;
   std::string out_buf, metrics_buf;
   std::string last_error;
+  bool judged = false;  // its bad end went to on_exit
   bool exited() const { return process.status().exited; }
+};
+
+struct Supervisor::Restart {
+  double due_s = 0;
+  int child = 0;
+  ChildSpec spec;
 };
 
 namespace {
@@ -69,7 +78,32 @@ Supervisor::~Supervisor() {
 
 pid_t Supervisor::pid(int child) const { return children_.at(size_t(child)).process.pid(); }
 
+bool Supervisor::running(int child) const { return children_.at(size_t(child)).process.running(); }
+
+const ExitStatus& Supervisor::status(int child) const { return children_.at(size_t(child)).process.status(); }
+
+void Supervisor::kill_child(int child) { children_.at(size_t(child)).process.signal(SIGKILL); }
+
 int Supervisor::spawn(const ChildSpec& spec) {
+  Child c;
+  c.name = spec.name;
+  start(c, spec);
+  children_.push_back(std::move(c));
+  return int(children_.size()) - 1;
+}
+
+void Supervisor::close_pipes(Child& c) {
+  for (auto [fd, buf, metrics] : {std::tuple{&c.out_fd, &c.out_buf, false}, std::tuple{&c.metrics_fd, &c.metrics_buf, true}}) {
+    if (*fd >= 0) ::close(*fd), *fd = -1;
+    if (buf->empty()) continue;
+    const int index = int(&c - children_.data());
+    const auto& cb = metrics ? opts_.on_metrics : opts_.on_output;
+    if (cb) cb(index, *buf);  // the last, unterminated line
+    buf->clear();
+  }
+}
+
+void Supervisor::start(Child& c, const ChildSpec& spec) {
   int out[2], metrics[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(metrics, O_CLOEXEC) != 0) {
@@ -78,8 +112,6 @@ int Supervisor::spawn(const ChildSpec& spec) {
     ::close(out[1]);
     throw IoError(std::string("pipe: ") + std::strerror(e));
   }
-  Child c;
-  c.name = spec.name;
   try {
     c.process = Process::spawn({.argv = spec.argv,
                                 .env = spec.env,
@@ -93,8 +125,8 @@ int Supervisor::spawn(const ChildSpec& spec) {
   ::close(metrics[1]);
   c.out_fd = out[0];
   c.metrics_fd = metrics[0];
-  children_.push_back(std::move(c));
-  return int(children_.size()) - 1;
+  c.judged = false;
+  c.last_error.clear();
 }
 
 bool Supervisor::pump(int timeout_ms) {
@@ -149,25 +181,40 @@ SupervisorOutcome Supervisor::run() {
   auto all_done = [&] {
     for (const Child& c : children_)
       if (!c.exited() || c.out_fd >= 0 || c.metrics_fd >= 0) return false;
-    return true;
+    return restarts_.empty();
   };
   while (!all_done()) {
-    if (!pump(200)) {
+    const double wait_s = restarts_.empty() ? 0.2 : std::clamp(restarts_.front().due_s - now_s(), 0.0, 0.2);
+    if (!pump(int(wait_s * 1000))) {
       outcome.interrupted = true;
       outcome.signal = signal_;
       break;
     }
     reap(false);
-    // A failure: the child has exited badly and its output is drained (its error line read).
-    for (size_t i = 0; i < children_.size(); ++i) {
-      const Child& c = children_[i];
-      if (c.exited() && c.out_fd < 0 && c.process.status().exit_code != 0) {
-        outcome.failed = int(i);
-        break;
-      }
+    // A bad end: the child has exited and its output is drained (its error line read).
+    for (size_t i = 0; i < children_.size() && outcome.failed < 0; ++i) {
+      Child& c = children_[i];
+      if (!c.exited() || c.out_fd >= 0 || c.process.status().exit_code == 0 || c.judged) continue;
+      c.judged = true;
+      const ExitAction a = opts_.on_exit ? opts_.on_exit(int(i), ChildExit{c.process.status(), c.last_error}) : ExitAction{};
+      if (a.kind == ExitAction::Kind::kFail) outcome.failed = int(i);
+      if (a.kind != ExitAction::Kind::kRestart) continue;
+      Restart r{.due_s = now_s() + a.delay.count() / 1000.0, .child = int(i), .spec = a.spec};
+      restarts_.insert(std::upper_bound(restarts_.begin(), restarts_.end(), r,
+                                        [](const Restart& x, const Restart& y) { return x.due_s < y.due_s; }),
+                       r);
     }
     if (outcome.failed >= 0) break;
+    while (!restarts_.empty() && restarts_.front().due_s <= now_s()) {
+      const Restart r = restarts_.front();
+      restarts_.erase(restarts_.begin());
+      Child& c = children_[size_t(r.child)];
+      close_pipes(c);
+      start(c, r.spec);
+    }
+    if (opts_.on_tick) opts_.on_tick();
   }
+  restarts_.clear();
   stop_all();
   for (const Child& c : children_) outcome.children.push_back(ChildExit{c.process.status(), c.last_error});
   return outcome;

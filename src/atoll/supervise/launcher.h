@@ -14,6 +14,12 @@
 // or a signal: the others are stopped), or when the supervisor gets SIGINT or SIGTERM (every
 // child is stopped). Stopping: SIGTERM, then SIGKILL after `stop_grace`; partial lines are
 // flushed to the callbacks, and every child is reaped.
+//
+// Restarts: with on_exit set, a child that ends badly (its output drained) is the policy's to
+// judge: fail (as above), ignore it (it counts as ended), or restart it after a delay with a new
+// command line, in the same slot (its index, name and callbacks stay; its pipes are new), while
+// the others go on. on_tick runs after every wake-up (at most 200 ms apart), for policies that
+// watch time, and may stop a child with kill_child().
 #pragma once
 
 #include <sys/types.h>
@@ -44,10 +50,20 @@ struct SupervisorOutcome {
   std::vector<ChildExit> children;
 };
 
+// What to do about a child that ended badly.
+struct ExitAction {
+  enum class Kind { kFail, kIgnore, kRestart };
+  Kind kind = Kind::kFail;
+  std::chrono::milliseconds delay{0};  // kRestart: after this long
+  ChildSpec spec{};                    // kRestart: the new command line
+};
+
 struct SupervisorOptions {
   std::chrono::milliseconds stop_grace{5000};
   std::function<void(int child, const std::string& line)> on_output;   // a whole line, no '\n'
   std::function<void(int child, const std::string& line)> on_metrics;  // a whole line, no '\n'
+  std::function<ExitAction(int child, const ChildExit& exit)> on_exit{};  // unset: every bad end fails
+  std::function<void()> on_tick{};
 };
 
 class Supervisor {
@@ -62,13 +78,20 @@ class Supervisor {
   SupervisorOutcome run();
   void stop_all();  // SIGTERM, grace, SIGKILL; reaps every child
   pid_t pid(int child) const;
+  bool running(int child) const;  // spawned and not yet reaped (a restart pending is not running)
+  const ExitStatus& status(int child) const;  // of its newest process
+  void kill_child(int child);     // SIGKILL (a stopped child too); run() reaps it and asks on_exit
 
  private:
   struct Child;
+  struct Restart;
   bool pump(int timeout_ms);  // reads what is ready; false when a signal arrived
   void reap(bool block);
+  void start(Child& c, const ChildSpec& spec);  // fork/exec with fresh pipes
+  void close_pipes(Child& c);                   // flushing partial lines to the callbacks
   SupervisorOptions opts_;
   std::vector<Child> children_;
+  std::vector<Restart> restarts_;  // pending, in order of due time
   int signal_pipe_[2] = {-1, -1};
   int signal_ = 0;  // the last SIGINT/SIGTERM received
 };

@@ -31,10 +31,11 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   auto checkpoint = [&] {
     const std::string dir = opts.save();
     if (!dir.empty()) result.checkpoint = dir;
-    if (!dir.empty() && opts.events) opts.events->write({{"event", "checkpoint"}, {"step", loop.step}, {"dir", dir}});
+    if (!dir.empty() && opts.events) opts.events->write(event_row("checkpoint", {{"step", loop.step}, {"dir", dir}}));
     saved = true;
   };
   while (loop.step < cfg.train.steps) {
+    hooks.before_step(loop);
     const double t0 = now_s();
     const int batch = batch_at(cfg.train, loop.tokens, T);
     const LossParts loss = loop.gradients(batch);
@@ -55,7 +56,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     const double dt = now_s() - t0;
     row.tokens_per_s = double(batch) * T * opts.workers / dt;
     const bool last = loop.step == cfg.train.steps;
-    if (opts.evaluates && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
+    if (opts.evaluates() && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
       row.val_loss = result.final_val_loss = loop.validate();
       if (opts.progress) {
         char buf[96];

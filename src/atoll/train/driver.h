@@ -2,7 +2,8 @@
 // worker of a multi-island run. A single-process `atoll train` is one island of one worker:
 // the same steps, no store, no groups, no hooks.
 //
-// One step: the batch size at this point of the run (schedule.h batch_at), the batch's
+// One step: hooks.before_step (an elastic run's membership changes), the batch size at this
+// point of the run (schedule.h batch_at), the batch's
 // gradients (loop.h: the engine's zero grads + micro-batch forward/backward), hooks.after_gradients
 // (the in-island mean, the warm start's mean across islands), the NaN check, clipping at
 // optim.grad_clip, the optimizer step at lr_at(step), the counters, hooks.after_inner_step
@@ -37,6 +38,8 @@ struct StepClocks {
 class StepHooks {
  public:
   virtual ~StepHooks() = default;
+  // Before a step's batch (loop.step: the steps done): membership changes between steps.
+  virtual void before_step(Loop& loop) { (void)loop; }
   // After the batch's gradients, before the NaN check (loop.step: the steps done before this
   // one). Its time counts as communication.
   virtual void after_gradients(Loop& loop) { (void)loop; }
@@ -54,6 +57,9 @@ class StepHooks {
 class HookList final : public StepHooks {
  public:
   explicit HookList(std::vector<StepHooks*> hooks) : hooks_(std::move(hooks)) {}
+  void before_step(Loop& loop) override {
+    for (StepHooks* h : hooks_) h->before_step(loop);
+  }
   void after_gradients(Loop& loop) override {
     for (StepHooks* h : hooks_) h->after_gradients(loop);
   }
@@ -76,7 +82,8 @@ class HookList final : public StepHooks {
 struct DriverOptions {
   std::string who{};          // "island I rank R" in a multi-process run: prefixes errors
   int workers = 1;            // W: the workers whose batches make one global step
-  bool evaluates = true;      // runs validation (worker 0 of a multi-process run)
+  // Whether this process runs validation now (in a multi-process run, the lowest live island's rank 0).
+  std::function<bool()> evaluates = [] { return true; };
   Progress* progress = nullptr;                          // the live progress line, if any
   std::function<void(const nlohmann::json&)> write_row{};  // one metrics row
   // Writes a checkpoint of loop.step (every worker takes part in a multi-process run); returns

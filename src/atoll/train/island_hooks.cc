@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "atoll/core/errors.h"
+#include "atoll/train/metrics.h"
+#include "atoll/train/state_transfer.h"
 
 namespace atl {
 namespace {
@@ -49,7 +51,9 @@ void IslandMeanHook::after_gradients(Loop& loop) {
 void IslandMeanHook::finish_row(StepRow& row, const StepClocks& clocks) {
   row.island = place_.island;
   row.rank = place_.rank;
-  row.comm_bytes = inner_.stats().bytes_sent + outer_.stats().bytes_sent;
+  // Every epoch's outer group; not the checkpoints' gathers.
+  row.comm_bytes = inner_.stats().bytes_sent + outer_.stats().bytes_sent -
+                   (place_.checkpoint_bytes ? *place_.checkpoint_bytes : 0);
   row.comm_s = clocks.comm_s;
   row.compute_s = clocks.compute_s;
   row.idle_s = clocks.idle_s;
@@ -69,7 +73,7 @@ void WarmStartHook::after_gradients(Loop& loop) {
   if (shards_.empty()) shards_ = even_part_sizes(n, M);
   const auto [lo, hi] = even_part(n, place_.rank, M);
   engine.to_host(kGrads);
-  outer_.allreduce_sum(grads + lo, hi - lo);
+  outer_.group().allreduce_sum(grads + lo, hi - lo);  // the warm start is not elastic: a loss ends the run
   scale(grads + lo, hi - lo, 1.0 / N);
   if (M > 1) inner_.allgatherv(grads, shards_);
   engine.to_device(kGrads);
@@ -80,10 +84,10 @@ void WarmStartHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clock
   if (dp_warmup_ == 0 || loop.step != dp_warmup_) return;
   Engine& engine = *loop.engine;
   engine.to_host(kParams);
-  row.theta_hash = theta_hash_ = start_diloco(diloco_, outer_, place_.who, engine.host().params);
+  row.theta_hash = theta_hash_ = start_diloco(diloco_, outer_.group(), place_.who, engine.host().params);
   row.outer_step = 0;
   engine.to_device(kParams);
-  if (events_) events_->write({{"event", "diloco_start"}, {"step", loop.step}, {"theta_hash", theta_hash_}});
+  if (events_) events_->write(event_row("diloco_start", {{"step", loop.step}, {"theta_hash", theta_hash_}}));
 }
 
 void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) {
@@ -106,7 +110,21 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     row.outer_step = st.synced->outer_step;
     row.fragment = st.synced->fragment;
     row.theta_hash = theta_hash_ = st.synced->theta_hash;
+    row.momentum_hash = st.synced->momentum_hash;
   }
+}
+
+void ElasticHook::before_step(Loop& loop) {
+  const std::optional<View> next = streaming_.take_admission();
+  if (!next) return;
+  loop.engine->to_host(kAllState);  // the source sends what the step left (a no-op on the CPU)
+  outer_.enter(*next);
+  admit(outer_, cfg_, state_);
+}
+
+void ElasticHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) {
+  (void)loop, (void)clocks;
+  if (row.theta_hash) outer_.membership().put_record(worker_record(cfg_, state_));
 }
 
 }  // namespace atl

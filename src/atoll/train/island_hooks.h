@@ -9,7 +9,12 @@
 //   DilocoHook      after_inner_step: the outer steps that streaming DiLoCo has due
 //                   (dist/streaming.h), on the host copy of the parameters; can_checkpoint: not
 //                   while an exchange is in flight.
-// Later concerns (a router's bias balancing, fault handling) are one more hook in the list.
+//   ElasticHook     before_step: the joiners a committed outer step admitted receive the run's
+//                   state before anyone takes the next step (state_transfer.h);
+//                   after_inner_step: after a committed outer step, this worker's membership
+//                   record (its data cursor), which a restarted worker continues from.
+// The outer group is elastic (dist/elastic_group.h): hooks ask it for the current group.
+// Later concerns (a router's bias balancing, stragglers) are one more hook in the list.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +23,11 @@
 
 #include "atoll/config/config.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/elastic_group.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/streaming.h"
 #include "atoll/train/driver.h"
+#include "atoll/train/state_registry.h"
 
 namespace atl {
 
@@ -28,6 +35,9 @@ struct IslandPlace {
   int island = 0, rank = 0;  // this worker
   int islands = 1, workers_per_island = 1;
   std::string who{};  // "island I rank R", for errors
+  // Bytes this worker sent gathering checkpoints to their writer, left out of comm_bytes (the
+  // training traffic that DiLoCo and data parallel are compared by); null: none.
+  const uint64_t* checkpoint_bytes = nullptr;
 };
 
 // Steps 1..dp_warmup are data parallel across every worker (diloco.dp_warmup_steps, at most
@@ -36,7 +46,7 @@ int64_t dp_warmup_steps(const Config& cfg);
 
 class IslandMeanHook final : public StepHooks {
  public:
-  IslandMeanHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer)
+  IslandMeanHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ElasticGroup& outer)
       : cfg_(cfg), place_(place), inner_(inner), outer_(outer) {}
   void after_gradients(Loop& loop) override;
   void finish_row(StepRow& row, const StepClocks& clocks) override;
@@ -44,13 +54,14 @@ class IslandMeanHook final : public StepHooks {
  private:
   const Config& cfg_;
   IslandPlace place_;
-  ProcessGroup &inner_, &outer_;
+  ProcessGroup& inner_;
+  ElasticGroup& outer_;
 };
 
 class WarmStartHook final : public StepHooks {
  public:
   // events: worker 0's events.jsonl ("diloco_start"), null elsewhere.
-  WarmStartHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
+  WarmStartHook(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ElasticGroup& outer,
                 DilocoSync& diloco, JsonlWriter* events)
       : place_(place), inner_(inner), outer_(outer), diloco_(diloco), events_(events),
         dp_warmup_(dp_warmup_steps(cfg)) {}
@@ -60,7 +71,8 @@ class WarmStartHook final : public StepHooks {
 
  private:
   IslandPlace place_;
-  ProcessGroup &inner_, &outer_;
+  ProcessGroup& inner_;
+  ElasticGroup& outer_;
   DilocoSync& diloco_;
   JsonlWriter* events_;
   int64_t dp_warmup_;
@@ -82,15 +94,31 @@ class DilocoHook final : public StepHooks {
   std::string theta_hash_;
 };
 
+class ElasticHook final : public StepHooks {
+ public:
+  ElasticHook(const Config& cfg, ElasticGroup& outer, StreamingDiloco& streaming, TrainingState& state)
+      : cfg_(cfg), outer_(outer), streaming_(streaming), state_(state) {}
+  void before_step(Loop& loop) override;
+  void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
+
+ private:
+  const Config& cfg_;
+  ElasticGroup& outer_;
+  StreamingDiloco& streaming_;
+  TrainingState& state_;
+};
+
 // The hooks of an island worker, in order.
 class IslandHooks final : public StepHooks {
  public:
-  IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ProcessGroup& outer,
-              DilocoSync& diloco, StreamingDiloco& streaming, JsonlWriter* events)
+  IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ElasticGroup& outer,
+              DilocoSync& diloco, StreamingDiloco& streaming, TrainingState& state, JsonlWriter* events)
       : mean_(cfg, place, inner, outer),
         warm_(cfg, place, inner, outer, diloco, events),
         diloco_(cfg, streaming),
-        list_({&mean_, &warm_, &diloco_}) {}
+        elastic_(cfg, outer, streaming, state),
+        list_({&mean_, &warm_, &diloco_, &elastic_}) {}
+  void before_step(Loop& loop) override { list_.before_step(loop); }
   void after_gradients(Loop& loop) override { list_.after_gradients(loop); }
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override {
     list_.after_inner_step(loop, row, clocks);
@@ -107,6 +135,7 @@ class IslandHooks final : public StepHooks {
   IslandMeanHook mean_;
   WarmStartHook warm_;
   DilocoHook diloco_;
+  ElasticHook elastic_;
   HookList list_;
 };
 

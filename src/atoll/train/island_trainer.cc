@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,8 +18,11 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/elastic_group.h"
 #include "atoll/dist/fragments.h"
+#include "atoll/dist/membership.h"
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
@@ -32,6 +36,7 @@
 #include "atoll/train/metrics.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
+#include "atoll/train/state_transfer.h"
 #include "atoll/train/trainer.h"
 
 namespace atl {
@@ -122,6 +127,218 @@ std::string shared_config_toml(const Config& cfg) {
   return island_config_toml(c);
 }
 
+namespace {
+
+DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeout) {
+  return {.outer_lr = cfg.diloco.outer_lr,
+          .outer_momentum = cfg.diloco.outer_momentum,
+          .ring = {.codec = parse_codec(cfg.diloco.codec),
+                   .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
+                   .timeout = timeout,
+                   .error_feedback = cfg.diloco.error_feedback,
+                   .compress = cfg.diloco.compress == "zstd"}};
+}
+
+// One worker of the run: what it holds of the run, in the order it builds it (and tears it down
+// in reverse: the rings before the outer group, the groups before the membership, all before the
+// store), and the ways it starts: a first start (or a resume) with every other worker, or a
+// restart that rejoins the running run.
+struct Worker {
+  const Config& cfg;
+  const WorkerOptions& opts;
+  const std::string who;
+  const std::chrono::milliseconds timeout;
+  Loop& loop;
+  JsonlWriter& events;
+  nlohmann::json manifest{};  // of opts.resume_from
+  TrainingState state{.loop = loop};
+  std::unique_ptr<Store> store{};
+  std::unique_ptr<Membership> membership{};
+  std::unique_ptr<ProcessGroup> inner{};
+  std::unique_ptr<ElasticGroup> outer{};
+  std::unique_ptr<DilocoSync> diloco{};
+  uint64_t checkpoint_bytes = 0;  // sent by checkpoint gathers (not training traffic: comm_bytes leaves it out)
+
+  // An incident of this worker in events.jsonl.
+  void stamp(const std::string& kind, nlohmann::json fields) {
+    fields["island"] = opts.island, fields["rank"] = opts.rank;
+    events.write(event_row(kind, fields));
+  }
+
+  ElasticGroupOptions outer_options() {
+    return {.name = "outer-r" + std::to_string(opts.rank),
+            .connections = cfg.diloco.connections,
+            .timeout = timeout,
+            .island_name = [R = opts.rank](int i) { return worker_name(i, R); },
+            .on_change = [this](ProcessGroup* g) {
+              if (diloco) g ? diloco->rebind(*g) : diloco->detach();
+            },
+            .on_incident = [this](const nlohmann::json& e) { stamp(e.at("event"), e); }};
+  }
+
+  // The group of this island's workers; a restarted island forms it at the epoch it rejoins in.
+  void form_island(uint64_t epoch) {
+    // Members named as the run knows them, in errors (a stalled peer, a size mismatch).
+    inner = std::make_unique<ProcessGroup>(
+        *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
+                             .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout,
+                             .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
+  }
+
+  // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
+  // before anyone waits on another).
+  void join_engine_to_island() {
+    check_island_device(cfg.train, inner->size());
+    loop.engine->join_island({.rank = inner->rank(), .size = inner->size(), .timeout = inner->timeout(),
+                              .allgather = [this](const std::string& s) { return inner->allgather(s); }});
+  }
+
+  void make_diloco() {
+    Engine& engine = *loop.engine;
+    diloco = std::make_unique<DilocoSync>(outer->group(), engine.host().params, engine.layout().total(),
+                                          diloco_options(cfg, timeout),
+                                          model_fragments(engine.layout(), cfg.diloco.fragments), inner.get());
+    state.diloco = diloco.get();
+  }
+
+  // The store, this worker's membership and heartbeat; a first start also meets every peer in
+  // the groups of epoch 0. Bounded by fault.timeout_s.
+  void connect() {
+    const int W = opts.islands * opts.workers_per_island;
+    try {
+      store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
+      membership = std::make_unique<Membership>(
+          *store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
+                                    .workers_per_island = opts.workers_per_island,
+                                    .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
+                                    .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
+                                    .timeout = timeout});
+      membership->start_heartbeat();
+      if (opts.join) return;
+      membership->announce();
+      form_island(0);
+      outer = ElasticGroup::start(*store, *membership, outer_options());
+    } catch (const GroupSizeMismatch& e) {
+      // Gloo would fail on address blocks of another length ("136 vs 68"); say which flag differs.
+      const bool islands = inner != nullptr;  // the in-island group formed: the outer one differs
+      const std::string flag = islands ? "--islands" : "--workers-per-island";
+      auto started = [&](int member, int size, const char* joint) {
+        return (islands ? "island " + std::to_string(member) : worker_name(opts.island, member)) + joint + flag + " " +
+               std::to_string(size);
+      };
+      const bool peer_first = e.peer > e.rank;
+      throw ConfigError(who + ": " +
+                        (peer_first ? started(e.peer, e.peer_size, " was started with ") + ", " +
+                                          started(e.rank, e.size, " with ")
+                                    : started(e.rank, e.size, " was started with ") + ", " +
+                                          started(e.peer, e.peer_size, " with ")) +
+                        "; fix: start every worker of the run with the same --islands and --workers-per-island "
+                        "(and the same --run-id; a new run id for a new run)");
+    } catch (const Timeout& e) {
+      char bound[64];
+      std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
+      std::string msg = who + ": " + e.what() + bound;
+      if (msg.find("fix") == std::string::npos)
+        msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id, --islands and "
+               "--workers-per-island, or raise fault.timeout_s";
+      throw Timeout(msg);
+    }
+  }
+
+  // A first start (or a resume): every worker agrees on the config and on the state it starts from.
+  void start() {
+    const bool resume = !opts.resume_from.empty();
+    ProcessGroup& outer_group = outer->group();
+    for (ProcessGroup* g : {inner.get(), &outer_group}) {
+      expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
+      expect_same(*g, who, "config", g == inner.get() ? island_config_toml(cfg) : shared_config_toml(cfg));
+      expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
+    }
+    membership->put_config(shared_config_toml(cfg));
+    join_engine_to_island();
+    make_diloco();
+    const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
+                           .workers_per_island = opts.workers_per_island, .inner = inner.get(), .outer = &outer_group};
+    if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
+    expect_same_state(*inner, outer_group, who, state_registry(cfg, true, &state), loop.engine->layout());
+  }
+
+  // A restarted worker: the run's config, admission at an outer-step boundary, the run's state
+  // from a live island and its own data cursor from its record. False when the run finished first.
+  bool rejoin() {
+    if (const auto run_config = membership->config(); run_config && *run_config != shared_config_toml(cfg))
+      throw ConfigError(who + ": --join with a config that differs from the run's; fix: start it with the run's "
+                        "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
+    membership->request_join();
+    if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
+    const std::optional<View> admitted = membership->wait_admission();
+    if (!admitted) {
+      if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
+      return false;
+    }
+    try {
+      form_island(admitted->epoch);
+      join_engine_to_island();
+      outer = std::make_unique<ElasticGroup>(*store, *membership, *admitted, outer_options());
+      while (!outer->formed()) {  // a member of the admitting view was lost meanwhile: a failed attempt
+        outer->decide(kAdmitAttempt, false, false);
+        outer->reform(kAdmitAttempt, outer->formation_error());
+      }
+      make_diloco();
+      if (const std::optional<std::string> record = membership->record(opts.island, opts.rank))
+        restore_worker_record(cfg, state, *record);
+      const TransferReport got = admit(*outer, cfg, state);
+      inner->expect_same("training state received (xxh3)",
+                         state_hash(state_registry(cfg, true, &state), loop.engine->layout(),
+                                    {Division::kRun, Division::kReplicatedInIsland, Division::kPerIsland}));
+      if (opts.rank == 0)
+        stamp("join", {{"epoch", outer->view().epoch}, {"islands", outer->view().islands}, {"step", loop.step},
+                       {"outer_step", diloco->outer_step()}, {"source", got.source}, {"rounds", got.rounds},
+                       {"refused", got.refused}, {"theta_hash", diloco->theta_hash()}});
+      if (!opts.quiet)
+        log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
+                 " (" + outer->view().describe() + ")");
+    } catch (const PeerLost& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    } catch (const Timeout& e) {
+      throw LeftRun(who + ": lost the run while rejoining: " + e.what());
+    }
+    return true;
+  }
+
+  // A checkpoint of the current view (its writer: rank 0 of the lowest island). Its collectives
+  // are not retried: one that loses a peer is skipped (the group is then broken, and the next
+  // outer step votes it down and re-forms).
+  std::string save(const std::string& run_dir) {
+    if (!outer->formed()) return "";
+    loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+    const StatePlace place{
+        .island = opts.island, .rank = opts.rank, .islands = opts.islands,
+        .workers_per_island = opts.workers_per_island, .inner = inner.get(), .outer = &outer->group(),
+        .members = outer->view().islands,
+        .absent_value = [this](int i, int r, const std::string& entry) -> std::optional<nlohmann::json> {
+          const std::optional<std::string> record = membership->record(i, r);
+          return record ? record_value(*record, entry) : std::nullopt;
+        }};
+    const uint64_t sent_before = inner->stats().bytes_sent + outer->stats().bytes_sent;
+    struct Count {  // whatever the save sent, also when it failed
+      Worker& w;
+      uint64_t before;
+      ~Count() { w.checkpoint_bytes += w.inner->stats().bytes_sent + w.outer->stats().bytes_sent - before; }
+    } count{*this, sent_before};
+    try {
+      return save_training_state(cfg, run_dir, state, place);
+    } catch (const PeerLost& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    } catch (const Timeout& e) {
+      log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
+    }
+    return "";
+  }
+};
+
+}  // namespace
+
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
@@ -129,11 +346,14 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
+  // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only:
+  // a fault happens once per run.
+  if (opts.join) parse_fault_specs(std::getenv("ATOLL_FAULT") ? std::getenv("ATOLL_FAULT") : "");
+  else arm_fault_injection(opts.island, opts.rank);
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
   const std::string who = worker_name(opts.island, opts.rank);
   const double t_start = now_s();
-  const auto timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000));
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
   // Without a launcher, worker 0 owns the run folder: checked and locked before any peer can
   // write to it (a launcher holds the lock for the workers it starts). The workers' configs are
@@ -141,7 +361,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // needs, so a change against the run's config.toml is logged rather than refused.
   RunDir rd;
   rd.path = run_dir;
-  if (w == 0 && opts.metrics_fd < 0) rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
+  if (w == 0 && opts.metrics_fd < 0 && !opts.join)
+    rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
   configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
 
@@ -150,114 +371,60 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   Loop loop(cfg, data.dir, {.worker = w, .n_workers = W, .device_index = opts.rank});
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
-  const size_t n = engine.layout().total();
-  nlohmann::json manifest;
+  std::filesystem::create_directories(run_dir);
+  // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
+  JsonlWriter events(run_dir + "/events.jsonl");
+  Worker wk{.cfg = cfg, .opts = opts, .who = who, .timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)),
+            .loop = loop, .events = events};
   if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once
-    manifest = read_training_manifest(opts.resume_from);
-    check_resume(manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
+    wk.manifest = read_training_manifest(opts.resume_from);
+    check_resume(wk.manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
   }
-
-  // Rendezvous, bounded by fault.timeout_s: the store must answer and every peer arrive.
-  std::unique_ptr<Store> store;
-  std::unique_ptr<ProcessGroup> inner_group, outer_group;
-  try {
-    store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
-    // Members named as the run knows them, in errors (a stalled peer, a size mismatch).
-    inner_group = std::make_unique<ProcessGroup>(
-        *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank, .size = M,
-                             .timeout = timeout,
-                             .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
-    outer_group = std::make_unique<ProcessGroup>(
-        *store, GroupOptions{.name = "outer-r" + std::to_string(opts.rank), .rank = opts.island, .size = N,
-                             .connections = cfg.diloco.connections, .timeout = timeout,
-                             .member_name = [R = opts.rank](int i) { return worker_name(i, R); }});
-  } catch (const GroupSizeMismatch& e) {
-    // Gloo would fail on address blocks of another length ("136 vs 68"); say which flag differs.
-    const bool islands = inner_group != nullptr;  // the in-island group formed: the outer one differs
-    const std::string flag = islands ? "--islands" : "--workers-per-island";
-    auto started = [&](int member, int size, const char* joint) {
-      return (islands ? "island " + std::to_string(member) : worker_name(opts.island, member)) + joint + flag + " " +
-             std::to_string(size);
-    };
-    const bool peer_first = e.peer > e.rank;
-    throw ConfigError(who + ": " +
-                      (peer_first ? started(e.peer, e.peer_size, " was started with ") + ", " +
-                                        started(e.rank, e.size, " with ")
-                                  : started(e.rank, e.size, " was started with ") + ", " +
-                                        started(e.peer, e.peer_size, " with ")) +
-                      "; fix: start every worker of the run with the same --islands and --workers-per-island "
-                      "(and the same --run-id; a new run id for a new run)");
-  } catch (const Timeout& e) {
-    char bound[64];
-    std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
-    std::string msg = who + ": " + e.what() + bound;
-    if (msg.find("fix") == std::string::npos)
-      msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id, --islands and "
-             "--workers-per-island, or raise fault.timeout_s";
-    throw Timeout(msg);
-  }
-  ProcessGroup& inner = *inner_group;
-  ProcessGroup& outer = *outer_group;
-  for (ProcessGroup* g : {&inner, &outer}) {
-    expect_same(*g, who, "model config", model_config_to_toml(cfg.model));
-    expect_same(*g, who, "config", g == &inner ? island_config_toml(cfg) : shared_config_toml(cfg));
-    expect_same(*g, who, "step resumed from", resume ? manifest.at("step").dump() : "none (a fresh start)");
-  }
-  // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
-  // before anyone waits on another).
-  check_island_device(cfg.train, M);
-  engine.join_island({.rank = opts.rank, .size = M, .timeout = inner.timeout(),
-                      .allgather = [&](const std::string& s) { return inner.allgather(s); }});
-  DilocoSync diloco(outer, engine.host().params, n,
-                    {.outer_lr = cfg.diloco.outer_lr,
-                     .outer_momentum = cfg.diloco.outer_momentum,
-                     .ring = {.codec = parse_codec(cfg.diloco.codec),
-                              .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
-                              .timeout = timeout,
-                              .error_feedback = cfg.diloco.error_feedback,
-                              .compress = cfg.diloco.compress == "zstd"}},
-                    model_fragments(engine.layout(), cfg.diloco.fragments), &inner);
+  wk.connect();
+  if (!opts.join) wk.start();
+  else if (!wk.rejoin()) return WorkerResult{};
+  ProcessGroup& inner = *wk.inner;
+  ElasticGroup& outer = *wk.outer;
+  DilocoSync& diloco = *wk.diloco;
+  wk.membership->put_record(worker_record(cfg, wk.state));
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing});
-  TrainingState state{.loop = loop, .diloco = &diloco};
-  const StatePlace place{.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M,
-                         .inner = &inner, .outer = &outer};
-  if (resume) restore_training_state(opts.resume_from, manifest, cfg, state, place);
-  expect_same_state(inner, outer, who, state_registry(cfg, true, &state), engine.layout());
-  loop.engine->to_device(kAllState);  // the initial or restored parameters and moments (a no-op on the CPU)
-  if (w == 0 && opts.metrics_fd < 0) {
+  engine.to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
+  if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
   }
-  std::filesystem::create_directories(run_dir);
   RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");
-  std::unique_ptr<JsonlWriter> events;
-  if (w == 0) events = std::make_unique<JsonlWriter>(run_dir + "/events.jsonl");
   if (w == 0 && resume && opts.metrics_fd < 0)
-    events->write({{"event", "resume"}, {"step", loop.step}, {"checkpoint", opts.resume_from}});
+    events.write(event_row("resume", {{"step", loop.step}, {"checkpoint", opts.resume_from}}));
   if (!opts.quiet)
     log_info(who + ": " + std::to_string(engine.layout().n_params()) + " parameters, data slice " +
              std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
-  IslandHooks hooks(cfg, {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who},
-                    inner, outer, diloco, streaming, events.get());
-  const DriverResult r = run_steps(
-      loop, hooks,
-      {.who = who,
-       .workers = W,
-       .evaluates = w == 0,
-       .write_row = [&](const nlohmann::json& row) { rows.write(row); },
-       .save =
-           [&] {
-             loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
-             return save_training_state(cfg, run_dir, state, place);
-           },
-       .events = events.get(),
-       .t_start = t_start});
-  if (w == 0) events->write({{"event", "end"}, {"step", loop.step}});
+  IslandHooks hooks(cfg,
+                    {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who,
+                     .checkpoint_bytes = &wk.checkpoint_bytes},
+                    inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr);
+  DriverResult r;
+  try {
+    r = run_steps(loop, hooks,
+                  {.who = who,
+                   .workers = W,
+                   .evaluates = [&] { return outer.leads(); },
+                   .write_row = [&](const nlohmann::json& row) { rows.write(row); },
+                   .save = [&] { return wk.save(run_dir); },
+                   .events = &events,
+                   .t_start = t_start});
+  } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
+    throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
+  } catch (const Timeout& e) {
+    throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
+  }
+  wk.membership->mark_done();
+  if (outer.leads()) events.write(event_row("end", {{"step", loop.step}}));
   WorkerResult result;
   result.steps = loop.step;
   result.outer_steps = diloco.outer_step();

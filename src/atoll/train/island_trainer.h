@@ -22,15 +22,25 @@
 // into fragments of whole layers that sync in turn, each exchange optionally overlapped with the
 // next inner steps.
 //
+// Elastic (docs/islands.md "Faults, membership and rejoin"): the outer groups follow the
+// membership views of dist/membership.h; every outer step is voted on, and one that fails is
+// discarded and retried over the islands still alive (dist/elastic_group.h, dist/streaming.h).
+// A restarted worker (`join`) asks to rejoin, is admitted at a committed outer step, receives
+// the run's state from a live island (train/state_transfer.h) and its data cursor from its own
+// membership record, then trains on. A worker that is no longer a member (its island lost a
+// worker, or the others re-formed without it) throws LeftRun: `atoll worker` exits with
+// kWorkerRejoinExit and the launcher restarts it with --join.
+//
 // Output: metrics rows (DESIGN.md "Files") with island, rank, comm_bytes, comm_s, compute_s,
 // idle_s (cumulative seconds; overlap_comm_s too when exchanges overlap), and outer_step /
-// fragment / theta_hash after every outer step; written to `metrics_fd` (one line per write; the
-// launcher merges them into one metrics.jsonl) or, when -1, appended to RUN_DIR/metrics.jsonl.
-// Worker 0 (island 0, rank 0) evaluates. Checkpoints hold the whole run: every entry of the state
+// fragment / theta_hash / momentum_hash after every outer step; written to `metrics_fd` (one
+// line per write; the launcher merges them into one metrics.jsonl) or, when -1, appended to
+// RUN_DIR/metrics.jsonl. Worker 0 (rank 0 of the lowest island alive) evaluates and writes the
+// run's events. Checkpoints hold the whole run: every entry of the state
 // registry (state_registry.h: every island's parameters and moments, θ, the outer momentum, every
 // worker's loader cursor, the counters), saved and restored by walks of it (state_checkpoint.h);
-// every worker takes part (gathers to worker 0, which writes). A checkpoint waits until no
-// exchange is in flight. `resume_from` restarts every worker from such a checkpoint, or from a
+// every worker takes part (gathers to worker 0, which writes; a missing island's entries are the
+// writer's copies and its own record's cursor). A checkpoint waits until no exchange is in flight. `resume_from` restarts every worker from such a checkpoint, or from a
 // single-process run's when the run is 1 island x 1 worker (DiLoCo then starts from θ = its
 // parameters). After start-up the workers compare the hash of the state they must share.
 #pragma once
@@ -55,7 +65,12 @@ struct WorkerOptions {
   int metrics_fd = -1;               // >= 0: metrics rows go to this file descriptor
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
+  bool join = false;                 // a restarted worker: rejoin the running run (elastic islands)
 };
+
+// The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
+// island lost a worker, or the others re-formed without it): the launcher restarts it with --join.
+inline constexpr int kWorkerRejoinExit = 75;
 
 struct WorkerResult {
   int64_t steps = 0, outer_steps = 0;

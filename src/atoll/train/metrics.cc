@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <fstream>
 
 #include "atoll/core/file_writer.h"
@@ -29,6 +30,14 @@ nlohmann::json to_json(const StepRow& r) {
   put("outer_step", r.outer_step);
   put("fragment", r.fragment);
   put("theta_hash", r.theta_hash);
+  put("momentum_hash", r.momentum_hash);
+  return row;
+}
+
+nlohmann::json event_row(const std::string& event, const nlohmann::json& fields) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  nlohmann::json row = {{"event", event}, {"time", now}};
+  for (const auto& [k, v] : fields.items()) row[k] = v;
   return row;
 }
 

@@ -42,9 +42,12 @@ struct StepRow {
 
   std::optional<int64_t> outer_step{};
   std::optional<int> fragment{};
-  std::optional<std::string> theta_hash{};
+  std::optional<std::string> theta_hash{}, momentum_hash{};
 };
 nlohmann::json to_json(const StepRow& r);
+
+// One events.jsonl object: {"event": name, "time": wall-clock seconds since 1970 (UTC)} and `fields`.
+nlohmann::json event_row(const std::string& event, const nlohmann::json& fields = nlohmann::json::object());
 
 // Keeps only the lines of a JSONL file whose "step" is at most max_step (and lines without a
 // step), rewriting it through a temporary file: a resumed run drops what the killed run logged

@@ -1,5 +1,6 @@
 #include "atoll/train/state_checkpoint.h"
 
+#include <algorithm>
 #include <deque>
 
 #include "atoll/ckpt/checkpoint.h"
@@ -17,10 +18,17 @@ using nlohmann::json;
 struct SaveWalk {
   const StatePlace& p;
   size_t n;                               // layout().total()
-  bool writer;                            // worker 0
+  std::vector<int> members;               // islands by outer group rank
+  bool writer;                            // worker 0: rank 0 of members[0]
   std::deque<std::vector<float>> held{};  // assembled or gathered values (stable addresses)
   std::vector<CheckpointBuffer> buffers{};
   json state = json::object();
+
+  // Island i's outer group rank, or -1 when it is missing (the writer's copy stands in).
+  int slot(int island) const {
+    const auto it = std::find(members.begin(), members.end(), island);
+    return it == members.end() ? -1 : int(it - members.begin());
+  }
 
   // One copy per island (from its rank 0), or worker 0's alone for a run-wide entry.
   void tensor(const StateEntry& e) {
@@ -38,11 +46,13 @@ struct SaveWalk {
       return;
     }
     if (p.rank != 0) return;
-    float* all = writer ? held.emplace_back(size_t(p.islands) * n).data() : nullptr;  // island 0's slot unused
+    float* all = writer ? held.emplace_back(members.size() * n).data() : nullptr;  // the writer's slot unused
     p.outer->gather(mine, n * sizeof(float), all, 0);
     if (!writer) return;
-    buffers.push_back({e.name, mine});
-    for (int i = 1; i < p.islands; ++i) buffers.push_back({island_kind(i, e.name), all + size_t(i) * n});
+    for (int i = 0; i < p.islands; ++i) {
+      const int g = slot(i);
+      buffers.push_back({island_kind(i, e.name), g <= 0 ? mine : all + size_t(g) * n});
+    }
   }
 
   // Run-wide: worker 0's value; per worker: a list by global worker index; otherwise a list by
@@ -60,14 +70,19 @@ struct SaveWalk {
     const std::vector<std::string> all = p.islands > 1 ? p.outer->allgather(island) : std::vector<std::string>{island};
     if (!writer) return;
     json list = json::array();
-    for (const std::string& from_island : all) {
+    for (int i = 0; i < p.islands; ++i) {
+      const int g = slot(i);
+      const std::string& from_island = all[size_t(std::max(g, 0))];  // a missing island: the writer's
       if (e.division != Division::kPerWorker) {
         list.push_back(json::parse(from_island));
         continue;
       }
       const json workers = json::parse(from_island);
       ATOLL_CHECK_EQ(workers.size(), size_t(p.workers_per_island));
-      for (const json& w : workers) list.push_back(json::parse(w.get<std::string>()));
+      for (int r = 0; r < p.workers_per_island; ++r) {
+        std::optional<json> absent = g < 0 && p.absent_value ? p.absent_value(i, r, e.name) : std::nullopt;
+        list.push_back(absent ? *absent : json::parse(workers[size_t(r)].get<std::string>()));
+      }
     }
     state[e.name] = list;
   }
@@ -116,7 +131,10 @@ void upgrade_v1(json& m, const std::string& dir) {
 std::string save_training_state(const Config& cfg, const std::string& run_dir, TrainingState& s,
                                 const StatePlace& place) {
   const ParamLayout& layout = s.loop.engine->layout();
-  SaveWalk walk{.p = place, .n = layout.total(), .writer = place.island == 0 && place.rank == 0};
+  std::vector<int> members = place.members;
+  if (members.empty())
+    for (int i = 0; i < place.islands; ++i) members.push_back(i);
+  SaveWalk walk{.p = place, .n = layout.total(), .members = members, .writer = members[0] == place.island && place.rank == 0};
   json entries = json::object();
   for (const StateEntry& e : state_registry(cfg, s.diloco != nullptr, &s)) {
     entries[e.name] = describe_entry(e, place.islands, place.workers_per_island);

@@ -3,7 +3,8 @@
 // 1 island x 1 worker with the registry's entries for a run without DiLoCo; a multi-island run
 // adds DiLoCo's.
 //
-// Until the sharded writer exists, worker 0 (island 0, rank 0) writes every checkpoint: the save
+// Until the sharded writer exists, worker 0 (island 0, rank 0; in an elastic run missing island
+// 0, rank 0 of the lowest island there is) writes every checkpoint: the save
 // walk gathers each entry's copies to it by the entry's division (a run-wide entry is worker 0's
 // own; the islands' rank 0s send their copy of an entry replicated in the island over the outer
 // group; an island's ranks sum their disjoint shards over the island group first; cursors travel
@@ -11,8 +12,11 @@
 // rank 0 a copy of all N islands' buffers, which ran a 4-island small-config run out of memory).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "atoll/config/config.h"
 #include "atoll/dist/group.h"
@@ -24,14 +28,21 @@ namespace atl {
 struct StatePlace {
   int island = 0, rank = 0, islands = 1, workers_per_island = 1;
   ProcessGroup* inner = nullptr;  // the island's workers
-  ProcessGroup* outer = nullptr;  // rank `rank` of every island
+  ProcessGroup* outer = nullptr;  // rank `rank` of every island (of `members`)
+  // An elastic run missing islands: the islands in the outer group, by group rank (ascending;
+  // empty: every island). The writer is rank 0 of the first. A missing island's entries divided
+  // by island are the writer's copies (what the island would receive if it rejoined); its
+  // per-worker values come from `absent_value(island, rank, entry)` when that gives one
+  // (the worker's membership record), else from the writer.
+  std::vector<int> members{};
+  std::function<std::optional<nlohmann::json>(int island, int rank, const std::string& entry)> absent_value{};
 };
 
 // The checkpoint of s.loop.step: a collective walk of the registry (every worker calls it);
-// worker 0 writes. Beside the registry's entries, the manifest's state holds
-// "tokenizer_fingerprint": the tokenizer of the training data (data/prepare.h
-// dataset_tokenizer_fingerprint), absent for data without one. Returns the directory on
-// worker 0, "" elsewhere.
+// worker 0 (rank 0 of the lowest member island) writes. Beside the registry's entries, the
+// manifest's state holds "tokenizer_fingerprint": the tokenizer of the training data
+// (data/prepare.h dataset_tokenizer_fingerprint), absent for data without one. Returns the
+// directory on worker 0, "" elsewhere.
 std::string save_training_state(const Config& cfg, const std::string& run_dir, TrainingState& s,
                                 const StatePlace& place);
 

@@ -116,8 +116,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   if (!rd.checkpoint.empty()) {
     if (!opts.quiet) log_info("resumed " + rd.checkpoint + " at step " + std::to_string(loop.step));
   } else {
-    events.write({{"event", "start"}, {"threads", threads}, {"params", engine.layout().n_params()},
-                  {"device", engine.device_name()}});
+    events.write(event_row("start", {{"threads", threads}, {"params", engine.layout().n_params()},
+                                     {"device", engine.device_name()}}));
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
@@ -143,9 +143,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
        .stop_requested = [&] { return signals && signals->signal() != 0; }});
   result.stopped_by = r.stopped ? signals->signal() : 0;
   if (r.stopped)
-    events.write({{"event", "interrupted"}, {"signal", result.stopped_by}, {"step", loop.step}, {"checkpoint", r.checkpoint}});
+    events.write(event_row("interrupted", {{"signal", result.stopped_by}, {"step", loop.step}, {"checkpoint", r.checkpoint}}));
   else
-    events.write({{"event", "end"}, {"step", loop.step}});
+    events.write(event_row("end", {{"step", loop.step}}));
   result.checkpoint = r.checkpoint;
   result.steps = loop.step;
   result.tokens = loop.tokens;

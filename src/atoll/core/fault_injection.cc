@@ -1,0 +1,140 @@
+// ATOLL_FAULT (see fault_injection.h).
+#include "atoll/core/fault_injection.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "atoll/core/errors.h"
+
+namespace atl {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  std::string p;
+  while (std::getline(ss, p, sep)) parts.push_back(p);
+  return parts;
+}
+
+[[noreturn]] void refuse(const std::string& text, const std::string& problem) {
+  throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
+                    "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K or ACTION:island=I:transfer=K "
+                    "with ACTION kill, hang or corrupt (corrupt with transfer only), several joined by commas, or "
+                    "unset ATOLL_FAULT");
+}
+
+int64_t positive(const std::string& text, const std::string& key, const std::string& value, int64_t min) {
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || v < min)
+    refuse(text, key + "=" + value + " is not a whole number >= " + std::to_string(min));
+  return v;
+}
+
+// The armed faults (set once, before any point runs); each fires once.
+struct Armed {
+  FaultSpec spec;
+  std::atomic<bool> fired{false};
+};
+std::atomic<bool> g_armed{false};
+std::vector<std::unique_ptr<Armed>> g_faults;
+std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0};
+
+void say(const std::string& what) {
+  const std::string line = "ATOLL_FAULT: " + what + "\n";
+  [[maybe_unused]] ssize_t n = ::write(2, line.data(), line.size());
+}
+
+// Kill or hang here; false for corrupt (the caller corrupts). Fires once.
+bool fire(Armed& a, const std::string& where) {
+  if (a.fired.exchange(true)) return false;
+  if (a.spec.action == FaultSpec::Action::kCorrupt) {
+    say("corrupting " + where);
+    return true;
+  }
+  say((a.spec.action == FaultSpec::Action::kKill ? "SIGKILL at " : "SIGSTOP at ") + where);
+  ::raise(a.spec.action == FaultSpec::Action::kKill ? SIGKILL : SIGSTOP);
+  return false;
+}
+
+}  // namespace
+
+FaultSpec parse_fault_spec(const std::string& text) {
+  FaultSpec f;
+  if (text.empty()) return f;
+  const std::vector<std::string> parts = split(text, ':');
+  const std::string& action = parts[0];
+  if (action == "kill") f.action = FaultSpec::Action::kKill;
+  else if (action == "hang") f.action = FaultSpec::Action::kHang;
+  else if (action == "corrupt") f.action = FaultSpec::Action::kCorrupt;
+  else refuse(text, "unknown action '" + action + "'");
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) refuse(text, "'" + parts[i] + "' is not key=value");
+    const std::string key = parts[i].substr(0, eq), value = parts[i].substr(eq + 1);
+    if (key == "island") f.island = int(positive(text, key, value, 0));
+    else if (key == "rank") f.rank = int(positive(text, key, value, 0));
+    else if (key == "outer_step") f.outer_step = positive(text, key, value, 1);
+    else if (key == "ring_chunk") f.ring_chunk = positive(text, key, value, 1);
+    else if (key == "transfer") f.transfer = positive(text, key, value, 1);
+    else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer)");
+  }
+  if (f.island < 0) refuse(text, "no island=I");
+  const bool ring = f.ring_chunk > 0 || f.outer_step > 0;
+  if (ring && (f.ring_chunk < 0 || f.outer_step < 0)) refuse(text, "outer_step and ring_chunk go together");
+  if (ring == (f.transfer > 0)) refuse(text, "name one point: outer_step=S:ring_chunk=K, or transfer=K");
+  if (f.action == FaultSpec::Action::kCorrupt && ring) refuse(text, "corrupt applies to state transfers only");
+  return f;
+}
+
+std::vector<FaultSpec> parse_fault_specs(const std::string& text) {
+  std::vector<FaultSpec> specs;
+  for (const std::string& part : split(text, ','))
+    if (const FaultSpec f = parse_fault_spec(part); f.action != FaultSpec::Action::kNone) specs.push_back(f);
+  return specs;
+}
+
+void arm_fault_injection(int island, int rank) {
+  const char* env = std::getenv("ATOLL_FAULT");
+  g_armed = false;
+  g_faults.clear();
+  for (const FaultSpec& f : parse_fault_specs(env ? env : ""))
+    if (f.island == island && (f.rank < 0 || f.rank == rank)) {
+      g_faults.push_back(std::make_unique<Armed>());
+      g_faults.back()->spec = f;
+    }
+  g_armed = !g_faults.empty();
+}
+
+void disarm_fault_injection() { g_armed = false; }
+
+void fault_outer_step(int64_t outer_step) {
+  g_outer_step = outer_step;
+  g_ring_messages = 0;
+}
+
+void fault_ring_message() {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  const int64_t k = ++g_ring_messages;
+  for (auto& a : g_faults)
+    if (a->spec.ring_chunk == k && a->spec.outer_step == g_outer_step)
+      fire(*a, "outer step " + std::to_string(a->spec.outer_step) + ", ring message " + std::to_string(k));
+}
+
+bool fault_transfer_tensor() {
+  if (!g_armed.load(std::memory_order_relaxed)) return false;
+  const int64_t k = ++g_transfers;
+  bool corrupt = false;
+  for (auto& a : g_faults)
+    if (a->spec.transfer == k) corrupt = fire(*a, "state transfer tensor " + std::to_string(k)) || corrupt;
+  return corrupt;
+}
+
+}  // namespace atl

@@ -1,0 +1,53 @@
+// Fault injection for the elastic-island tests: the environment variable ATOLL_FAULT makes one
+// chosen worker fail at an exact point, so a test can kill a worker in the middle of a ring
+// all-reduce or of a state transfer instead of hoping a signal from outside lands there.
+//
+//   ATOLL_FAULT=SPEC[,SPEC...]   SPEC = ACTION:key=value[:key=value...]
+//     ACTION      kill     SIGKILL to itself (the process vanishes; its sockets close)
+//                 hang     SIGSTOP to itself (every thread stops, heartbeats included; SIGCONT resumes)
+//                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
+//                          stays intact), so the receiver's hash check must refuse it
+//     island=I    the worker's island (required)
+//     rank=R      its rank in the island (default: any)
+//     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
+//                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
+//     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
+//   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
+//   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
+//
+// The variable is read once (arm_fault_injection, at a worker's start); a malformed value is a
+// ConfigError naming ATOLL_FAULT, the part and the fix. Each fault fires at most once per process,
+// and a worker restarted to rejoin does not arm them again, so each happens once per run.
+// Disarmed, every point costs one relaxed atomic load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace atl {
+
+struct FaultSpec {
+  enum class Action { kNone, kKill, kHang, kCorrupt };
+  Action action = Action::kNone;
+  int island = -1, rank = -1;  // -1: any
+  int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
+};
+
+// Parses one SPEC; "" is no fault. Throws ConfigError.
+FaultSpec parse_fault_spec(const std::string& text);
+// Parses a whole ATOLL_FAULT value (SPECs separated by commas).
+std::vector<FaultSpec> parse_fault_specs(const std::string& text);
+
+// Reads ATOLL_FAULT and arms the faults that name this worker (a ConfigError for a bad value, armed or not).
+void arm_fault_injection(int island, int rank);
+void disarm_fault_injection();
+
+// The points. fault_outer_step: the outer step this process now attempts (restarts the ring
+// message count). fault_ring_message: one ring message is about to be sent. fault_transfer_tensor:
+// one state-transfer tensor is about to be sent; true when it must go corrupted.
+void fault_outer_step(int64_t outer_step);
+void fault_ring_message();
+bool fault_transfer_tensor();
+
+}  // namespace atl

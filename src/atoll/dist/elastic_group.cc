@@ -1,0 +1,114 @@
+// The outer group of an elastic run (see elastic_group.h).
+#include "atoll/dist/elastic_group.h"
+
+#include <algorithm>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+
+namespace atl {
+
+ElasticGroup::ElasticGroup(Store& store, Membership& membership, const View& v, const ElasticGroupOptions& opts)
+    : store_(store), membership_(membership), view_(v), opts_(opts) {
+  ATOLL_CHECK(view_.contains(island())) << "island " << island() << " is not in the view " << view_.describe();
+  form();
+}
+
+ElasticGroup::ElasticGroup(Store& store, Membership& membership, std::unique_ptr<ProcessGroup> group,
+                           const ElasticGroupOptions& opts)
+    : store_(store), membership_(membership), view_(membership.initial_view()), opts_(opts), group_(std::move(group)) {}
+
+std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& membership, const ElasticGroupOptions& opts) {
+  const MembershipOptions& m = membership.options();
+  auto group = std::make_unique<ProcessGroup>(
+      store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0,
+                          .connections = opts.connections, .timeout = opts.timeout, .member_name = opts.island_name});
+  return std::unique_ptr<ElasticGroup>(new ElasticGroup(store, membership, std::move(group), opts));
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+ProcessGroup& ElasticGroup::group() {
+  ATOLL_CHECK(group_ != nullptr) << "the outer group of " << view_.describe() << " did not form: " << formation_error_;
+  return *group_;
+}
+
+CommStats ElasticGroup::stats() const {
+  CommStats s = retired_;
+  if (group_) {
+    const CommStats g = group_->stats();
+    s.bytes_sent += g.bytes_sent, s.seconds += g.seconds, s.ops += g.ops;
+  }
+  return s;
+}
+
+void ElasticGroup::form() {
+  formation_error_.clear();
+  std::function<std::string(int)> member_name;
+  if (opts_.island_name)
+    member_name = [name = opts_.island_name, islands = view_.islands](int g) { return name(islands[size_t(g)]); };
+  try {
+    group_ = std::make_unique<ProcessGroup>(
+        store_, GroupOptions{.name = opts_.name, .rank = view_.position(island()), .size = int(view_.islands.size()),
+                             .epoch = view_.epoch, .connections = opts_.connections, .timeout = opts_.timeout,
+                             .member_name = member_name});
+  } catch (const Timeout& e) {
+    formation_error_ = e.what();
+  } catch (const PeerLost& e) {
+    formation_error_ = e.what();
+  }
+  if (group_ && opts_.on_change) opts_.on_change(group_.get());
+}
+
+void ElasticGroup::drop() {
+  if (!group_) return;
+  if (opts_.on_change) opts_.on_change(nullptr);  // users let go of the connections first
+  retired_ = stats();
+  group_.reset();  // closes the connections: a peer waiting on us fails now
+}
+
+std::string ElasticGroup::lost_members() {
+  const std::vector<bool> alive = membership_.alive(view_);
+  std::string lost;
+  for (size_t g = 0; g < alive.size(); ++g) {
+    if (alive[g]) continue;
+    const int i = view_.islands[g];
+    lost += (lost.empty() ? "" : ", ") + (opts_.island_name ? opts_.island_name(i) : "island " + std::to_string(i));
+  }
+  return lost;
+}
+
+Decision ElasticGroup::decide(const std::string& attempt, bool ok, bool admit) {
+  if (!ok) drop();
+  return membership_.decide(view_, attempt, ok, admit);
+}
+
+void ElasticGroup::reform(const std::string& attempt, const std::string& why) {
+  drop();
+  const View old = view_;
+  const View next = membership_.reform(old, old.joining);
+  if (!next.contains(island()))
+    throw LeftRun("island " + std::to_string(island()) + " is not in membership " + next.describe() +
+                  " (re-formed after " + attempt + " failed: " + why + "); it leaves the run to rejoin");
+  if (next.holders().empty())
+    throw Error("membership " + next.describe() + ": no island that holds the run's state is left; fix: resume the "
+                "run from its newest checkpoint (`atoll launch --resume --run-dir DIR`)");
+  view_ = next;
+  if (opts_.on_incident && leads()) {
+    std::vector<int> lost;
+    for (int i : old.islands)
+      if (!next.contains(i)) lost.push_back(i);
+    opts_.on_incident({{"event", "abort_retry"}, {"attempt", attempt}, {"why", why}, {"epoch", next.epoch},
+                       {"islands", next.islands}, {"lost", lost}});
+  }
+  form();
+}
+
+void ElasticGroup::enter(const View& next) {
+  ATOLL_CHECK(next.epoch > view_.epoch && next.contains(island())) << next.describe() << " after " << view_.describe();
+  drop();
+  view_ = next;
+  form();
+}
+
+}  // namespace atl

@@ -1,0 +1,379 @@
+// Membership in the store (see membership.h).
+#include "atoll/dist/membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/log.h"
+
+namespace atl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+using nlohmann::json;
+
+std::string seconds_text(Ms d) {
+  std::ostringstream s;
+  s << static_cast<double>(d.count()) / 1000.0 << " s";
+  return s.str();
+}
+
+std::string list_text(const std::vector<int>& xs) {
+  std::string s;
+  for (int x : xs) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+// "e<epoch>/", built by appends (GCC 12 warns falsely on "e" + std::to_string(e) + ...).
+std::string epoch_dir(uint64_t epoch) {
+  std::string s = "e";
+  s += std::to_string(epoch);
+  s += '/';
+  return s;
+}
+
+std::string new_token() {
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  std::ostringstream s;
+  s << host << ":" << ::getpid() << ":" << std::hex << ((uint64_t(rd()) << 32) | rd());
+  return s.str();
+}
+
+// Polls from 1 ms up to `cap` apart: quick when the answer is near, cheap when it is not.
+class Backoff {
+ public:
+  explicit Backoff(Ms cap) : cap_(cap) {}
+  void pause() {
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min(pause_ * 2, cap_);
+  }
+
+ private:
+  Ms pause_{1}, cap_;
+};
+
+}  // namespace
+
+std::string outer_attempt(int64_t outer_step) {
+  std::string s = "s";
+  s += std::to_string(outer_step);
+  return s;
+}
+
+bool View::contains(int island) const { return position(island) >= 0; }
+
+bool View::is_joining(int island) const { return std::find(joining.begin(), joining.end(), island) != joining.end(); }
+
+int View::position(int island) const {
+  const auto it = std::find(islands.begin(), islands.end(), island);
+  return it == islands.end() ? -1 : int(it - islands.begin());
+}
+
+std::vector<int> View::holders() const {
+  std::vector<int> h;
+  for (int i : islands)
+    if (!is_joining(i)) h.push_back(i);
+  return h;
+}
+
+std::string View::describe() const {
+  std::string s = "epoch " + std::to_string(epoch) + ": islands " + list_text(islands);
+  if (!joining.empty()) s += " (joining " + list_text(joining) + ")";
+  return s;
+}
+
+std::string View::to_json() const {
+  return json{{"epoch", epoch}, {"islands", islands}, {"joining", joining}, {"tokens", tokens}}.dump();
+}
+
+View View::from_json(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    View v;
+    v.epoch = j.at("epoch").get<uint64_t>();
+    v.islands = j.at("islands").get<std::vector<int>>();
+    v.joining = j.at("joining").get<std::vector<int>>();
+    v.tokens = j.at("tokens").get<std::map<std::string, std::string>>();
+    return v;
+  } catch (const json::exception& e) {
+    throw IoError("membership view in the store is not valid (" + std::string(e.what()) + "): " + text.substr(0, 200));
+  }
+}
+
+std::string Membership::worker_name(int island, int rank) { return std::to_string(island) + "." + std::to_string(rank); }
+
+Membership::Membership(Store& store, const MembershipOptions& opts)
+    : store_(store), opts_(opts), me_(worker_name(opts.island, opts.rank)), token_(new_token()) {
+  ATOLL_CHECK(opts.ttl > opts.heartbeat) << "heartbeat ttl " << opts.ttl.count() << " ms, interval "
+                                         << opts.heartbeat.count() << " ms";
+}
+
+Membership::~Membership() {
+  {
+    std::lock_guard<std::mutex> lock(beat_mu_);
+    stop_ = true;
+  }
+  beat_cv_.notify_all();
+  if (beat_.joinable()) {
+    beat_.join();
+    try {
+      store_.erase_if_equal(key("hb/" + me_), token_);  // not a restarted worker's own heartbeat
+    } catch (const Error&) {
+      // the store is gone: the key expires on its own
+    }
+  }
+}
+
+std::string Membership::key(const std::string& rest) const { return store_.run_prefix() + "/members/" + rest; }
+
+std::string Membership::attempt_key(uint64_t epoch, const std::string& attempt, const std::string& rest) const {
+  return key(epoch_dir(epoch) + attempt + "/" + rest);
+}
+
+std::vector<std::string> Membership::worker_keys(const std::string& prefix, const std::vector<int>& islands) const {
+  std::vector<std::string> keys;
+  for (int i : islands)
+    for (int r = 0; r < opts_.workers_per_island; ++r) keys.push_back(prefix + worker_name(i, r));
+  return keys;
+}
+
+void Membership::start_heartbeat() {
+  beat_store_ = std::make_unique<Store>(store_.options());
+  beat_store_->set_with_ttl(key("hb/" + me_), token_, opts_.ttl);
+  beat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+void Membership::heartbeat_loop() {
+  bool warned = false;
+  std::unique_lock<std::mutex> lock(beat_mu_);
+  while (!beat_cv_.wait_for(lock, opts_.heartbeat, [this] { return stop_; })) {
+    lock.unlock();
+    try {
+      beat_store_->set_with_ttl(key("hb/" + me_), token_, opts_.ttl);
+      warned = false;
+    } catch (const Error& e) {  // the store is away: peers will count this worker lost; keep trying
+      if (!warned) log_warn("worker " + me_ + ": heartbeat not written: " + e.what());
+      warned = true;
+    }
+    lock.lock();
+  }
+}
+
+void Membership::announce() { store_.set(key("e0/ready/" + me_), token_); }
+
+View Membership::initial_view() {
+  View v;
+  for (int i = 0; i < opts_.islands; ++i) v.islands.push_back(i);
+  const std::vector<std::string> keys = worker_keys(key("e0/ready/"), v.islands);
+  store_.wait(keys, opts_.timeout);
+  const auto tokens = store_.get_many(keys);
+  for (size_t k = 0; k < keys.size(); ++k) v.tokens[keys[k].substr(keys[k].rfind('/') + 1)] = tokens[k].value_or("");
+  return publish(v);
+}
+
+std::vector<bool> Membership::alive(const View& v) {
+  const std::vector<std::string> keys = worker_keys(key("hb/"), v.islands);
+  const auto beats = store_.get_many(keys);
+  const size_t M = size_t(opts_.workers_per_island);
+  std::vector<bool> out(v.islands.size(), true);
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const auto it = v.tokens.find(keys[k].substr(keys[k].rfind('/') + 1));
+    if (!beats[k] || it == v.tokens.end() || *beats[k] != it->second) out[k / M] = false;
+  }
+  return out;
+}
+
+bool Membership::all_alive(const View& v) {
+  const std::vector<bool> a = alive(v);
+  return std::all_of(a.begin(), a.end(), [](bool x) { return x; });
+}
+
+std::vector<int> Membership::waiting_joiners(const View& v, std::map<std::string, std::string>* tokens) {
+  std::vector<int> outside;
+  for (int i = 0; i < opts_.islands; ++i)
+    if (!v.contains(i)) outside.push_back(i);
+  if (outside.empty()) return {};
+  const std::vector<std::string> joins = worker_keys(key("join/"), outside);
+  const std::vector<std::string> beats = worker_keys(key("hb/"), outside);
+  std::vector<std::string> both = joins;
+  both.insert(both.end(), beats.begin(), beats.end());
+  const auto values = store_.get_many(both);
+  const size_t M = size_t(opts_.workers_per_island);
+  std::vector<int> waiting;
+  for (size_t j = 0; j < outside.size(); ++j) {
+    bool all = true;
+    for (size_t r = 0; r < M; ++r) {
+      const auto& join = values[j * M + r];
+      const auto& beat = values[joins.size() + j * M + r];
+      all = all && join && beat && *join == *beat;
+    }
+    if (!all) continue;
+    waiting.push_back(outside[j]);
+    for (size_t r = 0; r < M; ++r) (*tokens)[worker_name(outside[j], int(r))] = *values[j * M + r];
+  }
+  return waiting;
+}
+
+View Membership::publish(const View& proposal) {
+  const std::string k = key("view/e" + std::to_string(proposal.epoch));
+  if (store_.set_if_absent(k, proposal.to_json())) store_.set(key("epoch"), std::to_string(proposal.epoch));
+  return View::from_json(store_.get(k).value());
+}
+
+std::optional<View> Membership::view(uint64_t epoch) {
+  const auto text = store_.get(key("view/e" + std::to_string(epoch)));
+  if (!text) return std::nullopt;
+  return View::from_json(*text);
+}
+
+Decision Membership::decide(const View& v, const std::string& attempt, bool ok, bool admit) {
+  const std::string decision_key = attempt_key(v.epoch, attempt, "decision");
+  store_.set(attempt_key(v.epoch, attempt, "vote/" + me_), ok ? "ok" : "fail");
+  if (!ok) store_.set_if_absent(decision_key, json{{"commit", false}, {"why", "worker " + me_ + " failed"}}.dump());
+  const std::vector<std::string> votes_keys = worker_keys(attempt_key(v.epoch, attempt, "vote/"), v.islands);
+  const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
+  const auto deadline = Clock::now() + opts_.timeout;
+  Backoff backoff(Ms(10));
+  for (;;) {
+    if (const auto d = store_.get(decision_key)) {
+      const json j = json::parse(*d);
+      Decision out{.commit = j.at("commit").get<bool>(), .why = j.value("why", ""), .next = std::nullopt};
+      if (j.contains("next")) out.next = publish(View::from_json(j["next"].dump()));  // idempotent
+      return out;
+    }
+    const auto votes = store_.get_many(votes_keys);
+    const auto beats = store_.get_many(beat_keys);
+    std::string failed, pending;
+    for (size_t k = 0; k < votes_keys.size(); ++k) {
+      const std::string name = votes_keys[k].substr(votes_keys[k].rfind('/') + 1);
+      const auto token = v.tokens.find(name);
+      const bool live = beats[k] && token != v.tokens.end() && *beats[k] == token->second;
+      if (votes[k] && *votes[k] == "fail") failed += (failed.empty() ? "" : ", ") + name;
+      else if (!votes[k] && live) pending += (pending.empty() ? "" : ", ") + name;
+    }
+    json decision;
+    if (!failed.empty()) {
+      decision = {{"commit", false}, {"why", "worker(s) " + failed + " failed"}};
+    } else if (!pending.empty() && Clock::now() >= deadline) {
+      decision = {{"commit", false},
+                  {"why", "no vote from worker(s) " + pending + " within " + seconds_text(opts_.timeout)}};
+    } else if (pending.empty()) {
+      decision = {{"commit", true}};
+      std::map<std::string, std::string> tokens = v.tokens;
+      const std::vector<int> joiners = admit ? waiting_joiners(v, &tokens) : std::vector<int>{};
+      if (!joiners.empty()) {
+        View next{.epoch = v.epoch + 1, .islands = v.islands, .joining = joiners, .tokens = tokens};
+        next.islands.insert(next.islands.end(), joiners.begin(), joiners.end());
+        std::sort(next.islands.begin(), next.islands.end());
+        decision["next"] = json::parse(next.to_json());
+      }
+    } else {
+      backoff.pause();
+      continue;
+    }
+    store_.set_if_absent(decision_key, decision.dump());  // the first decision stands; read it back
+  }
+}
+
+View Membership::reform(const View& v, const std::vector<int>& joining) {
+  const uint64_t next = v.epoch + 1;
+  const std::string ready_prefix = key(epoch_dir(next) + "ready/");
+  store_.set(ready_prefix + me_, token_);
+  const std::vector<std::string> ready_keys = worker_keys(ready_prefix, v.islands);
+  const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
+  const size_t M = size_t(opts_.workers_per_island);
+  const auto deadline = Clock::now() + opts_.timeout;
+  Backoff backoff(Ms(10));
+  for (;;) {
+    if (const auto w = view(next)) return *w;
+    const auto ready = store_.get_many(ready_keys);
+    const auto beats = store_.get_many(beat_keys);
+    View proposal{.epoch = next, .islands = {}, .joining = {}, .tokens = {}};
+    bool pending = false;
+    for (size_t j = 0; j < v.islands.size(); ++j) {
+      bool all_ready = true, lost = false;
+      for (size_t r = 0; r < M; ++r) {
+        const size_t k = j * M + r;
+        const std::string name = worker_name(v.islands[j], int(r));
+        const auto token = v.tokens.find(name);
+        const std::string want = token == v.tokens.end() ? std::string() : token->second;
+        all_ready = all_ready && ready[k] && *ready[k] == want;
+        lost = lost || !beats[k] || *beats[k] != want;
+      }
+      if (all_ready) {
+        proposal.islands.push_back(v.islands[j]);
+        if (std::find(joining.begin(), joining.end(), v.islands[j]) != joining.end())
+          proposal.joining.push_back(v.islands[j]);
+        for (size_t r = 0; r < M; ++r) {
+          const std::string name = worker_name(v.islands[j], int(r));
+          proposal.tokens[name] = v.tokens.at(name);
+        }
+      } else if (!lost) {
+        pending = true;
+      }
+    }
+    if (!pending || Clock::now() >= deadline) return publish(proposal);
+    backoff.pause();
+  }
+}
+
+void Membership::request_join() { store_.set(key("join/" + me_), token_); }
+
+std::optional<View> Membership::wait_admission() {
+  const auto epoch_now = [&]() -> std::optional<uint64_t> {
+    const auto e = store_.get(key("epoch"));
+    if (!e) return std::nullopt;
+    return std::stoull(*e);
+  };
+  std::optional<uint64_t> from = epoch_now();
+  auto lonely_since = Clock::now();
+  for (;;) {
+    if (done()) return std::nullopt;
+    const std::optional<uint64_t> newest = epoch_now();
+    if (newest) {
+      // Newest first: an admission that was re-formed meanwhile lives on in the later view.
+      for (uint64_t e = *newest + 1; e-- > from.value_or(0);) {
+        const std::optional<View> w = view(e);
+        if (!w || !w->is_joining(opts_.island) || (admitted_ && e <= *admitted_)) continue;
+        const auto t = w->tokens.find(me_);
+        if (t == w->tokens.end() || t->second != token_) continue;
+        admitted_ = e;
+        return w;
+      }
+      from = *newest;
+      const std::optional<View> latest = view(*newest);
+      const std::vector<bool> a = latest ? alive(*latest) : std::vector<bool>{};
+      if (std::any_of(a.begin(), a.end(), [](bool x) { return x; })) lonely_since = Clock::now();
+    }
+    if (Clock::now() - lonely_since > opts_.timeout)
+      throw Error("worker " + me_ + ": no island of the run has been alive for " + seconds_text(opts_.timeout) +
+                  ", so there is nothing to rejoin; fix: resume the run from its newest checkpoint "
+                  "(`atoll launch --resume --run-dir DIR`)");
+    std::this_thread::sleep_for(Ms(20));
+  }
+}
+
+void Membership::put_record(const std::string& record) { store_.set(key("record/" + me_), record); }
+
+std::optional<std::string> Membership::record(int island, int rank) {
+  return store_.get(key("record/" + worker_name(island, rank)));
+}
+
+void Membership::mark_done() { store_.set(key("done"), "1"); }
+
+bool Membership::done() { return store_.get(key("done")).has_value(); }
+
+void Membership::put_config(const std::string& text) { store_.set_if_absent(key("config"), text); }
+
+std::optional<std::string> Membership::config() { return store_.get(key("config")); }
+
+}  // namespace atl

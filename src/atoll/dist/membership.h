@@ -1,0 +1,161 @@
+// Membership of an elastic run in the store (DESIGN.md "Faults and membership"): who is in the
+// run at which epoch, who is alive, what every member agreed about an attempt, who waits to
+// rejoin. Only Redis keys here; the Gloo groups that follow the views are elastic_group.h's.
+//
+// Workers are named "I.R" (island I, rank R of M). Every process has a token (host, pid and a
+// random number), so a restarted worker is never taken for the one it replaces. Keys, all under
+// "atoll/<run>/members/":
+//
+//   hb/I.R                 heartbeat: the token, written with an expiry of fault.heartbeat_ttl_s
+//                          every fault.heartbeat_s by a background thread on its own connection
+//   view/e<E>              the view of epoch E (JSON: islands, joining, tokens), written once
+//   epoch                  the newest epoch with a view (joiners poll it)
+//   e<E>/ready/I.R         this worker's token: it is ready for epoch E (after a failed attempt)
+//   e<E>/<attempt>/vote/I.R       "ok" | "fail": this worker's outcome of an attempt in epoch E
+//   e<E>/<attempt>/decision       what every worker of the view does: {"commit": bool, "next"?: view}
+//   join/I.R               a restarted worker's request to rejoin: its token
+//   record/I.R             the worker's own record at its newest committed outer step (its data
+//                          cursor), which a restarted worker continues from
+//   done                   the run finished its last step
+//   config                 the config the run started with (a joiner must bring the same)
+//
+// Liveness: worker I.R of view v is alive while hb/I.R holds the token v recorded for it; an
+// island is alive while every rank of it is. A worker killed or stopped (SIGSTOP stops the
+// heartbeat thread too) is lost within the ttl; a worker that leaves cleanly deletes its key.
+//
+// Agreement (as torchft's should_commit: no member commits an outer step another discards):
+// every worker votes on each attempt (an outer step's exchange, an admission), and the first
+// worker to know the outcome writes the decision with SETNX; everyone follows the decision, so
+// every survivor keeps or discards the attempt alike. Abort as soon as any vote is "fail" (or
+// after fault.timeout_s); commit once every worker of the view voted "ok" or is lost (a worker
+// that voted nothing yet is waited for while alive; an ok from every live worker means the
+// collective completed with every member's contribution, so the lost one changes nothing). The
+// worker that commits may admit joiners: when every rank of an island outside the view asks to
+// join (join/I.R = hb/I.R), the decision carries the next view, epoch + 1, with those islands
+// `joining` (they receive the run's state before they count as members).
+//
+// Re-forming after an aborted attempt (reform): each survivor marks itself ready for epoch + 1,
+// then waits until every island of the old view is ready (all its ranks) or lost, at most
+// fault.timeout_s; the first to get there proposes the ready islands with SETNX and everyone
+// adopts the view written. An island not in it (too slow, or stopped past the ttl) must leave
+// the run and rejoin.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "atoll/dist/store.h"
+
+namespace atl {
+
+struct View {
+  uint64_t epoch = 0;
+  std::vector<int> islands;                   // ascending; a group's rank is the island's position here
+  std::vector<int> joining;                   // islands of `islands` still to receive the run's state
+  std::map<std::string, std::string> tokens;  // "I.R" -> the token of that worker in this view
+
+  bool contains(int island) const;
+  bool is_joining(int island) const;
+  int position(int island) const;  // -1 when absent
+  std::vector<int> holders() const;  // islands that hold the run's state (not joining)
+  std::string describe() const;      // "epoch 3: islands 0, 2 (joining 2)"
+  std::string to_json() const;
+  static View from_json(const std::string& text);
+};
+
+struct MembershipOptions {
+  int island = 0, rank = 0;               // this worker
+  int islands = 1, workers_per_island = 1;
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds ttl{5000};
+  std::chrono::milliseconds timeout{60000};  // fault.timeout_s: votes and readiness wait at most this
+};
+
+struct Decision {
+  bool commit = false;
+  std::string why;                // abort: who failed
+  std::optional<View> next;       // commit: the view that admits joiners, if any
+};
+
+// The attempt name of outer step `outer_step` ("s<outer_step>") and of an admission ("admit").
+std::string outer_attempt(int64_t outer_step);
+inline const char* kAdmitAttempt = "admit";
+
+class Membership {
+ public:
+  // Uses `store` (shared, thread-safe) for everything but heartbeats, which get their own
+  // connection. Heartbeats start with start_heartbeat().
+  Membership(Store& store, const MembershipOptions& opts);
+  ~Membership();  // stops the heartbeat and deletes its key: peers see this worker gone at once
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  const std::string& token() const { return token_; }
+  const MembershipOptions& options() const { return opts_; }
+  static std::string worker_name(int island, int rank);  // "I.R"
+
+  // Writes the first heartbeat (it exists when this returns), then refreshes it in the background.
+  void start_heartbeat();
+
+  // Epoch 0, every island: announce() before the start-up rendezvous, initial_view() after it
+  // (every worker has announced by then; waits at most the timeout for the tokens).
+  void announce();
+  View initial_view();
+
+  // Liveness by position in v.islands.
+  std::vector<bool> alive(const View& v);
+  bool all_alive(const View& v);
+
+  // This worker's outcome of `attempt` in v's epoch; returns what every worker of v does.
+  // `admit`: a commit may admit the islands waiting to join.
+  Decision decide(const View& v, const std::string& attempt, bool ok, bool admit);
+
+  // After an aborted attempt in view v: the view of epoch v.epoch + 1 (maybe without this island:
+  // the caller checks). `joining`: islands of v not yet admitted; they stay joining.
+  View reform(const View& v, const std::vector<int>& joining);
+
+  // A restarted worker: asks to rejoin, then waits for a view that admits it (nullopt: the run
+  // finished first; each view is returned once). Throws Error when no island of the newest view is alive for longer than
+  // the timeout (nothing left to rejoin).
+  void request_join();
+  std::optional<View> wait_admission();
+
+  std::optional<View> view(uint64_t epoch);
+  void put_record(const std::string& record);                // this worker's
+  std::optional<std::string> record(int island, int rank);   // any worker's
+  void mark_done();
+  bool done();
+  void put_config(const std::string& text);  // the first writer's stands
+  std::optional<std::string> config();
+
+ private:
+  std::string key(const std::string& rest) const;  // "atoll/<run>/members/<rest>"
+  std::string attempt_key(uint64_t epoch, const std::string& attempt, const std::string& rest) const;
+  std::vector<std::string> worker_keys(const std::string& prefix, const std::vector<int>& islands) const;
+  // Islands outside v whose every rank asks to join, with their tokens.
+  std::vector<int> waiting_joiners(const View& v, std::map<std::string, std::string>* tokens);
+  // Writes view/e<E> once and advances `epoch`; returns the view that won.
+  View publish(const View& proposal);
+  void heartbeat_loop();
+
+  Store& store_;
+  MembershipOptions opts_;
+  std::string me_;     // "I.R"
+  std::string token_;
+  std::unique_ptr<Store> beat_store_;  // the heartbeat thread's own connection
+  std::thread beat_;
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool stop_ = false;
+  std::optional<uint64_t> admitted_;  // the epoch wait_admission last returned
+};
+
+}  // namespace atl

@@ -1,0 +1,137 @@
+// State transfer to joiners (see state_transfer.h).
+#include "atoll/train/state_transfer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "atoll/core/check.h"
+#include "atoll/core/errors.h"
+#include "atoll/core/fault_injection.h"
+#include "atoll/dist/diloco.h"
+
+namespace atl {
+namespace {
+
+using nlohmann::json;
+
+bool transferred(const StateEntry& e) {
+  if (e.division == Division::kPerWorker || e.division == Division::kShardedInIsland) return false;
+  return e.type == StateType::kTensor ? bool(e.data) : bool(e.set);
+}
+
+// The root's bytes to everyone: length first, then the bytes.
+std::string broadcast_text(ProcessGroup& g, const std::string& text, int root) {
+  uint64_t size = text.size();
+  g.broadcast(&size, sizeof size, root);
+  std::string out = g.rank() == root ? text : std::string(size, '\0');
+  g.broadcast(out.data(), size, root);
+  return out;
+}
+
+}  // namespace
+
+TransferReport transfer_state(ProcessGroup& outer, const View& view, int island, const Config& cfg, TrainingState& s) {
+  const std::vector<int> holders = view.holders();
+  ATOLL_CHECK(!holders.empty()) << view.describe();
+  const int root = view.position(holders.front());
+  const bool source = outer.rank() == root, joining = view.is_joining(island);
+  const size_t n = s.loop.engine->layout().total();
+  const std::vector<StateEntry> entries = state_registry(cfg, true, &s);
+  TransferReport report{.source = holders.front()};
+
+  json manifest = json::object();
+  if (source)
+    for (const StateEntry& e : entries) {
+      if (!transferred(e)) continue;
+      manifest[e.name] = e.type == StateType::kTensor ? json{{"hash", hash_floats(e.data(), n)}} : json{{"value", e.get()}};
+    }
+  manifest = json::parse(broadcast_text(outer, manifest.dump(), root));
+
+  std::vector<float> scratch(joining || source ? 0 : n), wire(source ? n : 0);
+  std::vector<std::string> pending;
+  for (const StateEntry& e : entries)
+    if (transferred(e) && e.type == StateType::kTensor) pending.push_back(e.name);
+  while (!pending.empty()) {
+    if (++report.rounds > kTransferTries) {
+      report.why = "tensor(s) refused " + std::to_string(kTransferTries) + " times";
+      return report;
+    }
+    std::vector<std::string> mine;  // refused here
+    for (const std::string& name : pending) {
+      const StateEntry& e = *std::find_if(entries.begin(), entries.end(), [&](const StateEntry& x) { return x.name == name; });
+      float* buffer = e.data();
+      if (source && fault_transfer_tensor()) {  // ATOLL_FAULT corrupt: one flipped byte on the wire only
+        std::copy(buffer, buffer + n, wire.begin());
+        reinterpret_cast<unsigned char*>(wire.data())[n * sizeof(float) / 2] ^= 0x5a;
+        buffer = wire.data();
+      }
+      if (!source && !joining) buffer = scratch.data();  // a member: receives and keeps nothing
+      outer.broadcast(buffer, n * sizeof(float), root);
+      if (joining && hash_floats(buffer, n) != manifest.at(name).at("hash").get<std::string>()) mine.push_back(name);
+    }
+    pending.clear();
+    for (const std::string& blob : outer.allgather(json(mine).dump()))
+      for (const std::string& name : json::parse(blob).get<std::vector<std::string>>())
+        if (std::find(pending.begin(), pending.end(), name) == pending.end()) pending.push_back(name);
+    for (const std::string& name : pending)
+      if (std::find(report.refused.begin(), report.refused.end(), name) == report.refused.end())
+        report.refused.push_back(name);
+  }
+  if (joining) {
+    for (const StateEntry& e : entries) {
+      if (transferred(e) && e.type == StateType::kJson) e.set(manifest.at(e.name).at("value"));
+      if (e.division == Division::kShardedInIsland && e.type == StateType::kTensor && e.write) {
+        const std::vector<float> zeros(n, 0.0f);  // the residual starts afresh (header comment)
+        e.write(zeros.data());
+      }
+    }
+  }
+  report.ok = true;
+  return report;
+}
+
+std::string worker_record(const Config& cfg, TrainingState& s) {
+  json r = json::object();
+  for (const StateEntry& e : state_registry(cfg, true, &s))
+    if (e.division == Division::kPerWorker && e.get) r[e.name] = e.get();
+  return r.dump();
+}
+
+void restore_worker_record(const Config& cfg, TrainingState& s, const std::string& record) {
+  const json r = json::parse(record);
+  for (const StateEntry& e : state_registry(cfg, true, &s))
+    if (e.division == Division::kPerWorker && e.set && r.contains(e.name)) e.set(r[e.name]);
+}
+
+std::optional<json> record_value(const std::string& record, const std::string& entry) {
+  const json r = json::parse(record, nullptr, false);
+  if (r.is_discarded() || !r.contains(entry)) return std::nullopt;
+  return r[entry];
+}
+
+TransferReport admit(ElasticGroup& elastic, const Config& cfg, TrainingState& s) {
+  TransferReport report{.ok = true};
+  while (!elastic.view().joining.empty()) {
+    report = TransferReport{};
+    if (!elastic.formed()) {
+      report.why = "the group of " + elastic.view().describe() + " did not form: " + elastic.formation_error();
+    } else {
+      try {
+        report = transfer_state(elastic.group(), elastic.view(), elastic.island(), cfg, s);
+      } catch (const PeerLost& e) {
+        report.why = e.what();
+      } catch (const Timeout& e) {
+        report.why = e.what();
+      }
+    }
+    const Decision d = elastic.decide(kAdmitAttempt, report.ok, false);
+    if (d.commit) {
+      elastic.admitted();
+      return report;
+    }
+    elastic.reform(kAdmitAttempt, report.ok ? d.why : report.why);
+  }
+  return report;
+}
+
+}  // namespace atl

@@ -1,0 +1,143 @@
+// ATOLL_FAULT: the forms it accepts, malformed values refused naming the part and the fix, and
+// an armed fault firing at exactly the chosen point (in a forked child: it really dies or stops).
+#include "atoll/core/fault_injection.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "atoll/core/errors.h"
+
+namespace atl {
+namespace {
+
+using Action = FaultSpec::Action;
+
+TEST(FaultSpec, ParsesTheRingAndTransferForms) {
+  const FaultSpec a = parse_fault_spec("kill:island=2:outer_step=3:ring_chunk=5");
+  EXPECT_EQ(a.action, Action::kKill);
+  EXPECT_EQ(a.island, 2);
+  EXPECT_EQ(a.rank, -1);
+  EXPECT_EQ(a.outer_step, 3);
+  EXPECT_EQ(a.ring_chunk, 5);
+  EXPECT_EQ(a.transfer, -1);
+  const FaultSpec b = parse_fault_spec("corrupt:island=0:rank=1:transfer=1");
+  EXPECT_EQ(b.action, Action::kCorrupt);
+  EXPECT_EQ(b.rank, 1);
+  EXPECT_EQ(b.transfer, 1);
+  EXPECT_EQ(parse_fault_spec("hang:island=1:transfer=2").action, Action::kHang);
+  EXPECT_EQ(parse_fault_spec("").action, Action::kNone);
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_fault_specs(text);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
+  const struct {
+    const char* text;
+    const char* names;
+  } cases[] = {{"explode:island=1:transfer=1", "unknown action 'explode'"},
+               {"kill:outer_step=1:ring_chunk=1", "no island"},
+               {"kill:island=x:transfer=1", "island=x"},
+               {"kill:island=1:outer_step=0:ring_chunk=1", "outer_step=0"},
+               {"kill:island=1:outer_step=2", "go together"},
+               {"kill:island=1", "name one point"},
+               {"kill:island=1:transfer=1:outer_step=1:ring_chunk=1", "name one point"},
+               {"corrupt:island=1:outer_step=1:ring_chunk=1", "state transfers only"},
+               {"kill:island=1:when=now", "unknown key 'when'"},
+               {"kill:island=1:transfer", "not key=value"}};
+  for (const auto& c : cases) {
+    const std::string e = error_of(c.text);
+    EXPECT_NE(e.find(std::string("ATOLL_FAULT='") + c.text + "'"), std::string::npos) << c.text << ": " << e;
+    EXPECT_NE(e.find(c.names), std::string::npos) << c.text << ": " << e;
+    EXPECT_NE(e.find("fix"), std::string::npos) << e;
+  }
+}
+
+// Runs fn in a forked child; returns its wait status (the child exits 0 when fn returns).
+template <class Fn>
+int in_child(Fn&& fn) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    fn();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, WUNTRACED);
+  if (WIFSTOPPED(status)) {  // a hang: let it go on, then see it finish
+    ::kill(pid, SIGKILL);
+    int ignored = 0;
+    ::waitpid(pid, &ignored, 0);
+  }
+  return status;
+}
+
+TEST(FaultInjection, KillsAtTheChosenRingMessageOfTheChosenOuterStep) {
+  ::setenv("ATOLL_FAULT", "kill:island=2:outer_step=3:ring_chunk=4", 1);
+  const int status = in_child([] {
+    arm_fault_injection(2, 0);
+    fault_outer_step(2);
+    for (int i = 0; i < 10; ++i) fault_ring_message();  // another outer step: nothing
+    fault_outer_step(3);
+    for (int i = 0; i < 3; ++i) fault_ring_message();
+    ::_exit(7);  // not reached when the 4th message kills, below; reached means too early
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << "fired before the 4th message: " << status;
+  const int killed = in_child([] {
+    arm_fault_injection(2, 0);
+    fault_outer_step(3);
+    for (int i = 0; i < 4; ++i) fault_ring_message();
+    ::_exit(7);
+  });
+  EXPECT_TRUE(WIFSIGNALED(killed) && WTERMSIG(killed) == SIGKILL) << killed;
+  ::unsetenv("ATOLL_FAULT");
+}
+
+TEST(FaultInjection, OnlyTheNamedWorkerIsArmedAndHangStopsIt) {
+  ::setenv("ATOLL_FAULT", "hang:island=1:rank=1:transfer=2", 1);
+  const int other = in_child([] {
+    arm_fault_injection(1, 0);  // another rank: never fires
+    for (int i = 0; i < 5; ++i) fault_transfer_tensor();
+  });
+  EXPECT_TRUE(WIFEXITED(other) && WEXITSTATUS(other) == 0) << other;
+  const int stopped = in_child([] {
+    arm_fault_injection(1, 1);
+    fault_transfer_tensor();
+    fault_transfer_tensor();
+  });
+  EXPECT_TRUE(WIFSTOPPED(stopped) && WSTOPSIG(stopped) == SIGSTOP) << stopped;
+  ::unsetenv("ATOLL_FAULT");
+}
+
+TEST(FaultSpec, SeveralSpecsJoinedByCommas) {
+  const std::vector<FaultSpec> f = parse_fault_specs("kill:island=2:outer_step=3:ring_chunk=1,corrupt:island=0:transfer=1");
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].action, Action::kKill);
+  EXPECT_EQ(f[1].action, Action::kCorrupt);
+  EXPECT_TRUE(parse_fault_specs("").empty());
+  EXPECT_NE(error_of("kill:island=2:transfer=1,oops").find("unknown action 'oops'"), std::string::npos);
+}
+
+TEST(FaultInjection, CorruptMarksExactlyOneTransferTensor) {
+  ::setenv("ATOLL_FAULT", "corrupt:island=0:transfer=2,kill:island=1:transfer=1", 1);
+  arm_fault_injection(0, 0);  // the kill names island 1: not armed here
+  EXPECT_FALSE(fault_transfer_tensor());
+  EXPECT_TRUE(fault_transfer_tensor());
+  EXPECT_FALSE(fault_transfer_tensor());  // once per process
+  disarm_fault_injection();
+  ::setenv("ATOLL_FAULT", "corrupt:island=0", 1);
+  EXPECT_THROW(arm_fault_injection(5, 0), ConfigError) << "malformed is an error even for another worker";
+  ::unsetenv("ATOLL_FAULT");
+}
+
+}  // namespace
+}  // namespace atl

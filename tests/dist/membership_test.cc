@@ -1,0 +1,173 @@
+// Membership in the store, with real processes: heartbeats show who is alive and a lost worker
+// expires (a restarted one with a new token does not revive it); every worker gets the same
+// decision for an attempt (commit, abort on any failure, commit when the only silent worker is
+// lost); re-forming keeps the ready islands, waits for a slow one and drops the lost one; a
+// restarted worker is admitted by the next commit and sees the run end.
+#include "atoll/dist/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "dist_test_util.h"
+
+namespace atl {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::run_processes;
+using Clock = std::chrono::steady_clock;
+
+class MembershipTest : public testing::RedisSuite {
+ protected:
+  static MembershipOptions options(int island, int islands) {
+    return {.island = island, .rank = 0, .islands = islands, .workers_per_island = 1, .heartbeat = milliseconds(50),
+            .ttl = milliseconds(400), .timeout = milliseconds(15000)};
+  }
+};
+
+// Polls `cond` until true or 10 s; returns whether it became true.
+template <class Cond>
+bool eventually(Cond&& cond) {
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+std::string alive_text(const std::vector<bool>& a) {
+  std::string s;
+  for (bool x : a) s += x ? '1' : '0';
+  return s;
+}
+
+TEST_F(MembershipTest, HeartbeatsShowWhoIsAliveAndALostWorkerExpires) {
+  const auto out = run_processes(3, [&](int island) {
+    Store store(store_options("alive"));
+    Membership m(store, options(island, 3));
+    m.start_heartbeat();
+    m.announce();
+    const View v = m.initial_view();
+    const std::string flags = store.run_prefix() + "/test/";
+    if (island == 2) {  // killed once both others have seen it alive: its key stays until the ttl passes
+      store.wait({flags + "seen0", flags + "seen1"});
+      ::raise(SIGKILL);
+    }
+    std::string seen = alive_text(m.alive(v));
+    store.set(flags + "seen" + std::to_string(island), "1");
+    bool others_stayed = true;
+    const bool expired = eventually([&] {
+      const std::vector<bool> a = m.alive(v);
+      others_stayed = others_stayed && a[0] && a[1];
+      return !a[2];
+    });
+    if (island == 0) {  // a restarted island 2 (a new token) is not the member of view v
+      Membership again(store, options(2, 3));
+      again.start_heartbeat();
+      seen += " restarted:" + std::to_string(m.alive(v)[2]);
+    }
+    store.set(flags + "done" + std::to_string(island), "1");  // neither leaves before the other has looked
+    store.wait({flags + "done0", flags + "done1"});
+    return v.to_json() + "|" + seen + "|expired=" + std::to_string(expired) + "|stayed=" + std::to_string(others_stayed);
+  }, std::chrono::seconds(60), {2});
+  EXPECT_EQ(out[2], "DIED");
+  const std::string view = out[0].substr(0, out[0].find('|'));
+  EXPECT_NE(view.find("\"islands\":[0,1,2]"), std::string::npos) << view;
+  EXPECT_EQ(out[1].substr(0, view.size()), view) << "every worker holds the same initial view";
+  for (int i = 0; i < 2; ++i) EXPECT_NE(out[i].find("|111"), std::string::npos) << out[i];
+  for (int i = 0; i < 2; ++i) EXPECT_NE(out[i].find("expired=1|stayed=1"), std::string::npos) << out[i];
+  EXPECT_NE(out[0].find("restarted:0"), std::string::npos) << out[0];
+}
+
+TEST_F(MembershipTest, EveryWorkerGetsTheSameDecision) {
+  const auto out = run_processes(3, [&](int island) {
+    Store store(store_options("decide"));
+    auto m = std::make_unique<Membership>(store, options(island, 3));
+    m->start_heartbeat();
+    m->announce();
+    const View v = m->initial_view();
+    std::string r;
+    const Decision all_ok = m->decide(v, "s1", true, false);
+    r += all_ok.commit ? "commit " : "abort ";
+    const Decision one_failed = m->decide(v, "s2", island != 1, false);
+    r += (one_failed.commit ? "commit" : "abort") + std::string("(") + one_failed.why + ") ";
+    if (island == 2) {
+      m.reset();  // leaves cleanly: its heartbeat key goes at once, and it votes no more
+      return r;
+    }
+    const Decision without_lost = m->decide(v, "s3", true, false);
+    return r + (without_lost.commit ? "commit" : "abort");
+  });
+  EXPECT_EQ(out[2], "commit abort(worker 1.0 failed) ");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(out[i], "commit abort(worker 1.0 failed) commit") << i;
+}
+
+TEST_F(MembershipTest, ReformKeepsTheReadyIslandsWaitsForASlowOneAndDropsTheLostOne) {
+  const auto out = run_processes(3, [&](int island) {
+    Store store(store_options("reform"));
+    auto m = std::make_unique<Membership>(store, options(island, 3));
+    m->start_heartbeat();
+    m->announce();
+    const View v = m->initial_view();
+    if (island == 2) {
+      m.reset();
+      return std::string("left");
+    }
+    // Island 1 marks itself ready only after island 0 has: island 0 must wait for it.
+    if (island == 1) store.wait({store.run_prefix() + "/members/e1/ready/0.0"});
+    const View next = m->reform(v, {});
+    return next.to_json();
+  });
+  EXPECT_EQ(out[2], "left");
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_NE(out[0].find("\"epoch\":1"), std::string::npos) << out[0];
+  EXPECT_NE(out[0].find("\"islands\":[0,1]"), std::string::npos) << out[0];
+}
+
+TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd) {
+  const auto out = run_processes(3, [&](int island) {
+    Store store(store_options("join"));
+    const std::string flag = store.run_prefix() + "/test/";
+    auto m = std::make_unique<Membership>(store, options(island, 3));
+    m->start_heartbeat();
+    m->announce();
+    View v = m->initial_view();
+    if (island == 2) {
+      m.reset();  // lost, then restarted: a new process would get a new token; so does a new object
+      store.set(flag + "left", "1");
+      Membership again(store, options(2, 3));
+      again.start_heartbeat();
+      again.request_join();
+      const std::optional<View> admitted = again.wait_admission();
+      store.set(flag + "admitted", "1");
+      const std::optional<View> after_end = again.wait_admission();  // the run is over: nothing
+      return (admitted ? admitted->to_json() : std::string("none")) + "|" + (after_end ? "view" : "done");
+    }
+    store.wait({flag + "left"});
+    v = m->reform(v, {});  // epoch 1: islands 0 and 1
+    std::string r = v.describe();
+    for (int k = 1; k <= 2000; ++k) {  // outer steps until one admits island 2
+      const Decision d = m->decide(v, outer_attempt(k), true, true);
+      if (!d.commit) return r + " abort?";
+      if (d.next) {
+        r += " | ";
+        r += d.next->describe();
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    store.wait({flag + "admitted"});
+    m->mark_done();
+    return r;
+  });
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(out[i], "epoch 1: islands 0, 1 | epoch 2: islands 0, 1, 2 (joining 2)") << i;
+  EXPECT_NE(out[2].find("\"epoch\":2"), std::string::npos) << out[2];
+  EXPECT_NE(out[2].find("\"joining\":[2]"), std::string::npos) << out[2];
+  EXPECT_EQ(out[2].substr(out[2].find('|')), "|done");
+}
+
+}  // namespace
+}  // namespace atl
