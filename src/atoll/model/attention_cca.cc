@@ -4,6 +4,7 @@
 #include <functional>
 #include <numeric>
 
+#include "atoll/backend/cpu/cca_conv.h"
 #include "atoll/core/check.h"
 #include "atoll/model/attention_core.h"
 
@@ -101,7 +102,7 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   c.mm.forward(q_.data(), in, c.mm.weight(w_.wq), N, C, QD);  // qp and kp, packed into x
   c.mm.forward(k_.data(), in, c.mm.weight(w_.wk), N, C, KVD);
   pack_rows(x_.data(), q_.data(), k_.data(), N, QD, KVD);
-  cca_conv_forward(z, y_.data(), x_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0), c.mm.param(w_.w1),
+  cpu::cca_conv_forward(z, y_.data(), x_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0), c.mm.param(w_.w1),
                    c.mm.param(w_.b1), d);
   cca_qk_mean_forward(q_.data(), k_.data(), z, x_.data(), d);
   cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
@@ -152,7 +153,7 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
                        c.mm.param(w_.temp), d);
   std::fill(dx, dx + size_t(N) * CC, T(0));
   cca_qk_mean_backward(dz, dx, dq, dk, d);
-  cca_conv_backward(dx, g + w_.w0, g + w_.b0, g + w_.w1, g + w_.b1, dy, dz, y_.data(), x_.data(),
+  cpu::cca_conv_backward(dx, g + w_.w0, g + w_.b0, g + w_.w1, g + w_.b1, dy, dz, y_.data(), x_.data(),
                     c.mm.param(w_.w0), c.mm.param(w_.w1), d);
   unpack_rows(dq, dk, dx, N, QD, KVD);  // d(qp), d(kp)
   cca_value_backward(dvc, dvd, dv, d);
