@@ -17,9 +17,10 @@ bin=${ATOLL_PREFILL_BENCH:-build/bench/attention_prefill_bench}
 [ -x "$bin" ] || { echo "cca_prefill.sh: $bin is missing (fix: build with Google Benchmark installed, libbenchmark-dev)" >&2; exit 1; }
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
+before=$(cut -d' ' -f1-3 /proc/loadavg)
 "$bin" --benchmark_filter=Prefill --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
   --benchmark_format=json >"$json"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), threads: ${OMP_NUM_THREADS:-all $(nproc)}"
+echo "load average before: $before, after: $(cut -d' ' -f1-3 /proc/loadavg); threads: ${OMP_NUM_THREADS:-all $(nproc)}"
 python3 - "$json" <<'PY'
 import json, sys
 runs = json.load(open(sys.argv[1]))["benchmarks"]
