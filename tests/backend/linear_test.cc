@@ -11,28 +11,13 @@
 
 #include "atoll/core/rng.h"
 #include "atoll/layers/linear.h"
+#include "backend/fast_vs_reference.h"
 
 namespace atl {
 namespace {
 
-template <typename T>
-std::vector<T> normal(Rng& rng, size_t n) {
-  std::vector<T> v(n);
-  for (T& x : v) x = T(rng.normal());
-  return v;
-}
-
-// Largest |a - b| relative to the largest |b|: both sides sum IC (or N) products of N(0,1)
-// numbers in different orders, so they agree to a few ulps of the sum's scale.
-template <typename T>
-double max_rel(const std::vector<T>& a, const std::vector<T>& b) {
-  double scale = 1e-30, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, std::abs(double(b[i])));
-    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
-  }
-  return diff / scale;
-}
+using test::max_rel;
+using test::normal;
 
 template <typename T>
 void compare(int N, int IC, int OC, double tol) {

@@ -93,9 +93,7 @@ class CudaDeviceModel : public testing::TestWithParam<bool> {};  // tied embeddi
 
 // Two micro-batches accumulated with loss_scale 1/2, the second smaller than max_batch: the
 // gradients must be the sums (+=), the losses those of each batch.
-TEST_P(CudaDeviceModel, LossAndEveryGradientMatchCpu) {
-  ATOLL_SKIP_WITHOUT_GPU();
-  const ModelConfig m = tiny_config(GetParam());
+void check_loss_and_every_gradient(const ModelConfig& m) {
   Model<float> cpu(m, kMaxBatch);
   cpu.init_params(7);
   gpu::DeviceModel dev(m, kMaxBatch, {.head_rows = kHeadRows});
@@ -130,7 +128,23 @@ TEST_P(CudaDeviceModel, LossAndEveryGradientMatchCpu) {
   test::expect_equal(params, cpu.params(), "downloaded parameters");
 }
 
+TEST_P(CudaDeviceModel, LossAndEveryGradientMatchCpu) {
+  ATOLL_SKIP_WITHOUT_GPU();
+  check_loss_and_every_gradient(tiny_config(GetParam()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Tied, CudaDeviceModel, testing::Values(false, true));
+
+// A CCA layer after a GQA layer (attention_cca.cu against AttentionCca), kernels 3 and 2 and
+// partial rotary (4 of each head's 10 entries), on the same awkward sizes.
+TEST(CudaDeviceModelCca, LossAndEveryGradientMatchCpu) {
+  ATOLL_SKIP_WITHOUT_GPU();
+  ModelConfig m = tiny_config(false);
+  m.attention_layers = {"gqa", "cca"};
+  m.cca_time0 = 3;
+  m.partial_rotary_factor = 0.4;
+  check_loss_and_every_gradient(m);
+}
 
 TEST(CudaDeviceModelChecks, RejectsBadBatchAndIds) {
   ATOLL_SKIP_WITHOUT_GPU();

@@ -226,5 +226,28 @@ TEST(ExportHf, RefusesToReplaceAFileAtollDidNotWrite) {
   EXPECT_EQ(read_text_file(dir / "hf/model.safetensors"), before);
 }
 
+// A model Mixtral cannot express is refused, naming what, and writes nothing: CCA attention
+// (its tensors have no Mixtral name) and a partial rotary embedding (same tensors, another model).
+TEST(ExportHf, CcaAndPartialRotaryAreNotExportedAsMixtral) {
+  ScratchDir dir;
+  for (const std::string what : {"cca", "partial_rotary"}) {
+    ModelConfig m = testing::small_model(false);
+    if (what == "cca") m.attention_layers = {"gqa", "cca"};
+    else m.partial_rotary_factor = 0.5;
+    const ParamLayout layout = ParamLayout::build(m);
+    const std::vector<float> params(layout.total(), 0.f);
+    const std::string out = dir / what;
+    try {
+      export_hf(out, m, layout, params.data());
+      ADD_FAILURE() << what << " exported as Mixtral";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(what == "cca" ? "qkv_proj" : "partial_rotary_factor"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("fix"), std::string::npos) << msg;
+    }
+    EXPECT_FALSE(fs::exists(out)) << what;
+  }
+}
+
 }  // namespace
 }  // namespace atl

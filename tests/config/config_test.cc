@@ -84,5 +84,27 @@ TEST(Config, PerLayerPartKindsAreChecked) {
             std::string::npos);
 }
 
+// CCA attention and partial rotary: the kinds and keys load and round-trip; combinations that
+// cannot mean a model are refused naming the keys (KV heads not dividing the query heads, a
+// rotary part that is odd or empty).
+TEST(Config, CcaAndPartialRotaryCombinationsAreChecked) {
+  Config c = parse_config("[model]\nn_layers = 2\nattention_layers = [\"gqa\", \"cca\"]\ncca_time0 = 3\n"
+                          "partial_rotary_factor = 0.5\n", "t.toml", {"model.cca_time1=4"});
+  EXPECT_EQ(c.model.attention_at(1), "cca");
+  EXPECT_EQ(c.model.cca_time0, 3);
+  EXPECT_EQ(c.model.cca_time1, 4);
+  EXPECT_EQ(c.model.rotary_dim(), c.model.head_dim / 2);
+  const Config back = parse_config(config_to_toml(c), "round-trip");
+  EXPECT_EQ(back.model.cca_time1, 4);
+  EXPECT_EQ(back.model.partial_rotary_factor, 0.5);
+  const std::string heads = error_of("[model]\nattention = \"cca\"\nn_heads = 3\nn_kv_heads = 2\n");
+  EXPECT_NE(heads.find("model.n_kv_heads (2) must divide model.n_heads (3)"), std::string::npos) << heads;
+  const std::string odd = error_of("[model]\nhead_dim = 6\npartial_rotary_factor = 0.5\n");
+  EXPECT_NE(odd.find("model.partial_rotary_factor"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("fix"), std::string::npos) << odd;
+  EXPECT_NE(error_of("[model]\nhead_dim = 4\npartial_rotary_factor = 0.25\n").find("at least 2"), std::string::npos);
+  EXPECT_NE(error_of("[model]\nattention = \"mla\"\n").find("model.attention"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace atl

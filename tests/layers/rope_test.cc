@@ -106,6 +106,28 @@ TEST(Rope, OffsetWindowMatchesFullSequence) {
   EXPECT_THROW(rope_forward(win.data(), tab, B, W, NHX, HD, T - W + 1), CheckError);  // past the table
 }
 
+// Partial rotary (transformers' partial_rotary_factor): the first RD entries of each head
+// rotate as a head of RD would (angles t * theta^(-2i/RD)), the other HD - RD pass through.
+TEST(Rope, PartialRotaryRotatesTheFirstEntriesAsAHeadOfThatSize) {
+  const int B = 2, T = 5, NHX = 3, HD = 8, RD = 4;
+  Rng rng(8);
+  const auto x = randn(rng, B * T * NHX * HD);
+  auto y = x;
+  rope_forward(y.data(), RopeTable<double>::build(T, HD, kTheta, RD), B, T, NHX, HD);
+  std::vector<double> first(B * T * NHX * RD);
+  for (size_t hd = 0; hd < first.size() / RD; ++hd)
+    for (int i = 0; i < RD; ++i) first[hd * RD + i] = x[hd * HD + i];
+  rope_forward(first.data(), RopeTable<double>::build(T, RD, kTheta), B, T, NHX, RD);
+  for (size_t hd = 0; hd < first.size() / RD; ++hd) {
+    for (int i = 0; i < RD; ++i) EXPECT_EQ(y[hd * HD + i], first[hd * RD + i]) << hd << "," << i;
+    for (int i = RD; i < HD; ++i) EXPECT_EQ(y[hd * HD + i], x[hd * HD + i]) << "passes through: " << hd << "," << i;
+  }
+  auto back = y;
+  rope_backward(back.data(), RopeTable<double>::build(T, HD, kTheta, RD), B, T, NHX, HD);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-15 * (1 + std::abs(x[i]))) << i;
+  EXPECT_THROW(RopeTable<double>::build(T, HD, kTheta, HD + 2), CheckError);  // more than a head
+}
+
 // rope is linear and orthogonal, so the gradient of Σ rope(x)·dout is rope_backward(dout).
 TEST(RopeGrad, MatchesFiniteDifferences) {
   const int B = 2, T = 5, NHX = 3, HD = 8;

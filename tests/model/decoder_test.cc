@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <string>
 
 #include "atoll/model/model.h"
 
@@ -32,8 +33,10 @@ ModelConfig small_config(bool tied) {
 }
 
 // `seq_len` positions decoded with room for `max_len`.
-void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9) {
+void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, const std::string& attention = "gqa") {
   ModelConfig m = small_config(tied);
+  m.attention = attention;
+  if (attention == "cca") m.partial_rotary_factor = 0.5, m.cca_time0 = 3;
   m.seq_len = seq_len;
   Model<float> model(m, 1);
   model.init_params(11);
@@ -60,10 +63,26 @@ TEST(Decoder, KvCacheMatchesTrainingForwardTied) { check_decoder_matches_forward
 // The cache starts small and doubles (64, 128, 256 positions): decoding across the growths
 // still computes the training forward pass, and a bound far beyond what is fed costs nothing.
 TEST(Decoder, CacheGrowsAsTokensCome) { check_decoder_matches_forward(false, 150, 1 << 30); }
+// CCA's caches (keys and values, the convolution window, the delayed value) through the growths.
+TEST(Decoder, CcaCachesMatchTrainingForward) { check_decoder_matches_forward(true, 150, 1 << 30, "cca"); }
 
 // The address space (/proc/self/statm's first field, pages) barely grows for a decoder bounded
 // at four million positions that feeds a few: the cache is not allocated for the bound (it
 // was: 4M positions x 8 floats x keys and values x 2 layers = 512 MiB). Virtual, not resident
+// The decoding cache per token at ZAYA1-8B's attention shape (C 2048, 8 query heads and 2 KV
+// heads of 128): keys and values of 2 heads, 8x below multi-head attention's 16 heads of 128,
+// the same for gqa and cca; CCA adds a fixed window of 2 [q|k] rows and half a value per sequence.
+TEST(Decoder, KvCacheBytesPerTokenAgainstMha) {
+  ModelConfig m;
+  m.dim = 2048, m.n_layers = 2, m.n_heads = 8, m.n_kv_heads = 2, m.head_dim = 128;
+  m.attention_layers = {"gqa", "cca"};
+  const KvCacheBytes k = kv_cache_bytes(m);
+  EXPECT_EQ(k.per_token, 2 * (2 * 256 * 4.0));
+  EXPECT_EQ(k.per_sequence, ((1 + 1) * 1280 + 128) * 4.0);  // the cca layer only
+  EXPECT_EQ(mha_kv_cache_bytes_per_token(m), 2 * (2 * 2048 * 4.0));
+  EXPECT_EQ(mha_kv_cache_bytes_per_token(m) / k.per_token, 8.0);
+}
+
 // size: the zero pages of an untouched allocation need not be resident.
 TEST(Decoder, ALargeBoundAllocatesNothingUpFront) {
   const ModelConfig m = small_config(false);

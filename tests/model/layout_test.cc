@@ -53,7 +53,7 @@ TEST(Layout, RowsInOrderWithTheirMatrices) {
 
 TEST(Layout, UnknownPartKindIsAConfigError) {
   ModelConfig m;
-  m.attention = "cca";
+  m.attention = "mla";
   try {
     ParamLayout::build(m);
     FAIL() << "no error";
@@ -63,18 +63,66 @@ TEST(Layout, UnknownPartKindIsAConfigError) {
   m.attention = "gqa", m.router = "mlp";
   EXPECT_THROW(ParamLayout::build(m), ConfigError);
   // Per layer: the pattern repeats over the layers, and the error names the layer.
-  m.router = "topk", m.n_layers = 4, m.attention_layers = {"gqa", "cca"};
+  m.router = "topk", m.n_layers = 4, m.attention_layers = {"gqa", "mla"};
   try {
     ParamLayout::build(m);
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1's attention \"cca\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 1's attention \"mla\""), std::string::npos) << e.what();
   }
+}
+
+// CCA's rows carry transformers' `zaya` names after "model.layers.{l}.self_attn." and its
+// shapes (written out from ZayaCCAProjection / ZayaQKNorm: Conv1d weights [out, in/groups, k]),
+// and say how each trains: Muon matrices, AdamW vectors, a temperature starting at 1.
+TEST(Layout, CcaRowsAreUpstreamsNamesAndShapes) {
+  ModelConfig m;
+  m.dim = 48, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 8, m.cca_time0 = 3, m.cca_time1 = 2;
+  m.attention_layers = {"gqa", "cca"};
+  const ParamLayout layout = ParamLayout::build(m);
+  const int64_t C = 48, QD = 32, KVD = 16, CC = 48, HD = 8;
+  const std::string p = "layers.1.attn.";
+  const struct {
+    std::string name;
+    std::vector<int64_t> shape;
+    ParamGroup group;
+    ParamInit init;
+  } want[] = {
+      {p + "qkv_proj.q_proj.weight", {QD, C}, ParamGroup::kAttention, ParamInit::kNormal},
+      {p + "qkv_proj.k_proj.weight", {KVD, C}, ParamGroup::kAttention, ParamInit::kNormal},
+      {p + "qkv_proj.v_proj_current.weight", {KVD / 2, C}, ParamGroup::kAttention, ParamInit::kNormal},
+      {p + "qkv_proj.v_proj_delayed.weight", {KVD / 2, C}, ParamGroup::kAttention, ParamInit::kNormal},
+      {p + "qkv_proj.conv_qk_depthwise.weight", {CC, 1, 3}, ParamGroup::kConv, ParamInit::kNormal},
+      {p + "qkv_proj.conv_qk_depthwise.bias", {CC}, ParamGroup::kConv, ParamInit::kZeros},
+      {p + "qkv_proj.conv_qk_grouped.weight", {CC, HD, 2}, ParamGroup::kAttention, ParamInit::kNormal},
+      {p + "qkv_proj.conv_qk_grouped.bias", {CC}, ParamGroup::kConv, ParamInit::kZeros},
+      {p + "qk_norm.temp", {2}, ParamGroup::kNorm, ParamInit::kOnes},
+      {p + "o_proj.weight", {C, QD}, ParamGroup::kAttention, ParamInit::kNormal},
+  };
+  std::vector<std::string> names;
+  for (const ParamEntry& e : layout.entries())
+    if (e.layer == 1 && e.name.rfind(p, 0) == 0) names.push_back(e.name);
+  ASSERT_EQ(names.size(), std::size(want));
+  for (size_t i = 0; i < names.size(); ++i) {
+    SCOPED_TRACE(want[i].name);
+    EXPECT_EQ(names[i], want[i].name);
+    const ParamEntry& e = layout.at(want[i].name);
+    EXPECT_EQ(e.shape, want[i].shape);
+    EXPECT_EQ(e.group, want[i].group);
+    EXPECT_EQ(e.init, want[i].init);
+  }
+  // The grouped kernel is one [HD, HD·t1] matrix per head for Muon.
+  const ParamEntry& g = layout.at(p + "qkv_proj.conv_qk_grouped.weight");
+  EXPECT_EQ(g.n_matrices(), 6);
+  EXPECT_EQ(g.rows(), HD);
+  EXPECT_EQ(g.cols(), HD * 2);
+  EXPECT_FALSE(layout.at(p + "qkv_proj.conv_qk_depthwise.bias").takes_weight_decay());
+  EXPECT_NE(layout.find("layers.0.attn.wq"), nullptr);  // layer 0 stays gqa
 }
 
 TEST(Layout, PerLayerKindsRepeatOverTheLayers) {
   ModelConfig m;
-  m.n_layers = 5, m.attention = "cca", m.router = "mlp";  // overridden for every layer below
+  m.n_layers = 5, m.attention = "mla", m.router = "mlp";  // overridden for every layer below
   m.attention_layers = {"gqa"}, m.router_layers = {"topk", "topk"};
   for (int l = 0; l < m.n_layers; ++l) {
     EXPECT_EQ(m.attention_at(l), "gqa");

@@ -101,6 +101,17 @@ TEST(ModelGrad, TiedEmbeddingsAndDenseModel) {
   check_model_gradient(m);
 }
 
+// A CCA layer after a GQA layer (model.attention_layers), partial rotary, and convolution
+// kernels longer than one token: every row of both kinds against finite differences.
+TEST(ModelGrad, CcaLayerMatchesFiniteDifferences) {
+  ModelConfig m = micro_config();
+  m.attention_layers = {"gqa", "cca"};
+  m.cca_time0 = 3;
+  m.cca_time1 = 2;
+  m.partial_rotary_factor = 0.5;
+  check_model_gradient(m);
+}
+
 // Two micro-batches with loss_scale 1/2 accumulate the gradient of one double batch. The
 // Switch loss is a statistic of the whole batch (f_i·P_i over its tokens), not a mean of
 // per-token terms, so it is turned off here; everything else is per token.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "atoll/core/rng.h"
+#include "atoll/model/attention_cca.h"
 #include "atoll/model/attention_gqa.h"
 #include "atoll/model/block.h"
 #include "atoll/model/experts_swiglu.h"
@@ -35,6 +36,17 @@ ModelConfig micro_config() {
   return m;
 }
 
+// micro_config with CCA attention: kernels 3 and 2 (padding 3 of a 5-token sequence) and
+// partial rotary (2 of each head's 4 entries).
+ModelConfig cca_config() {
+  ModelConfig m = micro_config();
+  m.attention = "cca";
+  m.cca_time0 = 3;
+  m.cca_time1 = 2;
+  m.partial_rotary_factor = 0.5;
+  return m;
+}
+
 std::vector<double> randn(size_t n, Rng& rng, double scale = 1.0) {
   std::vector<double> v(n);
   for (double& x : v) x = scale * rng.normal();
@@ -51,14 +63,15 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 // gradients starting at random values, and a context for B sequences.
 struct Harness {
   static constexpr int B = 2;
-  ModelConfig m = micro_config();
+  explicit Harness(const ModelConfig& cfg = micro_config()) : m(cfg) { init(); }
+  ModelConfig m;
   ParamLayout layout = ParamLayout::build(m);
   PartSizes sizes{.max_batch = B, .max_tokens = B * m.seq_len, .precision = Precision::kFp32};
   PartScratch scratch;
   std::vector<double> params, grads, work;
   Rng rng{17};
 
-  Harness() {
+  void init() {
     params = randn(layout.total(), rng, 0.5);
     for (const ParamEntry& e : layout.entries())
       if (e.init == ParamInit::kOnes)
@@ -129,10 +142,9 @@ TEST(PartsGrad, RmsNorm) {
   check_rows(t, "attn_norm", g0, loss);
 }
 
-TEST(PartsGrad, AttentionGqa) {
-  Harness t;
+// An attention part's backward (dh and every "attn." row) and recompute_output.
+void check_attention(Harness& t, AttentionPart<double>& attn) {
   const int NC = t.N() * t.m.dim;
-  AttentionGqa<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
   std::vector<double> h = randn(NC, t.rng), dout = randn(NC, t.rng), out(NC), dh = randn(NC, t.rng);
   const auto dh0 = dh, g0 = t.grads;
   auto c = t.ctx(attn.work_elements());
@@ -147,6 +159,38 @@ TEST(PartsGrad, AttentionGqa) {
   attn.backward(dh.data(), dout.data(), h.data(), c);
   check("dh", loss, h.data(), NC, dh.data(), dh0.data());
   check_rows(t, "attn.", g0, loss);
+}
+
+TEST(PartsGrad, AttentionGqa) {
+  Harness t;
+  AttentionGqa<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+  check_attention(t, attn);
+}
+
+TEST(PartsGrad, AttentionCca) {
+  Harness t(cca_config());
+  AttentionCca<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+  check_attention(t, attn);
+}
+
+// The part computes layers/cca.h's reference layer (same rows, same function).
+TEST(PartsGrad, AttentionCcaMatchesReference) {
+  Harness t(cca_config());
+  const int NC = t.N() * t.m.dim;
+  AttentionCca<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+  std::vector<double> h = randn(NC, t.rng), out(NC), ref(NC);
+  auto c = t.ctx(attn.work_elements());
+  attn.forward(out.data(), h.data(), c);
+  const std::string q = "layers.0.attn.qkv_proj.";
+  auto p = [&](const std::string& name) { return t.params.data() + t.layout.at(name).offset; };
+  const CcaWeights<double> w{p(q + "q_proj.weight"), p(q + "k_proj.weight"), p(q + "v_proj_current.weight"),
+                             p(q + "v_proj_delayed.weight"), p(q + "conv_qk_depthwise.weight"),
+                             p(q + "conv_qk_depthwise.bias"), p(q + "conv_qk_grouped.weight"),
+                             p(q + "conv_qk_grouped.bias"), p("layers.0.attn.qk_norm.temp"),
+                             p("layers.0.attn.o_proj.weight")};
+  cca_forward(ref.data(), h.data(), w, RopeTable<double>::build(t.m.seq_len, t.m.head_dim, t.m.rope_theta, 2),
+              cca_dims(t.m, Harness::B, t.m.seq_len));
+  for (int i = 0; i < NC; ++i) EXPECT_NEAR(out[i], ref[i], 1e-12) << i;
 }
 
 TEST(PartsGrad, RouterTopk) {
@@ -192,9 +236,10 @@ TEST(PartsGrad, ExpertsSwiglu) {
 }
 
 // Decoding a sequence token by token through a block's parts gives the block's training
-// forward at every position (double: only the summation order differs).
-TEST(PartsDecode, BlockDecodeMatchesForward) {
-  Harness t;
+// forward at every position (double: only the summation order differs). The sequence is
+// decoded twice: position 0 starts afresh (CCA's convolution window and delayed value).
+void check_block_decode(const ModelConfig& m) {
+  Harness t(m);
   const int T_ = t.m.seq_len, C = t.m.dim;
   BlockBuffers<double> buf(t.m, t.sizes.max_tokens);
   Block<double> block(t.m, t.layout, 0, t.sizes, t.scratch, buf);
@@ -211,11 +256,22 @@ TEST(PartsDecode, BlockDecodeMatchesForward) {
   std::vector<double> work(dec.work_elements());
   PartContext<double> c1 = c;
   c1.d.T = 1, c1.d.N = 1, c1.work = work.data();
-  for (int pos = 0; pos < T_; ++pos) {
-    std::vector<double> tok(x.begin() + pos * C, x.begin() + (pos + 1) * C);
-    dec.decode(tok.data(), pos, c1);
-    for (int i = 0; i < C; ++i) EXPECT_NEAR(tok[i], next[pos * C + i], 1e-12) << "position " << pos << ", " << i;
-  }
+  for (int round = 0; round < 2; ++round)
+    for (int pos = 0; pos < T_; ++pos) {
+      std::vector<double> tok(x.begin() + pos * C, x.begin() + (pos + 1) * C);
+      dec.decode(tok.data(), pos, c1);
+      for (int i = 0; i < C; ++i)
+        EXPECT_NEAR(tok[i], next[pos * C + i], 1e-12) << "round " << round << " position " << pos << ", " << i;
+    }
+}
+
+TEST(PartsDecode, BlockDecodeMatchesForward) { check_block_decode(micro_config()); }
+TEST(PartsDecode, CcaBlockDecodeMatchesForward) { check_block_decode(cca_config()); }
+TEST(PartsDecode, CcaWithUnitKernelsDecodeMatchesForward) {
+  ModelConfig m = cca_config();
+  m.cca_time0 = m.cca_time1 = 1;
+  m.n_kv_heads = 1;
+  check_block_decode(m);
 }
 
 }  // namespace

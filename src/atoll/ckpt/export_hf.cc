@@ -200,6 +200,12 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
                const std::string& tokenizer_path) {
   ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(m).total()) << "layout does not match the model config";
   ATOLL_CHECK_EQ(layout.find("head") == nullptr, m.tie_embeddings) << "layout and model.tie_embeddings disagree";
+  // Mixtral's rotary embedding turns every entry of a head; a partial one would export a
+  // different model under the same tensors.
+  if (m.partial_rotary_factor != 1.0)
+    throw Error("cannot export model.partial_rotary_factor = " + std::to_string(m.partial_rotary_factor) +
+                " as Mixtral: transformers' Mixtral rotates every entry of each head (fix: train with "
+                "model.partial_rotary_factor = 1.0 to export as Mixtral)");
   fs::path final_dir = fs::absolute(out_dir).lexically_normal();
   if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/" -> "out"
   std::vector<std::string> written = {"model.safetensors", "config.json"};

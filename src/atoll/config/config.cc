@@ -19,7 +19,7 @@ namespace {
 
 // The block part kinds (model/block.cc builds them; model.attention, model.router and their
 // per-layer lists choose among them).
-const std::vector<std::string> kAttentionKinds = {"gqa"};
+const std::vector<std::string> kAttentionKinds = {"gqa", "cca"};
 const std::vector<std::string> kRouterKinds = {"topk"};
 
 // The values a number key takes: [lo, hi], either end open where it says so; unbounded above
@@ -56,6 +56,13 @@ void visit_config(Config& c, V&& v) {
   v.num("model.expert_hidden", m.expert_hidden, "H: SwiGLU hidden width of each expert", closed(1, 1 << 20));
   v.num("model.seq_len", m.seq_len, "T: tokens per training sequence", closed(1, 1 << 20));
   v.num("model.rope_theta", m.rope_theta, "RoPE base", at_least(1.0));
+  v.num("model.partial_rotary_factor", m.partial_rotary_factor,
+        "fraction of each head that RoPE rotates (transformers' partial_rotary_factor): the first "
+        "int(head_dim * factor) entries, which must be even", above(0.0, 1.0));
+  v.num("model.cca_time0", m.cca_time0, "CCA attention: kernel of the depthwise causal convolution over [q|k]",
+        closed(1, 64));
+  v.num("model.cca_time1", m.cca_time1,
+        "CCA attention: kernel of the grouped causal convolution over [q|k] (one group per head)", closed(1, 64));
   // RMSNorm divides by sqrt(mean(x^2) + eps): 0 divides by zero on an all-zero row.
   v.num("model.norm_eps", m.norm_eps, "RMSNorm epsilon", above(0.0, 1.0));
   v.num("model.aux_loss_coef", m.aux_loss_coef, "Switch load-balancing loss coefficient (per layer)", at_least(0.0));
@@ -63,8 +70,9 @@ void visit_config(Config& c, V&& v) {
   v.flag("model.tie_embeddings", m.tie_embeddings, "LM head shares the embedding table");
   v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", at_least(0.0));
   v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", closed(0, kInt64Max));
-  v.str("model.attention", m.attention, "attention of every block: grouped-query causal attention with RoPE",
-        kAttentionKinds);
+  v.str("model.attention", m.attention,
+        "attention of every block: gqa (grouped-query causal attention with RoPE) or cca (ZAYA1's compressed "
+        "convolutional attention)", kAttentionKinds);
   v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", kRouterKinds);
   v.list("model.attention_layers", m.attention_layers,
          "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
@@ -477,6 +485,10 @@ void validate_config(const Config& c, const std::string& origin) {
   check_layer_kinds(origin, "model.attention_layers", m.attention_layers, kAttentionKinds, m.n_layers);
   check_layer_kinds(origin, "model.router_layers", m.router_layers, kRouterKinds, m.n_layers);
   if (m.head_dim % 2 != 0) fail("model.head_dim must be even for RoPE; fix: use an even head_dim");
+  if (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)
+    fail("model.head_dim * model.partial_rotary_factor = " + std::to_string(m.rotary_dim()) +
+         " rotated entries per head (rounded down); RoPE needs an even number of at least 2; fix: change "
+         "model.partial_rotary_factor (e.g. 0.5 or 1.0)");
   if (m.top_k > m.n_experts)
     fail("model.top_k (" + std::to_string(m.top_k) + ") exceeds model.n_experts (" + std::to_string(m.n_experts) + "); fix: lower top_k or add experts");
   const auto& t = c.train;

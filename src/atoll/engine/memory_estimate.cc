@@ -39,13 +39,20 @@ ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
                            kept * N * (2 * QD + 2 * KVD) + kept * R * H * (bf16 ? 1 : 2) + kI32 * (2 * R + E + 1);
   // The residual stream entering every block, the buffers the blocks share, the tokens.
   b.activations = L * per_block + kF32 * ((L + 1) * N * C + 4 * N * C + N * K + N) + kI32 * N;
+  // A CCA layer (model/attention_cca.h) keeps more: [q|k] before and after the depthwise
+  // convolution, q and k before their norm and the norms' inverses; its work buffer is larger.
+  const double CC = QD + KVD, TY = T + m.cca_time1 - 1;
+  double cca_layers = 0;
+  for (int l = 0; l < m.n_layers; ++l) cca_layers += m.attention_at(l) == "cca";
+  b.activations += cca_layers * kF32 * (N * CC + B * TY * CC + N * CC + N * (NH + m.n_kv_heads));
+  const double cca_work = cca_layers > 0 ? N * (3 * QD + 4 * KVD + 2 * CC) + B * TY * CC : 0;
   // Scratch shared by the layers: the router's logits and their gradient, the experts' row
   // weights, and under bf16 the products' rounded inputs and output gradients.
   b.activations += kF32 * (2 * N * E + 2 * R);
   if (bf16) b.activations += kBf16 * (N * C + N * std::max({C, QD, KVD}) + 2 * N * C + N * C);
   // The work buffer: the head's logits chunk, attention's, or one expert chunk's.
   const double chunk = std::min(kExpertChunk, R);
-  b.scratch = kF32 * std::max({kHeadChunk * V, N * (2 * QD + 2 * KVD), chunk * (3 * C + 3 * H)});
+  b.scratch = kF32 * std::max({kHeadChunk * V, N * (2 * QD + 2 * KVD), cca_work, chunk * (3 * C + 3 * H)});
   if (bf16) b.scratch += kBf16 * (V * C + kHeadChunk * V);  // the head's weights and d(logits) in bf16
   return b;
 }

@@ -8,16 +8,18 @@
 namespace atl {
 
 template <typename T>
-RopeTable<T> RopeTable<T>::build(int seq_len, int head_dim, double theta) {
+RopeTable<T> RopeTable<T>::build(int seq_len, int head_dim, double theta, int rotary_dim) {
   RopeTable t;
   t.seq_len = seq_len;
   t.head_dim = head_dim;
-  const int half = head_dim / 2;
+  t.rotary_dim = rotary_dim > 0 ? rotary_dim : head_dim;
+  ATOLL_CHECK(t.rotary_dim <= head_dim) << "rotary dim " << t.rotary_dim << " of " << head_dim;
+  const int half = t.rotary_dim / 2;
   t.cos.resize(size_t(seq_len) * half);
   t.sin.resize(size_t(seq_len) * half);
   for (int pos = 0; pos < seq_len; ++pos)
     for (int i = 0; i < half; ++i) {
-      const double inv_freq = 1.0 / std::pow(theta, double(2 * i) / head_dim);
+      const double inv_freq = 1.0 / std::pow(theta, double(2 * i) / t.rotary_dim);
       const double angle = double(pos) * inv_freq;
       t.cos[size_t(pos) * half + i] = T(std::cos(angle));
       t.sin[size_t(pos) * half + i] = T(std::sin(angle));
@@ -30,7 +32,7 @@ namespace {
 template <typename T>
 void rotate(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, T sign, int pos0) {
   ATOLL_CHECK(pos0 + T_ <= table.seq_len && HD == table.head_dim) << "rope table built for T=" << table.seq_len;
-  const int half = HD / 2;
+  const int half = table.rotary_dim / 2;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T_; ++t) {

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
-#include "atoll/backend/cpu/attention.h"
 #include "atoll/core/check.h"
+#include "atoll/model/attention_core.h"
 
 namespace atl {
 
@@ -19,21 +18,9 @@ void attention_gqa_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
 }
 
 template <typename T>
-struct AttentionGqa<T>::Scratch {
-  Scratch(const ModelConfig& m, const PartSizes& s)
-      : rope(RopeTable<T>::build(m.seq_len, m.head_dim, m.rope_theta)) {
-    if (s.precision != Precision::kBf16) return;
-    const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
-    in16.resize(N * m.dim), dout16.resize(N * std::max({size_t(m.dim), QD, KVD}));
-  }
-  RopeTable<T> rope;                // [max(T, decoding length), HD/2]
-  std::vector<bf16> in16, dout16;   // a product's bf16 input [N,C] and output gradient [N, max(C,QD,KVD)]
-};
-
-template <typename T>
 AttentionGqa<T>::AttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s,
                               PartScratch& scratch)
-    : m_(m), max_tokens_(s.max_tokens), sh_(scratch.get<Scratch>(m, s)) {
+    : m_(m), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
   const std::string pre = layer_prefix(layer) + "attn.";
   wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
   wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
@@ -48,31 +35,6 @@ size_t AttentionGqa<T>::work_elements() const {
   const size_t QD = size_t(m_.n_heads) * m_.head_dim, KVD = size_t(m_.n_kv_heads) * m_.head_dim;
   return size_t(max_tokens_) * (2 * QD + 2 * KVD);
 }
-
-namespace {
-
-// The blocked attention kernels (backend/cpu/attention.h) in the precision q, k, v are kept in.
-template <typename T>
-void attention_any(Kept<T>& out, T* lse, const Kept<T>& q, const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH,
-                   int NKV, int HD) {
-  if constexpr (kHasBf16<T>)
-    if (!out.h.empty())
-      return attention_forward_blocked_bf16(out.h.data(), lse, q.h.data(), k.h.data(), v.h.data(), B, T_, NH, NKV, HD);
-  attention_forward_blocked(out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH, NKV, HD);
-}
-
-template <typename T>
-void attention_any_backward(T* dq, T* dk, T* dv, Operand<T> dout, const Kept<T>& out, const T* lse, const Kept<T>& q,
-                            const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH, int NKV, int HD) {
-  if constexpr (kHasBf16<T>)
-    if (!out.h.empty())
-      return attention_backward_blocked_bf16(dq, dk, dv, dout.h, out.h.data(), lse, q.h.data(), k.h.data(),
-                                             v.h.data(), B, T_, NH, NKV, HD);
-  attention_backward_blocked(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH,
-                             NKV, HD);
-}
-
-}  // namespace
 
 template <typename T>
 void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
@@ -128,7 +90,7 @@ template <typename T>
 void AttentionGqa<T>::start_decode(int max_len) {
   const size_t QD = size_t(m_.n_heads) * m_.head_dim, KVD = size_t(m_.n_kv_heads) * m_.head_dim;
   ATOLL_CHECK(q_.h.empty()) << "decoding runs fp32 products";
-  if (sh_->rope.seq_len < max_len) sh_->rope = RopeTable<T>::build(max_len, m_.head_dim, m_.rope_theta);
+  sh_->grow_rope(max_len);
   // resize, not assign: a grown cache keeps the positions already cached ([pos, KVD] rows).
   k_cache_.resize(size_t(max_len) * KVD, T(0)), v_cache_.resize(size_t(max_len) * KVD, T(0));
   dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len);
@@ -148,25 +110,7 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(vc, in, c.mm.weight(wv_), 1, C, KVD);
   rope_forward(dec_q_.data(), sh_->rope, 1, 1, NH, HD, pos);
   rope_forward(kc, sh_->rope, 1, 1, NKV, HD, pos);
-  const T scale = T(1) / std::sqrt(T(HD));
-  for (int hd = 0; hd < NH; ++hd) {
-    const int kh = hd / (NH / NKV);
-    const T* q = dec_q_.data() + size_t(hd) * HD;
-    T mx = -INFINITY;
-    for (int s = 0; s <= pos; ++s) {
-      const T* k = k_cache_.data() + size_t(s) * KVD + size_t(kh) * HD;
-      score_[s] = std::inner_product(q, q + HD, k, T(0)) * scale;
-      mx = std::max(mx, score_[s]);
-    }
-    T sum = 0;
-    for (int s = 0; s <= pos; ++s) sum += (score_[s] = std::exp(score_[s] - mx));
-    T* o = dec_att_.data() + size_t(hd) * HD;
-    std::fill(o, o + HD, T(0));
-    for (int s = 0; s <= pos; ++s) {
-      const T* v = v_cache_.data() + size_t(s) * KVD + size_t(kh) * HD;
-      for (int d = 0; d < HD; ++d) o[d] += score_[s] / sum * v[d];
-    }
-  }
+  attend_cached(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos + 1, NH, NKV, HD);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(wo_), 1, QD, C);
 }
 

@@ -71,19 +71,11 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
       dq = carve.take<float>(N * QD), dk = carve.take<float>(N * KVD), dv = carve.take<float>(N * KVD);
       datt = carve.take<float>(N * QD);
       attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
-      const size_t half = size_t(m.seq_len) * (m.head_dim / 2);
-      float* cos = carve.take<float>(half);
-      float* sin = carve.take<float>(half);
-      table = {cos, sin, m.seq_len, m.head_dim};
-      if (!carve.allocates()) return;
-      const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, m.rope_theta);
-      ATOLL_CHECK_EQ(rope.cos.size(), half);
-      copy_to_device(cos, rope.cos.data(), sizeof(float) * rope.cos.size());
-      copy_to_device(sin, rope.sin.data(), sizeof(float) * rope.sin.size());
+      table = carve_rope_table(m, carve);
     }
     float *dq, *dk, *dv, *datt;  // [N,QD], [N,KVD] x2, [N,QD]
     float* attn_scratch;         // attention_scratch_floats(B, T, NH)
-    DeviceRopeTable table;       // cos, sin [T, HD/2]
+    DeviceRopeTable table;       // cos, sin [T, RD/2]
   };
 
   int NH_, NKV_, HD_;
@@ -94,6 +86,19 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
 };
 
 }  // namespace
+
+DeviceRopeTable carve_rope_table(const ModelConfig& m, Carver& carve) {
+  const size_t half = size_t(m.seq_len) * (m.rotary_dim() / 2);
+  float* cos = carve.take<float>(half);
+  float* sin = carve.take<float>(half);
+  if (carve.allocates()) {
+    const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, m.rope_theta, m.rotary_dim());
+    ATOLL_CHECK_EQ(rope.cos.size(), half);
+    copy_to_device(cos, rope.cos.data(), sizeof(float) * rope.cos.size());
+    copy_to_device(sin, rope.sin.data(), sizeof(float) * rope.sin.size());
+  }
+  return {cos, sin, m.seq_len, m.head_dim, m.rotary_dim()};
+}
 
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "atoll/layers/rope.h"
+#include "atoll/model/attention_core.h"
 #include "atoll/model/part.h"
 
 namespace atl {
@@ -27,11 +28,10 @@ class AttentionGqa final : public AttentionPart<T> {
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
  private:
-  struct Scratch;  // shared by the layers: RoPE table, bf16 product inputs
   ModelConfig m_;
   int max_tokens_;
   size_t wq_, wk_, wv_, wo_;
-  std::shared_ptr<Scratch> sh_;
+  std::shared_ptr<AttentionScratch<T>> sh_;  // shared by the attention layers
   Kept<T> q_, k_, v_, att_;                 // [N,QD], [N,KVD] x2, [N,QD]
   std::vector<T> lse_;                      // [B,NH,T] log-sum-exp of each row of scores
   std::vector<T> k_cache_, v_cache_;        // decoding: [max_len, KVD] each

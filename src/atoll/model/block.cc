@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "atoll/core/errors.h"
+#include "atoll/model/attention_cca.h"
 #include "atoll/model/attention_gqa.h"
 #include "atoll/model/experts_swiglu.h"
 #include "atoll/model/router_topk.h"
@@ -12,13 +13,14 @@ namespace {
 
 // The part kinds a config may choose (model.attention, model.router); config/ declares the
 // same choices, this is the check for configs built in code.
-enum class AttentionKind { kGqa };
+enum class AttentionKind { kGqa, kCca };
 enum class RouterKind { kTopk };
 
 AttentionKind attention_kind(const ModelConfig& m, int layer) {
   if (m.attention_at(layer) == "gqa") return AttentionKind::kGqa;
+  if (m.attention_at(layer) == "cca") return AttentionKind::kCca;
   throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
-                    "\" is not a known attention (model.attention, model.attention_layers); fix: use \"gqa\"");
+                    "\" is not a known attention (model.attention, model.attention_layers); fix: use \"gqa\" or \"cca\"");
 }
 
 RouterKind router_kind(const ModelConfig& m, int layer) {
@@ -32,6 +34,7 @@ std::unique_ptr<AttentionPart<T>> make_attention(const ModelConfig& m, const Par
                                                  const PartSizes& s, PartScratch& scratch) {
   switch (attention_kind(m, layer)) {
     case AttentionKind::kGqa: return std::make_unique<AttentionGqa<T>>(m, layout, layer, s, scratch);
+    case AttentionKind::kCca: return std::make_unique<AttentionCca<T>>(m, layout, layer, s, scratch);
   }
   return nullptr;
 }
@@ -52,6 +55,7 @@ void append_block_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   rmsnorm_rows(layout, m, pre + "attn_norm", layer);
   switch (attention_kind(m, layer)) {
     case AttentionKind::kGqa: attention_gqa_rows(layout, m, layer); break;
+    case AttentionKind::kCca: attention_cca_rows(layout, m, layer); break;
   }
   rmsnorm_rows(layout, m, pre + "moe_norm", layer);
   switch (router_kind(m, layer)) {

@@ -66,6 +66,18 @@ const std::vector<float>& Decoder::step(int32_t token) {
   return logits_;
 }
 
+KvCacheBytes kv_cache_bytes(const ModelConfig& m) {
+  const double b = sizeof(float), KVD = double(m.n_kv_heads) * m.head_dim, CC = double(m.n_heads) * m.head_dim + KVD;
+  KvCacheBytes k;
+  for (int l = 0; l < m.n_layers; ++l) {
+    k.per_token += 2 * KVD * b;
+    if (m.attention_at(l) == "cca") k.per_sequence += ((m.cca_time0 - 1 + m.cca_time1 - 1) * CC + KVD / 2) * b;
+  }
+  return k;
+}
+
+double mha_kv_cache_bytes_per_token(const ModelConfig& m) { return double(m.n_layers) * 2 * m.dim * sizeof(float); }
+
 int32_t sample_token(const std::vector<float>& logits, const SampleOptions& opts, Rng& rng) {
   ATOLL_CHECK(std::isfinite(opts.temperature) && opts.temperature >= 0) << "temperature " << opts.temperature;
   ATOLL_CHECK(opts.top_p > 0 && opts.top_p <= 1) << "top_p " << opts.top_p;

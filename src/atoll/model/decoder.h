@@ -39,6 +39,16 @@ class Decoder {
   std::vector<float> logits_;
 };
 
+// What decoding keeps, in bytes (fp32 values): per token of context, the keys and values of
+// every layer (NKV·HD each, for gqa and cca alike); per sequence whatever its length, CCA's
+// convolution window (t0-1 + t1-1 rows of [q|k], CC = (NH+NKV)·HD) and delayed value half (KVD/2).
+struct KvCacheBytes {
+  double per_token = 0, per_sequence = 0;
+};
+KvCacheBytes kv_cache_bytes(const ModelConfig& m);
+// Per token, for multi-head attention at equal width: C/HD heads of HD, keys and values of C each.
+double mha_kv_cache_bytes_per_token(const ModelConfig& m);
+
 struct SampleOptions {
   double temperature = 0.8;  // finite, >= 0; 0 = greedy
   double top_p = 0.95;       // in (0, 1]; nucleus: smallest set of tokens whose probability reaches top_p

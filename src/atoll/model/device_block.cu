@@ -11,8 +11,10 @@ namespace {
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
   if (m.attention_at(layer) == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
+  if (m.attention_at(layer) == "cca") return make_device_attention_cca(m, layout, layer, s, scratch, carve);
   throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
-                    "\" is not a known attention on the GPU (model.attention, model.attention_layers); fix: use \"gqa\"");
+                    "\" is not a known attention on the GPU (model.attention, model.attention_layers); fix: use \"gqa\" "
+                    "or \"cca\"");
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,

@@ -1,6 +1,6 @@
 // The device side of the block parts (model/part.h), for gpu::DeviceModel (model/device_model.h).
 // Each CPU part's CUDA mirror sits beside it with the same structure: attention_gqa.cu,
-// router_topk.cu, experts_swiglu.cu and norm_residual.cu each hold that part's device buffers
+// attention_cca.cu, router_topk.cu, experts_swiglu.cu and norm_residual.cu each hold that part's device buffers
 // (what it keeps for backward), its forward and its backward over the kernels of backend/cuda/,
 // with the offsets of its rows read from the layout table by name (the rows themselves are
 // declared once, by the CPU part). model/device_block.cu composes them per layer in
@@ -22,6 +22,7 @@
 
 #include "atoll/backend/cuda/arena.h"
 #include "atoll/backend/cuda/blas.h"
+#include "atoll/backend/cuda/rope.h"
 #include "atoll/model/part.h"
 
 namespace atl::gpu {
@@ -155,8 +156,15 @@ class DeviceRmsNorm {
   float* rstd_;  // [N]
 };
 
+// The config's RoPE table [T, RD/2] carved from the arena and (allocating pass) uploaded from
+// RopeTable<float>, for an attention part's shared scratch (attention_gqa.cu, attention_cca.cu).
+DeviceRopeTable carve_rope_table(const ModelConfig& m, Carver& carve);
+
 // The parts of each kind, one per file (the choice between kinds is model/device_block.cu's).
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
+                                                               int layer, const DevicePartSizes& s,
+                                                               DevicePartScratch& scratch, Carver& carve);
+std::unique_ptr<DeviceAttentionPart> make_device_attention_cca(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,
                                                                DevicePartScratch& scratch, Carver& carve);
 std::unique_ptr<DeviceRouterPart> make_device_router_topk(const ModelConfig& m, const ParamLayout& layout, int layer,

@@ -13,6 +13,7 @@ const char* param_group_name(ParamGroup g) {
     case ParamGroup::kRouter: return "router";
     case ParamGroup::kAttention: return "attention";
     case ParamGroup::kExpert: return "expert";
+    case ParamGroup::kConv: return "conv";
   }
   return "?";
 }

@@ -14,8 +14,10 @@
 namespace atl {
 
 // What a tensor is, which decides its optimizer (DESIGN.md: Muon for hidden 2-D matrices,
-// AdamW for embeddings, head, norms and router) and whether it takes weight decay.
-enum class ParamGroup { kEmbedding, kHead, kNorm, kRouter, kAttention, kExpert };
+// AdamW for embeddings, head, norms and router) and whether it takes weight decay. kConv: a
+// convolution's per-channel kernel or a bias vector (CCA's depthwise kernel and biases), not a
+// matrix: AdamW without decay, like the norm gains.
+enum class ParamGroup { kEmbedding, kHead, kNorm, kRouter, kAttention, kExpert, kConv };
 
 const char* param_group_name(ParamGroup g);
 
@@ -44,8 +46,8 @@ struct ParamEntry {
   bool is_hidden_matrix() const {
     return trainable && (group == ParamGroup::kAttention || group == ParamGroup::kExpert);
   }
-  // Decoupled weight decay applies to matrices, not to norm gains.
-  bool takes_weight_decay() const { return group != ParamGroup::kNorm; }
+  // Decoupled weight decay applies to matrices, not to norm gains or convolution vectors.
+  bool takes_weight_decay() const { return group != ParamGroup::kNorm && group != ParamGroup::kConv; }
   // Number of 2-D matrices in the tensor and their shape (rows, cols), as the part declared them.
   int64_t n_matrices() const { return matrix_count; }
   int64_t rows() const { return matrix_rows; }

@@ -189,7 +189,9 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
 double flops_per_token(const ModelConfig& m) {
   const double C = m.dim, QD = double(m.n_heads) * m.head_dim, KVD = double(m.n_kv_heads) * m.head_dim;
   const double attn = 2 * C * QD + 2 * C * KVD;
-  const double active = m.n_layers * (attn + C * m.n_experts + m.top_k * 3.0 * C * m.expert_hidden);
+  double active = m.n_layers * (attn + C * m.n_experts + m.top_k * 3.0 * C * m.expert_hidden);
+  for (int l = 0; l < m.n_layers; ++l)  // CCA's two convolutions over [q|k], per token
+    if (m.attention_at(l) == "cca") active += (QD + KVD) * (m.cca_time0 + double(m.head_dim) * m.cca_time1);
   return 6.0 * (active + double(m.vocab_size) * C) + 12.0 * m.n_layers * m.seq_len * QD;
 }
 

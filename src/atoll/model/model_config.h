@@ -23,20 +23,28 @@ struct ModelConfig {
   int expert_hidden = 256;     // H
   int seq_len = 256;           // T
   double rope_theta = 10000.0;
+  // The fraction of each head that RoPE rotates (Hugging Face's partial_rotary_factor; 1 = all).
+  double partial_rotary_factor = 1.0;
+  // CCA's two causal convolutions over [q|k]: depthwise kernel cca_time0, grouped (one group
+  // per head) kernel cca_time1 (model/attention_cca.h).
+  int cca_time0 = 2, cca_time1 = 2;
   double norm_eps = 1e-6;
   double aux_loss_coef = 0.01;  // Switch load-balancing loss coefficient (per layer)
   double z_loss_coef = 0.0;     // router z-loss coefficient
   bool tie_embeddings = false;  // LM head shares the embedding table
   double init_std = 0.02;
   int64_t init_seed = 1234;
-  // The block's part kinds (model/block.cc): "gqa" grouped-query causal attention with RoPE;
-  // "topk" Mixtral's top-k softmax router with renormalised weights.
+  // The block's part kinds (model/block.cc): "gqa" grouped-query causal attention with RoPE,
+  // "cca" compressed convolutional attention (ZAYA1's); "topk" Mixtral's top-k softmax router
+  // with renormalised weights.
   std::string attention = "gqa";
   std::string router = "topk";
   // Per-layer choices, repeated over the layers (["gqa", "cca"] would alternate two kinds, as
   // gemma.cpp repeats its attention pattern); empty: every layer takes `attention` / `router`.
   std::vector<std::string> attention_layers, router_layers;
 
+  // RD: the rotated entries of each head, int(HD * partial_rotary_factor) as transformers has it.
+  int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }
   const std::string& attention_at(int layer) const {
     return attention_layers.empty() ? attention : attention_layers[size_t(layer) % attention_layers.size()];
   }

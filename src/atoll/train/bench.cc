@@ -12,6 +12,7 @@
 #include "atoll/core/timer.h"
 #include "atoll/engine/engine.h"
 #include "atoll/engine/memory_estimate.h"
+#include "atoll/model/decoder.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/schedule.h"
 #include "atoll/train/trainer.h"
@@ -110,6 +111,9 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
                       {"gflops", gflops}, {"peak_gflops", peak.gflops}, {"peak_method", peak.method},
                       {"mfu", mfu}, {"mfu_disturbed", mfu_disturbed(mfu)}, {"peak_rss_mib", peak_rss_mib()},
                       {"first_loss", first_loss}, {"last_loss", last_loss}, {"phase_s", phases}};
+  const KvCacheBytes kv = kv_cache_bytes(m);
+  r["kv_cache_bytes_per_token"] = kv.per_token, r["kv_cache_bytes_per_sequence"] = kv.per_sequence;
+  r["kv_cache_bytes_per_token_mha"] = mha_kv_cache_bytes_per_token(m);
   if (cpu) r["threads"] = threads;
   if (!cpu) r["device_mib"] = double(engine->device_bytes()) / 1048576.0;
   std::printf("atoll bench: on %s, %d threads, batch %d x %d tokens, %s, %s, %ld parameters\n",
@@ -122,7 +126,8 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
                 "work slowed it, or the peak given is wrong); rerun on a quiet machine or give --peak-gflops\n");
   std::printf("  phase seconds per step:");
   for (auto& [k, v] : phases.items()) std::printf(" %s %.4f (%.0f%%)", k.c_str(), v.get<double>(), 100 * v.get<double>() / st.median);
-  std::printf("\n  peak RSS %.0f MiB\n", peak_rss_mib());
+  std::printf("\n  peak RSS %.0f MiB | decoding cache %.0f bytes per token (+%.0f per sequence; MHA at equal width "
+              "%.0f)\n", peak_rss_mib(), kv.per_token, kv.per_sequence, mha_kv_cache_bytes_per_token(m));
   return r;
 }
 

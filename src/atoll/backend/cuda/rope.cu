@@ -7,13 +7,13 @@
 namespace atl::gpu {
 namespace {
 
-// One thread per (b, t, head, i < HD/2) pair of elements; sign = -1 applies the transpose.
-// An odd HD leaves its last element alone, as the CPU does.
-__global__ void rope_kernel(float* x, const float* cos_t, const float* sin_t, int T_, int NHX, int HD, int pos0,
-                            float sign, size_t pairs) {
+// One thread per (b, t, head, i < RD/2) pair of elements; sign = -1 applies the transpose.
+// Entries from RD on pass through (partial rotary).
+__global__ void rope_kernel(float* x, const float* cos_t, const float* sin_t, int T_, int NHX, int HD, int RD,
+                            int pos0, float sign, size_t pairs) {
   const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= pairs) return;
-  const int half = HD / 2;
+  const int half = RD / 2;
   const int i = int(idx % half);
   const size_t row = idx / half;  // (b*T + t)*NHX + h
   const int t = int((row / NHX) % T_);
@@ -30,9 +30,10 @@ void rotate(float* x, const DeviceRopeTable& table, int B, int T_, int NHX, int 
   ATOLL_CHECK(pos0 >= 0 && pos0 + T_ <= table.seq_len && HD == table.head_dim)
       << "rope table built for T=" << table.seq_len << " HD=" << table.head_dim << ", asked pos0=" << pos0
       << " T=" << T_ << " HD=" << HD;
-  const size_t pairs = size_t(B) * T_ * NHX * (HD / 2);
+  const int RD = table.rotary_dim > 0 ? table.rotary_dim : HD;
+  const size_t pairs = size_t(B) * T_ * NHX * (RD / 2);
   if (pairs == 0) return;
-  rope_kernel<<<grid_for(pairs), kBlock, 0, stream>>>(x, table.cos, table.sin, T_, NHX, HD, pos0, sign, pairs);
+  rope_kernel<<<grid_for(pairs), kBlock, 0, stream>>>(x, table.cos, table.sin, T_, NHX, HD, RD, pos0, sign, pairs);
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,12 +6,13 @@
 
 namespace atl::gpu {
 
-// The cos/sin tables [seq_len, head_dim/2] in device memory: RopeTable<float>'s vectors
+// The cos/sin tables [seq_len, rotary_dim/2] in device memory: RopeTable<float>'s vectors
 // copied over (the CPU builds them in double and rounds once, so both sides use the same values).
+// rotary_dim 0 means head_dim; a smaller one rotates only each head's first rotary_dim entries.
 struct DeviceRopeTable {
   const float* cos = nullptr;
   const float* sin = nullptr;
-  int seq_len = 0, head_dim = 0;
+  int seq_len = 0, head_dim = 0, rotary_dim = 0;
 };
 
 // x[B,T,NHX,HD] rotated in place, position t of each sequence at table row pos0 + t.

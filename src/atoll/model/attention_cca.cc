@@ -1,0 +1,219 @@
+#include "atoll/model/attention_cca.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "atoll/backend/cpu/cca_conv.h"
+#include "atoll/core/check.h"
+#include "atoll/model/attention_core.h"
+
+namespace atl {
+
+void attention_cca_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
+  const std::string pre = layer_prefix(layer) + "attn.", qkv = pre + "qkv_proj.";
+  const CcaDims d = cca_dims(m, 1, 1);
+  const int64_t C = m.dim, QD = d.QD(), KVD = d.KVD(), CC = d.CC(), HD = d.HD;
+  layout.add(matrix_entry(qkv + "q_proj.weight", QD, C, ParamGroup::kAttention, layer));
+  layout.add(matrix_entry(qkv + "k_proj.weight", KVD, C, ParamGroup::kAttention, layer));
+  layout.add(matrix_entry(qkv + "v_proj_current.weight", KVD / 2, C, ParamGroup::kAttention, layer));
+  layout.add(matrix_entry(qkv + "v_proj_delayed.weight", KVD / 2, C, ParamGroup::kAttention, layer));
+  auto conv_row = [&](std::string name, std::vector<int64_t> shape, ParamInit init) {
+    const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
+    layout.add({.name = std::move(name), .shape = std::move(shape), .group = ParamGroup::kConv, .layer = layer,
+                .matrix_cols = n, .init = init});
+  };
+  conv_row(qkv + "conv_qk_depthwise.weight", {CC, 1, d.t0}, ParamInit::kNormal);
+  conv_row(qkv + "conv_qk_depthwise.bias", {CC}, ParamInit::kZeros);
+  layout.add({.name = qkv + "conv_qk_grouped.weight", .shape = {CC, HD, d.t1}, .group = ParamGroup::kAttention,
+              .layer = layer, .matrix_count = m.n_heads + m.n_kv_heads, .matrix_rows = HD, .matrix_cols = HD * d.t1});
+  conv_row(qkv + "conv_qk_grouped.bias", {CC}, ParamInit::kZeros);
+  layout.add(gain_entry(pre + "qk_norm.temp", m.n_kv_heads, layer));  // ones: see the header
+  layout.add(matrix_entry(pre + "o_proj.weight", C, QD, ParamGroup::kAttention, layer));
+}
+
+CcaDims cca_dims(const ModelConfig& m, int B, int T) {
+  return {.B = B, .T = T, .C = m.dim, .NH = m.n_heads, .NKV = m.n_kv_heads, .HD = m.head_dim, .t0 = m.cca_time0,
+          .t1 = m.cca_time1};
+}
+
+template <typename T>
+AttentionCca<T>::AttentionCca(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s,
+                              PartScratch& scratch)
+    : m_(m), max_batch_(s.max_batch), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
+  const std::string pre = layer_prefix(layer) + "attn.", qkv = pre + "qkv_proj.";
+  auto at = [&](const std::string& name) { return layout.at(name).offset; };
+  w_ = {.wq = at(qkv + "q_proj.weight"), .wk = at(qkv + "k_proj.weight"), .wvc = at(qkv + "v_proj_current.weight"),
+        .wvd = at(qkv + "v_proj_delayed.weight"), .w0 = at(qkv + "conv_qk_depthwise.weight"),
+        .b0 = at(qkv + "conv_qk_depthwise.bias"), .w1 = at(qkv + "conv_qk_grouped.weight"),
+        .b1 = at(qkv + "conv_qk_grouped.bias"), .temp = at(pre + "qk_norm.temp"), .wo = at(pre + "o_proj.weight")};
+  const CcaDims d = cca_dims(m, s.max_batch, m.seq_len);
+  const size_t N = s.max_tokens;
+  x_.resize(N * d.CC()), y_.resize(size_t(s.max_batch) * d.TY() * d.CC());
+  q_.resize(N * d.QD()), k_.resize(N * d.KVD()), rq_.resize(N * d.NH), rk_.resize(N * d.NKV);
+  qn_.resize(N * d.QD(), s.precision), kn_.resize(N * d.KVD(), s.precision), v_.resize(N * d.KVD(), s.precision);
+  att_.resize(N * d.QD(), s.precision);
+  lse_.resize(size_t(s.max_batch) * m.n_heads * m.seq_len);
+}
+
+template <typename T>
+size_t AttentionCca<T>::work_elements() const {
+  const CcaDims d = cca_dims(m_, max_batch_, m_.seq_len);
+  // backward's: d(att), dqn, dq [N,QD]; dkn, dv, dk, dvc + dvd [N,KVD]; dz, dx [N,CC]; dy [B,TY,CC]
+  // (forward needs less: qn, kn, v, z, vc, vd).
+  return size_t(max_tokens_) * (3 * d.QD() + 4 * d.KVD() + 2 * d.CC()) + size_t(max_batch_) * d.TY() * d.CC();
+}
+
+namespace {
+
+// Packs rows a[N,A] and b[N,B'] side by side into out[N, A+B'], or back (unpack).
+template <typename T>
+void pack_rows(T* out, const T* a, const T* b, int N, int A, int Bw) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    std::copy_n(a + size_t(n) * A, A, out + size_t(n) * (A + Bw));
+    std::copy_n(b + size_t(n) * Bw, Bw, out + size_t(n) * (A + Bw) + A);
+  }
+}
+template <typename T>
+void unpack_rows(T* a, T* b, const T* in, int N, int A, int Bw) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    std::copy_n(in + size_t(n) * (A + Bw), A, a + size_t(n) * A);
+    std::copy_n(in + size_t(n) * (A + Bw) + A, Bw, b + size_t(n) * Bw);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
+  ScopedTimer t(c.timer(&PhaseTimes::attention));
+  const CcaDims d = cca_dims(m_, c.B, c.d.T);
+  const int N = d.N(), C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC();
+  // qn, kn, v in T for RoPE and attention: in the kept buffers, or (bf16) in work and kept in bf16.
+  T* qn = qn_.values(c.work);
+  T* kn = kn_.values(c.work + size_t(N) * QD);
+  T* v = v_.values(c.work + size_t(N) * (QD + KVD));
+  T* z = c.work + size_t(N) * (QD + 2 * KVD);  // [N,CC]
+  T* vc = z + size_t(N) * CC;                   // [N,KVD/2] x2
+  T* vd = vc + size_t(N) * KVD / 2;
+  const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
+  c.mm.forward(q_.data(), in, c.mm.weight(w_.wq), N, C, QD);  // qp and kp, packed into x
+  c.mm.forward(k_.data(), in, c.mm.weight(w_.wk), N, C, KVD);
+  pack_rows(x_.data(), q_.data(), k_.data(), N, QD, KVD);
+  cpu::cca_conv_forward(z, y_.data(), x_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0), c.mm.param(w_.w1),
+                   c.mm.param(w_.b1), d);
+  cca_qk_mean_forward(q_.data(), k_.data(), z, x_.data(), d);
+  cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
+  rope_forward(qn, sh_->rope, c.B, d.T, d.NH, d.HD);
+  rope_forward(kn, sh_->rope, c.B, d.T, d.NKV, d.HD);
+  c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
+  c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, KVD / 2);
+  cca_value_forward(v, vc, vd, d);
+  qn_.keep(qn, size_t(N) * QD), kn_.keep(kn, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
+  attention_any(att_, lse_.data(), qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD);
+  c.mm.forward(out, att_.operand(), c.mm.weight(w_.wo), N, QD, C);
+}
+
+template <typename T>
+void AttentionCca<T>::recompute_output(T* out, const PartContext<T>& c) {
+  ScopedTimer t(c.timer(&PhaseTimes::attention));
+  c.mm.forward(out, att_.operand(), c.mm.weight(w_.wo), c.d.N, c.d.QD, c.d.C);
+}
+
+// The forward in reverse: o_proj, attention, RoPE, the norms, the qk-mean skip, the
+// convolutions, then the four projections.
+template <typename T>
+void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) {
+  ScopedTimer t(c.timer(&PhaseTimes::attention));
+  const CcaDims d = cca_dims(m_, c.B, c.d.T);
+  const int N = d.N(), C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC();
+  T* datt = c.work;
+  T* dqn = datt + size_t(N) * QD;
+  T* dq = dqn + size_t(N) * QD;
+  T* dkn = dq + size_t(N) * QD;
+  T* dv = dkn + size_t(N) * KVD;
+  T* dk = dv + size_t(N) * KVD;
+  T* dvc = dk + size_t(N) * KVD;
+  T* dvd = dvc + size_t(N) * KVD / 2;
+  T* dz = dvd + size_t(N) * KVD / 2;
+  T* dx = dz + size_t(N) * CC;
+  T* dy = dx + size_t(N) * CC;  // [B,TY,CC]
+  T* g = c.grads;
+  bf16* dout16 = sh_->dout16.data();
+  std::fill(datt, datt + size_t(N) * QD, T(0));
+  c.mm.backward(datt, g + w_.wo, c.mm.input(dout16, dout, size_t(N) * C), att_.operand(), c.mm.weight(w_.wo), N, QD,
+                C);
+  attention_any_backward(dqn, dkn, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), qn_, kn_, v_,
+                         c.B, d.T, d.NH, d.NKV, d.HD);
+  rope_backward(dqn, sh_->rope, c.B, d.T, d.NH, d.HD);
+  rope_backward(dkn, sh_->rope, c.B, d.T, d.NKV, d.HD);
+  cca_qk_norm_backward(dq, dk, g + w_.temp, dqn, dkn, q_.data(), k_.data(), rq_.data(), rk_.data(),
+                       c.mm.param(w_.temp), d);
+  std::fill(dx, dx + size_t(N) * CC, T(0));
+  cca_qk_mean_backward(dz, dx, dq, dk, d);
+  cpu::cca_conv_backward(dx, g + w_.w0, g + w_.b0, g + w_.w1, g + w_.b1, dy, dz, y_.data(), x_.data(),
+                    c.mm.param(w_.w0), c.mm.param(w_.w1), d);
+  unpack_rows(dq, dk, dx, N, QD, KVD);  // d(qp), d(kp)
+  cca_value_backward(dvc, dvd, dv, d);
+  const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
+  const struct { const T* d; size_t w; int out; } proj[] = {
+      {dq, w_.wq, QD}, {dk, w_.wk, KVD}, {dvc, w_.wvc, KVD / 2}, {dvd, w_.wvd, KVD / 2}};
+  for (const auto& p : proj)
+    c.mm.backward(dh, g + p.w, c.mm.input(dout16, p.d, size_t(N) * p.out), in, c.mm.weight(p.w), N, C, p.out);
+}
+
+template <typename T>
+void AttentionCca<T>::start_decode(int max_len) {
+  ATOLL_CHECK(qn_.h.empty()) << "decoding runs fp32 products";
+  const CcaDims d = cca_dims(m_, 1, 1);
+  const int P = d.t0 - 1 + d.t1 - 1;
+  sh_->grow_rope(max_len);
+  // resize, not assign: a grown cache keeps what is cached so far.
+  k_cache_.resize(size_t(max_len) * d.KVD(), T(0)), v_cache_.resize(size_t(max_len) * d.KVD(), T(0));
+  window_.resize(size_t(P + 1) * d.CC(), T(0)), prev_vd_.resize(d.KVD() / 2, T(0));
+  dec_y_.resize(size_t(P + d.t1) * d.CC()), dec_z_.resize(size_t(P + 1) * d.CC());
+  dec_q_.resize(d.QD()), dec_k_.resize(d.KVD()), dec_qn_.resize(d.QD()), dec_att_.resize(d.QD());
+  dec_rq_.resize(d.NH), dec_rk_.resize(d.NKV), score_.resize(max_len);
+}
+
+// One token at position pos. Its pre-convolution [q|k] row joins the window of the last P rows
+// (zeros before the sequence, exactly the training forward's padding), and the convolutions run
+// over that window: the last output reads nothing older. Position 0 starts a new sequence.
+template <typename T>
+void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& c) {
+  const int P = m_.cca_time0 - 1 + m_.cca_time1 - 1;
+  const CcaDims one = cca_dims(m_, 1, 1), win = cca_dims(m_, 1, P + 1);
+  const int C = one.C, QD = one.QD(), KVD = one.KVD(), CC = one.CC();
+  ATOLL_CHECK_LT(size_t(pos), score_.size()) << "decoder cache is full";
+  if (pos == 0)
+    std::fill(window_.begin(), window_.end(), T(0)), std::fill(prev_vd_.begin(), prev_vd_.end(), T(0));
+  else
+    std::copy(window_.begin() + CC, window_.end(), window_.begin());
+  T* xt = window_.data() + size_t(P) * CC;
+  T* kc = k_cache_.data() + size_t(pos) * KVD;
+  T* vc = v_cache_.data() + size_t(pos) * KVD;
+  const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(C));
+  c.mm.forward(xt, in, c.mm.weight(w_.wq), 1, C, QD);
+  c.mm.forward(xt + QD, in, c.mm.weight(w_.wk), 1, C, KVD);
+  cca_conv_forward(dec_z_.data(), dec_y_.data(), window_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0),
+                   c.mm.param(w_.w1), c.mm.param(w_.b1), win);
+  cca_qk_mean_forward(dec_q_.data(), dec_k_.data(), dec_z_.data() + size_t(P) * CC, xt, one);
+  cca_qk_norm_forward(dec_qn_.data(), kc, dec_rq_.data(), dec_rk_.data(), dec_q_.data(), dec_k_.data(),
+                      c.mm.param(w_.temp), one);
+  rope_forward(dec_qn_.data(), sh_->rope, 1, 1, one.NH, one.HD, pos);
+  rope_forward(kc, sh_->rope, 1, 1, one.NKV, one.HD, pos);
+  // The value: this token's current half, the previous token's delayed half (0 at position 0).
+  c.mm.forward(vc, in, c.mm.weight(w_.wvc), 1, C, KVD / 2);
+  std::copy(prev_vd_.begin(), prev_vd_.end(), vc + KVD / 2);
+  c.mm.forward(prev_vd_.data(), in, c.mm.weight(w_.wvd), 1, C, KVD / 2);
+  attend_cached(dec_att_.data(), score_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos + 1, one.NH,
+                one.NKV, one.HD);
+  c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(w_.wo), 1, QD, C);
+}
+
+template class AttentionCca<float>;
+template class AttentionCca<double>;
+
+}  // namespace atl

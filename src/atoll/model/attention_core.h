@@ -1,0 +1,88 @@
+// What the attention parts (attention_gqa, attention_cca) share: their scratch (the RoPE table
+// and the bf16 product buffers, one for every attention layer of either kind), and once their
+// q, k, v exist, the blocked causal attention kernels (backend/cpu/attention.h) in the
+// precision q, k, v are kept in, and decoding's one query row against the cached keys and values.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "atoll/backend/cpu/attention.h"
+#include "atoll/layers/rope.h"
+#include "atoll/model/part.h"
+
+namespace atl {
+
+// Shared by the attention layers (PartScratch): the RoPE table and the products' bf16 buffers.
+template <typename T>
+struct AttentionScratch {
+  AttentionScratch(const ModelConfig& m, const PartSizes& s) : m_(m) {
+    rope = RopeTable<T>::build(m.seq_len, m.head_dim, m.rope_theta, m.rotary_dim());
+    if (s.precision != Precision::kBf16) return;
+    const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
+    in16.resize(N * m.dim), dout16.resize(N * std::max({size_t(m.dim), QD, KVD}));
+  }
+  // Decoding: a table for max_len positions.
+  void grow_rope(int max_len) {
+    if (rope.seq_len < max_len) rope = RopeTable<T>::build(max_len, m_.head_dim, m_.rope_theta, m_.rotary_dim());
+  }
+  RopeTable<T> rope;               // [max(T, decoding length), RD/2]
+  std::vector<bf16> in16, dout16;  // a product's bf16 input [N,C] and output gradient [N, max(C,QD,KVD)]
+
+ private:
+  ModelConfig m_;
+};
+
+// out[B,T,NH,HD] (=), lse[B,NH,T] (=): causal GQA, scale 1/sqrt(HD), in bf16 when q, k, v are kept so.
+template <typename T>
+void attention_any(Kept<T>& out, T* lse, const Kept<T>& q, const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH,
+                   int NKV, int HD) {
+  if constexpr (kHasBf16<T>)
+    if (!out.h.empty())
+      return attention_forward_blocked_bf16(out.h.data(), lse, q.h.data(), k.h.data(), v.h.data(), B, T_, NH, NKV, HD);
+  attention_forward_blocked(out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH, NKV, HD);
+}
+
+// dq[B,T,NH,HD], dk, dv[B,T,NKV,HD] (=) from dout, as attention_any kept them.
+template <typename T>
+void attention_any_backward(T* dq, T* dk, T* dv, Operand<T> dout, const Kept<T>& out, const T* lse, const Kept<T>& q,
+                            const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH, int NKV, int HD) {
+  if constexpr (kHasBf16<T>)
+    if (!out.h.empty())
+      return attention_backward_blocked_bf16(dq, dk, dv, dout.h, out.h.data(), lse, q.h.data(), k.h.data(),
+                                             v.h.data(), B, T_, NH, NKV, HD);
+  attention_backward_blocked(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH,
+                             NKV, HD);
+}
+
+// Decoding: out[NH,HD] (=) one token's queries q[NH,HD] attending to the cached keys and values
+// k_cache, v_cache [len, NKV·HD] of every position so far (its own included), softmax in T;
+// score[len] is scratch.
+template <typename T>
+void attend_cached(T* out, T* score, const T* q_all, const T* k_cache, const T* v_cache, int len, int NH, int NKV,
+                   int HD) {
+  const int KVD = NKV * HD;
+  const T scale = T(1) / std::sqrt(T(HD));
+  for (int hd = 0; hd < NH; ++hd) {
+    const int kh = hd / (NH / NKV);
+    const T* q = q_all + size_t(hd) * HD;
+    T mx = -INFINITY;
+    for (int s = 0; s < len; ++s) {
+      const T* k = k_cache + size_t(s) * KVD + size_t(kh) * HD;
+      score[s] = std::inner_product(q, q + HD, k, T(0)) * scale;
+      mx = std::max(mx, score[s]);
+    }
+    T sum = 0;
+    for (int s = 0; s < len; ++s) sum += (score[s] = std::exp(score[s] - mx));
+    T* o = out + size_t(hd) * HD;
+    std::fill(o, o + HD, T(0));
+    for (int s = 0; s < len; ++s) {
+      const T* v = v_cache + size_t(s) * KVD + size_t(kh) * HD;
+      for (int d = 0; d < HD; ++d) o[d] += score[s] / sum * v[d];
+    }
+  }
+}
+
+}  // namespace atl
