@@ -75,6 +75,27 @@ TEST(ExportZaya, RowsHaveTheirUpstreamNamesAndShapes) {
                                         m.router_hidden_size));
 }
 
+// CCA's rows, as the cca branch names them, map onto ZayaAttention's tensors (upstream:
+// self_attn.qkv_proj = ZayaCCAProjection, self_attn.qk_norm = ZayaQKNorm, self_attn.o_proj).
+TEST(ExportZaya, CcaRowsMapOntoZayaAttention) {
+  const std::map<std::string, std::string> want = {
+      {"attn.qkv_proj.q_proj.weight", "self_attn.qkv_proj.q_proj.weight"},
+      {"attn.qkv_proj.k_proj.weight", "self_attn.qkv_proj.k_proj.weight"},
+      {"attn.qkv_proj.v_proj_current.weight", "self_attn.qkv_proj.v_proj_current.weight"},
+      {"attn.qkv_proj.v_proj_delayed.weight", "self_attn.qkv_proj.v_proj_delayed.weight"},
+      {"attn.qkv_proj.conv_qk_depthwise.weight", "self_attn.qkv_proj.conv_qk_depthwise.weight"},
+      {"attn.qkv_proj.conv_qk_depthwise.bias", "self_attn.qkv_proj.conv_qk_depthwise.bias"},
+      {"attn.qkv_proj.conv_qk_grouped.weight", "self_attn.qkv_proj.conv_qk_grouped.weight"},
+      {"attn.qkv_proj.conv_qk_grouped.bias", "self_attn.qkv_proj.conv_qk_grouped.bias"},
+      {"attn.qk_norm.temp", "self_attn.qk_norm.temp"},
+      {"attn.o_proj.weight", "self_attn.o_proj.weight"}};
+  for (const auto& [ours, theirs] : want) {
+    ParamEntry e;
+    e.name = "layers.2." + ours, e.layer = 2;
+    EXPECT_EQ(hf_zaya_name(e), "model.layers.2." + theirs);
+  }
+}
+
 TEST(ExportZaya, MixtralStaysMixtral) {
   EXPECT_EQ(hf_architecture(testing::small_model()), HfArchitecture::kMixtral);
 }

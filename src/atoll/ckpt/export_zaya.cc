@@ -41,11 +41,15 @@ constexpr ZayaName kBlockNames[] = {
     {"moe.gate.balancing_biases", "mlp.gate.balancing_biases"},
     {"moe.w2", "mlp.experts.down_proj"},  // [E, C, H] as it is
 };
-// CCA attention's rows (self_attn.qkv_proj.{q_proj, k_proj, v_proj_current, v_proj_delayed,
-// conv_qk_depthwise, conv_qk_grouped}, self_attn.qk_norm.temp, self_attn.o_proj): the attention
-// "cca" is not in atoll yet, and hf_architecture refuses a ZAYA1 model without it, so this table
-// waits for its rows.
-constexpr ZayaName kAttentionNames[] = {{"", ""}};
+// CCA attention's rows are named as upstream after "self_attn." (model/attention_cca.h of the
+// cca branch: "attn.qkv_proj.{q_proj, k_proj, v_proj_current, v_proj_delayed}.weight",
+// "attn.qkv_proj.conv_qk_{depthwise,grouped}.{weight,bias}", "attn.qk_norm.temp",
+// "attn.o_proj.weight"), so their export is a rename; GQA's rows ("attn.wq", ...) have none.
+constexpr const char* kCcaRows[] = {"qkv_proj.q_proj.weight",          "qkv_proj.k_proj.weight",
+                                    "qkv_proj.v_proj_current.weight",  "qkv_proj.v_proj_delayed.weight",
+                                    "qkv_proj.conv_qk_depthwise.weight", "qkv_proj.conv_qk_depthwise.bias",
+                                    "qkv_proj.conv_qk_grouped.weight", "qkv_proj.conv_qk_grouped.bias",
+                                    "qk_norm.temp",                    "o_proj.weight"};
 constexpr ZayaName kTopNames[] = {
     {"embed", "model.embed_tokens.weight"},
     {"input_scale", "model.input_hidden_states_scale"},
@@ -103,8 +107,9 @@ std::string hf_zaya_name(const ParamEntry& e) {
   const std::string ours = e.name.substr(layer_prefix(e.layer).size());
   const std::string hf = "model.layers." + std::to_string(e.layer) + ".";
   if (ours == "moe.w1") return hf + "mlp.experts.gate_up_proj";
-  std::string theirs = find_name(kBlockNames, ours);
-  if (theirs.empty()) theirs = find_name(kAttentionNames, ours);
+  for (const char* row : kCcaRows)
+    if (ours == std::string("attn.") + row) return hf + "self_attn." + row;
+  const std::string theirs = find_name(kBlockNames, ours);
   return theirs.empty() ? "" : hf + theirs;
 }
 

@@ -37,7 +37,7 @@ struct HfValues {
 
 // The upstream name of one of our rows ("model.layers.{i}.mlp.gate.down_proj.weight"), or "" for
 // a row with none: moe.w3 (packed with moe.w1 into mlp.experts.gate_up_proj, which moe.w1 names)
-// and, until atoll has CCA, every attention row.
+// and GQA's attention rows. CCA's rows (the cca branch) map by name: "attn.X" -> "self_attn.X".
 std::string hf_zaya_name(const ParamEntry& e);
 
 // The ZAYA1 tensors of a model (hf_architecture(m) == kZaya), in layout order. Throws Error for a
