@@ -41,6 +41,9 @@ const std::vector<Bad> kBad = {
     {"model.aux_loss_coef=inf", "finite"},
     {"model.aux_loss_coef=-0.1", "out of range"},
     {"model.z_loss_coef=nan", "finite"},
+    {"model.router_hidden_size=0", "out of range"},
+    {"model.router_skip_bias=nan", "finite"},
+    {"model.router_skip_bias=2.0", "out of range"},
     {"model.init_std=inf", "finite"},
     {"model.init_std=-0.02", "out of range"},
     {"model.vocab_size=1", "out of range"},
@@ -86,6 +89,8 @@ const std::vector<Bad> kBad = {
     {"optim.grad_clip=inf", "finite"},
     {"optim.muon_momentum=1.0", "out of range"},
     {"optim.ns_steps=0", "out of range"},
+    {"optim.bias_balance_lr=-0.001", "out of range"},
+    {"optim.bias_balance_lr=inf", "finite"},
     {"data.vocab_size=-1", "out of range"},
     {"data.val_fraction=0.9", "out of range"},
     {"data.val_fraction=nan", "finite"},
@@ -147,7 +152,8 @@ TEST(ConfigRanges, EveryKeyTakesTheEdgesItCanMean) {
       "optim.weight_decay=0.0",   "optim.grad_clip=0.0",   "optim.muon_momentum=0.0", "optim.min_lr_ratio=1.0",
       "optim.decay_frac=0.0",     "data.val_fraction=0.0", "data.vocab_size=0",      "data.vocab_size=260",
       "diloco.outer_lr=1e-6",     "diloco.outer_momentum=0.0", "diloco.mixing=1.0",  "fault.timeout_s=0.001",
-      "fault.timeout_s=1000000.0", "fault.max_restarts=0", "fault.restart_backoff_s=0.0", "checkpoint.every=0"};
+      "fault.timeout_s=1000000.0", "fault.max_restarts=0", "fault.restart_backoff_s=0.0", "checkpoint.every=0",
+      "model.router_skip_bias=-10000.0", "model.router_skip_bias=1.0", "optim.bias_balance_lr=0.0"};
   for (const std::string& s : good) EXPECT_EQ(error_of({s}), "") << s;
 }
 

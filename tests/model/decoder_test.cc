@@ -32,14 +32,27 @@ ModelConfig small_config(bool tied) {
   return m;
 }
 
+// ZAYA1's parts: the zaya router in every block (depth averaging across them; a skip bias of 0
+// lets tokens skip) and residual scaling, its scales and biases moved off the identity.
+void zaya_parts(ModelConfig& m) {
+  m.router = "zaya", m.router_hidden_size = 8, m.top_k = 1, m.router_skip_bias = 0.0;
+  m.residual_scaling = true, m.n_layers = 3;
+}
+
 // `seq_len` positions decoded with room for `max_len`.
-void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, const std::string& attention = "gqa") {
+void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, const std::string& attention = "gqa",
+                                   void (*change)(ModelConfig&) = nullptr) {
   ModelConfig m = small_config(tied);
   m.attention = attention;
   if (attention == "cca") m.partial_rotary_factor = 0.5, m.cca_time0 = 3;
   m.seq_len = seq_len;
+  if (change) change(m);
   Model<float> model(m, 1);
   model.init_params(11);
+  Rng move(4);
+  for (const ParamEntry& e : model.layout().entries())
+    if (e.init == ParamInit::kOnes || e.init == ParamInit::kZeros)
+      for (size_t i = 0; i < e.numel; ++i) model.params()[e.offset + i] += float(0.2 * move.normal());
   Rng rng(5);
   std::vector<int32_t> seq(m.seq_len + 1);
   for (auto& t : seq) t = int32_t(rng.below(m.vocab_size));
@@ -59,6 +72,9 @@ void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, 
 
 TEST(Decoder, KvCacheMatchesTrainingForward) { check_decoder_matches_forward(false); }
 TEST(Decoder, KvCacheMatchesTrainingForwardTied) { check_decoder_matches_forward(true); }
+TEST(Decoder, ZayaRouterAndResidualScalingMatchTrainingForward) {
+  check_decoder_matches_forward(true, 9, 9, "gqa", zaya_parts);
+}
 
 // The cache starts small and doubles (64, 128, 256 positions): decoding across the growths
 // still computes the training forward pass, and a bound far beyond what is fed costs nothing.

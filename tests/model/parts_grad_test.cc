@@ -15,6 +15,7 @@
 #include "atoll/model/experts_swiglu.h"
 #include "atoll/model/norm_residual.h"
 #include "atoll/model/router_topk.h"
+#include "atoll/model/router_zaya.h"
 
 namespace atl {
 namespace {
@@ -233,6 +234,126 @@ TEST(PartsGrad, ExpertsSwiglu) {
   check("dh", loss, h.data(), NC, dh.data(), dh0.data());
   check("dtopk_w", loss, w.data(), NK, dw.data());
   check_rows(t, "moe.w", g0, loss);
+}
+
+// ZAYA1's residual scaling: out = (a + a_bias) ⊙ a_scale + (r + r_bias) ⊙ r_scale, and after the
+// embedding (no stream) out = (a + a_bias) ⊙ a_scale; scales and biases moved off the identity.
+TEST(PartsGrad, ResidualMerge) {
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "with a stream" : "after the embedding");
+    Harness t;
+    t.m.residual_scaling = true;
+    t.layout = ParamLayout::build(t.m);
+    t.params = randn(t.layout.total(), t.rng, 0.5), t.grads = randn(t.layout.total(), t.rng);
+    const std::string name = stream ? "layers.0.attn_merge" : "input";
+    const int NC = t.N() * t.m.dim;
+    ResidualMerge<double> merge(t.m, t.layout, name, stream, t.sizes);
+    ASSERT_TRUE(merge.scaled());
+    std::vector<double> a = randn(NC, t.rng), r = randn(NC, t.rng), dout = randn(NC, t.rng), out(NC);
+    std::vector<double> da(NC), dr(dout);
+    const auto g0 = t.grads;
+    auto c = t.ctx(0);
+    auto loss = [&] {
+      merge.forward(out.data(), a.data(), stream ? r.data() : nullptr, c);
+      return dot(out, dout);
+    };
+    loss();
+    const double* got = merge.backward(da.data(), dr.data(), stream ? r.data() : nullptr, c);
+    EXPECT_EQ(got, da.data());
+    check("da", loss, a.data(), NC, da.data());
+    if (stream) check("dr", loss, r.data(), NC, dr.data());
+    for (const ParamEntry& e : t.layout.entries())
+      if (e.name.rfind(name, 0) == 0)
+        check(e.name.c_str(), loss, t.params.data() + e.offset, e.numel, t.grads.data() + e.offset,
+              g0.data() + e.offset);
+  }
+}
+
+// Without residual scaling the merge is the residual add and its backward hands d(out) through.
+TEST(PartsGrad, ResidualMergePlainIsTheAdd) {
+  Harness t;
+  const int NC = t.N() * t.m.dim;
+  ResidualMerge<double> merge(t.m, t.layout, "layers.0.attn_merge", true, t.sizes);
+  EXPECT_FALSE(merge.scaled());
+  EXPECT_EQ(t.layout.find("layers.0.attn_merge.out_scale"), nullptr);
+  std::vector<double> a = randn(NC, t.rng), r = randn(NC, t.rng), out(NC), dx = randn(NC, t.rng), da(NC);
+  auto c = t.ctx(0);
+  merge.forward(out.data(), a.data(), r.data(), c);
+  for (int i = 0; i < NC; ++i) EXPECT_EQ(out[i], a[i] + r[i]);
+  EXPECT_EQ(merge.backward(da.data(), dx.data(), r.data(), c), dx.data());
+}
+
+// Two zaya routers in a chain (layers 0 and 1; layer 1 averages over depth with layer 0's state):
+// the loss sums both layers' gates against random weights, and the backward runs layer 1 then
+// layer 0, as the blocks do. The gradient of layer 0's rows and input includes what flows back
+// through layer 1's depth averaging. The argmax over the biased probabilities is a kink: the
+// balancing biases are set so every token's best class leads the runner-up by a margin (checked)
+// far above what the finite-difference steps move the probabilities, so no step crosses a switch
+// (check() would skip a coordinate that did). The skip class gets a bias that lets some tokens
+// skip, so the skipped slots' zero gradient is checked too.
+TEST(PartsGrad, RouterZayaDepthChain) {
+  Harness t;
+  t.m.n_layers = 2, t.m.router = "zaya", t.m.router_hidden_size = 6, t.m.top_k = 1, t.m.router_skip_bias = 0.1;
+  t.layout = ParamLayout::build(t.m);
+  t.params = randn(t.layout.total(), t.rng, 0.5), t.grads = randn(t.layout.total(), t.rng);
+  const int N = t.N(), NC = N * t.m.dim, E1 = t.m.n_experts + 1;
+  ASSERT_EQ(t.layout.find("layers.0.moe.gate.depth_scale"), nullptr) << "layer 0 has no depth averaging";
+  ASSERT_NE(t.layout.find("layers.1.moe.gate.depth_scale"), nullptr);
+  for (int l = 0; l < 2; ++l) {
+    const ParamEntry& b = t.layout.at(layer_prefix(l) + "moe.gate.balancing_biases");
+    EXPECT_FALSE(b.trainable);
+    EXPECT_TRUE(b.balanced);
+    ASSERT_EQ(b.numel, size_t(E1));
+    const double biases[] = {0.0, 0.3, -0.3, 0.15, 0.1};  // distinct: no ties between classes
+    for (int e = 0; e < E1; ++e) t.params[b.offset + e] = biases[e];
+  }
+  RouterZaya<double> r0(t.m, t.layout, 0, t.sizes, t.scratch), r1(t.m, t.layout, 1, t.sizes, t.scratch);
+  r1.link_previous(r0);
+  std::vector<double> h0 = randn(NC, t.rng), h1 = randn(NC, t.rng), dw0 = randn(N, t.rng), dw1 = randn(N, t.rng);
+  std::vector<double> dh0 = randn(NC, t.rng), dh1 = randn(NC, t.rng);
+  const auto dh00 = dh0, dh10 = dh1, g0 = t.grads;
+  auto c = t.ctx(0);
+  auto loss = [&] {
+    r0.forward(h0.data(), c);
+    r1.forward(h1.data(), c);
+    double s = 0;
+    for (int n = 0; n < N; ++n) s += r0.topk_w()[n] * dw0[n] + r1.topk_w()[n] * dw1[n];
+    return s;
+  };
+  loss();
+  // Away from ties: the chosen class's biased probability leads every other by at least 1e-3,
+  // while a step of 1e-5 moves a probability by far less.
+  int skipped = 0;
+  for (int l = 0; l < 2; ++l) {
+    const RouterZaya<double>& r = l == 0 ? r0 : r1;
+    const double* b = t.params.data() + t.layout.at(layer_prefix(l) + "moe.gate.balancing_biases").offset;
+    for (int n = 0; n < N; ++n) {
+      const int best = r.choice()[n];
+      skipped += best == E1 - 1;
+      for (int e = 0; e < E1; ++e) {
+        if (e == best) continue;
+        EXPECT_GT(r.probs()[n * E1 + best] + b[best] - r.probs()[n * E1 + e] - b[e], 1e-3);
+      }
+    }
+  }
+  EXPECT_GT(skipped, 0) << "no token took the skip class";
+  EXPECT_LT(skipped, N) << "too few tokens reach the experts";
+  const std::vector<double> g_loads = t.grads;
+  r1.backward(dh1.data(), dw1.data(), h1.data(), c);
+  r0.backward(dh0.data(), dw0.data(), h0.data(), c);
+  check("dh0", loss, h0.data(), NC, dh0.data(), dh00.data());
+  check("dh1", loss, h1.data(), NC, dh1.data(), dh10.data());
+  for (const ParamEntry& e : t.layout.entries())
+    if (e.name.find("moe.gate.") != std::string::npos && e.trainable)
+      check(e.name.c_str(), loss, t.params.data() + e.offset, e.numel, t.grads.data() + e.offset,
+            g0.data() + e.offset);
+  // The loads in the biases' gradient slots: each layer's class shares, summing to 1.
+  for (int l = 0; l < 2; ++l) {
+    const ParamEntry& b = t.layout.at(layer_prefix(l) + "moe.gate.balancing_biases");
+    double sum = 0;
+    for (int e = 0; e < E1; ++e) sum += t.grads[b.offset + e] - g0[b.offset + e];
+    EXPECT_NEAR(sum, 1.0, 1e-12) << "layer " << l;
+  }
 }
 
 // Decoding a sequence token by token through a block's parts gives the block's training

@@ -8,6 +8,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "atoll/ckpt/export_zaya.h"
 #include "atoll/ckpt/file_io.h"
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/check.h"
@@ -210,20 +211,29 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
   if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/" -> "out"
   std::vector<std::string> written = {"model.safetensors", "config.json"};
   if (!tokenizer_path.empty()) written.push_back("tokenizer.model");
+  const HfArchitecture arch = hf_architecture(m);  // refuses a mix neither architecture expresses
   const std::vector<std::string> keep = users_files(final_dir, written);
   std::vector<TensorToWrite> tensors;
-  for (const auto& t : hf_mixtral_tensors(layout)) {
-    size_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
-    tensors.push_back({t.name, "F32", t.shape, params + t.offset, numel * sizeof(float)});
+  std::vector<HfValues> zaya;  // ZAYA1's tensors are copies (its experts are re-packed)
+  if (arch == HfArchitecture::kZaya) {
+    zaya = hf_zaya_tensors(m, layout, params);
+    for (const HfValues& t : zaya)
+      tensors.push_back({t.name, "F32", t.shape, t.values.data(), t.values.size() * sizeof(float)});
+  } else {
+    for (const auto& t : hf_mixtral_tensors(layout)) {
+      size_t numel = 1;
+      for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
+      tensors.push_back({t.name, "F32", t.shape, params + t.offset, numel * sizeof(float)});
+    }
   }
+  const std::string config_json = arch == HfArchitecture::kZaya ? hf_zaya_config_json(m) : hf_mixtral_config_json(m);
   const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
   remove_all(tmp.string());
   make_dirs(tmp.string());
   try {
     // transformers refuses safetensors files whose metadata lacks a known "format".
     write_safetensors((tmp / "model.safetensors").string(), tensors, {.metadata = {{"format", "pt"}}});
-    write_text_file((tmp / "config.json").string(), hf_mixtral_config_json(m), /*sync=*/true);
+    write_text_file((tmp / "config.json").string(), config_json, /*sync=*/true);
     if (!tokenizer_path.empty()) {
       std::error_code ec;
       fs::copy_file(tokenizer_path, tmp / "tokenizer.model", ec);

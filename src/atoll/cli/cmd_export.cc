@@ -1,4 +1,5 @@
-// `atoll export --format hf`: a checkpoint as a Hugging Face Mixtral model (ckpt/export_hf.h).
+// `atoll export --format hf`: a checkpoint as a Hugging Face Mixtral model, or ZAYA1 for a model
+// with its parts (ckpt/export_hf.h, ckpt/export_zaya.h).
 #include <cstdio>
 
 #include "atoll/ckpt/export_hf.h"

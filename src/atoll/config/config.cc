@@ -20,7 +20,7 @@ namespace {
 // The block part kinds (model/block.cc builds them; model.attention, model.router and their
 // per-layer lists choose among them).
 const std::vector<std::string> kAttentionKinds = {"gqa", "cca"};
-const std::vector<std::string> kRouterKinds = {"topk"};
+const std::vector<std::string> kRouterKinds = {"topk", "zaya"};
 
 // The values a number key takes: [lo, hi], either end open where it says so; unbounded above
 // when hi is infinite (or, for integers, the largest int64). A float must also be finite.
@@ -73,11 +73,21 @@ void visit_config(Config& c, V&& v) {
   v.str("model.attention", m.attention,
         "attention of every block: gqa (grouped-query causal attention with RoPE) or cca (ZAYA1's compressed "
         "convolutional attention)", kAttentionKinds);
-  v.str("model.router", m.router, "router of every MoE block: top-k softmax, renormalised weights", kRouterKinds);
+  v.str("model.router", m.router,
+        "router of every MoE block: topk (softmax, renormalised weights) or zaya (ZAYA1: MLP router over E+1 "
+        "classes, the last one skips the experts; balancing biases instead of an auxiliary loss)",
+        kRouterKinds);
   v.list("model.attention_layers", m.attention_layers,
          "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
   v.list("model.router_layers", m.router_layers,
          "per-layer router kinds, repeated over the layers (empty: model.router everywhere)");
+  v.flag("model.residual_scaling", m.residual_scaling,
+         "ZAYA1's residual scaling: learned per-channel scale and bias on the stream and on each sub-layer's output "
+         "(and after the embedding); identity at init");
+  v.num("model.router_hidden_size", m.router_hidden_size, "R: width of the zaya router's MLP", closed(1, 1 << 16));
+  v.num("model.router_skip_bias", m.router_skip_bias,
+        "zaya router: initial balancing bias of the skip class (-1 as transformers; -1e4: never skip)",
+        closed(-1e4, 1.0));
 
   auto& t = c.train;
   v.num("train.steps", t.steps, "optimizer steps (0: only the initial checkpoint)", closed(0, kInt64Max));
@@ -112,6 +122,9 @@ void visit_config(Config& c, V&& v) {
   v.num("optim.grad_clip", o.grad_clip, "global gradient-norm clip (0 = off)", at_least(0.0));
   v.num("optim.muon_momentum", o.muon_momentum, "Muon Nesterov momentum", below(0.0, 1.0));
   v.num("optim.ns_steps", o.ns_steps, "Muon Newton-Schulz iterations", closed(1, 100));
+  v.num("optim.bias_balance_lr", o.bias_balance_lr,
+        "zaya router: learning rate of the AdamW step on the balancing biases after each optimizer step",
+        at_least(0.0));
 
   auto& d = c.data;
   v.list("data.input", d.input, "text files, folders or JSONL to train on (empty = built-in corpus)");

@@ -42,6 +42,9 @@ struct OptimConfig {
   double grad_clip = 1.0;       // global-norm clip; 0 = off
   double muon_momentum = 0.95;
   int ns_steps = 5;
+  // Bias balancing of the zaya router (optim/bias_balance.h): AdamW's learning rate on the
+  // balancing biases, whose gradient is each expert's load error p_e - 1/E.
+  double bias_balance_lr = 1e-3;
 };
 
 struct DataConfig {

@@ -7,6 +7,7 @@
 #include "atoll/backend/cpu/gemm_bf16.h"
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
+#include "atoll/optim/bias_balance.h"
 #include "atoll/optim/clip.h"
 
 namespace atl {
@@ -22,7 +23,9 @@ LossParts CpuEngine::forward(const int32_t* inputs, const int32_t* targets, int 
 }
 
 double CpuEngine::clip_grads(double max_norm) {
-  return clip_grad_norm(host_model_.grads().data(), host_model_.grads().size(), max_norm);
+  // The slots of balanced rows hold router loads, not gradients (optim/bias_balance.h).
+  return clip_grad_norm(host_model_.grads().data(), host_model_.grads().size(), max_norm,
+                        balanced_spans(host_model_.layout()));
 }
 
 void CpuEngine::optimizer_step(double lr) { host_opt_.step(host_model_.params().data(), host_model_.grads().data(), lr); }

@@ -7,6 +7,7 @@
 #include "atoll/model/attention_gqa.h"
 #include "atoll/model/experts_swiglu.h"
 #include "atoll/model/router_topk.h"
+#include "atoll/model/router_zaya.h"
 
 namespace atl {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 // The part kinds a config may choose (model.attention, model.router); config/ declares the
 // same choices, this is the check for configs built in code.
 enum class AttentionKind { kGqa, kCca };
-enum class RouterKind { kTopk };
+enum class RouterKind { kTopk, kZaya };
 
 AttentionKind attention_kind(const ModelConfig& m, int layer) {
   if (m.attention_at(layer) == "gqa") return AttentionKind::kGqa;
@@ -25,8 +26,9 @@ AttentionKind attention_kind(const ModelConfig& m, int layer) {
 
 RouterKind router_kind(const ModelConfig& m, int layer) {
   if (m.router_at(layer) == "topk") return RouterKind::kTopk;
+  if (m.router_at(layer) == "zaya") return RouterKind::kZaya;
   throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
-                    "\" is not a known router (model.router, model.router_layers); fix: use \"topk\"");
+                    "\" is not a known router (model.router, model.router_layers); fix: use \"topk\" or \"zaya\"");
 }
 
 template <typename T>
@@ -44,6 +46,7 @@ std::unique_ptr<RouterPart<T>> make_router(const ModelConfig& m, const ParamLayo
                                            const PartSizes& s, PartScratch& scratch) {
   switch (router_kind(m, layer)) {
     case RouterKind::kTopk: return std::make_unique<RouterTopk<T>>(m, layout, layer, s, scratch);
+    case RouterKind::kZaya: return std::make_unique<RouterZaya<T>>(m, layout, layer, s, scratch);
   }
   return nullptr;
 }
@@ -57,11 +60,14 @@ void append_block_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
     case AttentionKind::kGqa: attention_gqa_rows(layout, m, layer); break;
     case AttentionKind::kCca: attention_cca_rows(layout, m, layer); break;
   }
+  residual_merge_rows(layout, m, pre + "attn_merge", true, layer);
   rmsnorm_rows(layout, m, pre + "moe_norm", layer);
   switch (router_kind(m, layer)) {
     case RouterKind::kTopk: router_topk_rows(layout, m, layer); break;
+    case RouterKind::kZaya: router_zaya_rows(layout, m, layer); break;
   }
   experts_swiglu_rows(layout, m, layer);
+  residual_merge_rows(layout, m, pre + "moe_merge", true, layer);
 }
 
 template <typename T>
@@ -75,10 +81,12 @@ Block<T>::Block(const ModelConfig& m, const ParamLayout& layout, int layer, cons
     : buf_(buf),
       attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s),
       attention_(make_attention<T>(m, layout, layer, s, scratch)),
+      attn_merge_(m, layout, layer_prefix(layer) + "attn_merge", true, s),
       mid_(size_t(s.max_tokens) * m.dim, s, scratch),
       moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s),
       router_(make_router<T>(m, layout, layer, s, scratch)),
-      experts_(std::make_unique<ExpertsSwiglu<T>>(m, layout, layer, s, scratch)) {
+      experts_(std::make_unique<ExpertsSwiglu<T>>(m, layout, layer, s, scratch)),
+      moe_merge_(m, layout, layer_prefix(layer) + "moe_merge", true, s) {
   first_ = layout.total(), end_ = 0;
   for (const ParamEntry& e : layout.entries())
     if (e.layer == layer) first_ = std::min(first_, e.offset), end_ = std::max(end_, e.offset + e.numel);
@@ -91,55 +99,57 @@ size_t Block<T>::work_elements() const {
 
 template <typename T>
 RouterLosses Block<T>::forward(T* x_next, const T* x, const PartContext<T>& c) {
-  const size_t NC = size_t(c.d.N) * c.d.C;
   T* mid = mid_.data();
   attn_norm_.forward(buf_.hn.data(), x, c);
   attention_->forward(buf_.tmp.data(), buf_.hn.data(), c);
-  residual_add(mid, x, buf_.tmp.data(), NC);
+  attn_merge_.forward(mid, buf_.tmp.data(), x, c);
   moe_norm_.forward(buf_.hn.data(), mid, c);
   const RouterLosses losses = router_->forward(buf_.hn.data(), c);
   experts_->forward(buf_.tmp.data(), buf_.hn.data(), router_->topk_idx(), router_->topk_w(), c);
-  residual_add(x_next, mid, buf_.tmp.data(), NC);
+  moe_merge_.forward(x_next, buf_.tmp.data(), mid, c);
   return losses;
 }
 
-// xmid for backward: kept, or recomputed as x + attention output exactly as forward did.
+// xmid for backward: kept, or recomputed from x and the attention output exactly as forward did.
 template <typename T>
 const T* Block<T>::mid_for_backward(const T* x, const PartContext<T>& c) {
   if (mid_.kept()) return mid_.data();
   attention_->recompute_output(buf_.tmp.data(), c);
-  residual_add(mid_.data(), x, buf_.tmp.data(), size_t(c.d.N) * c.d.C);
+  attn_merge_.forward(mid_.data(), buf_.tmp.data(), x, c);
   return mid_.data();
 }
 
 // The forward in reverse. The norms' outputs are recomputed (rstd as kept, the same values).
+// A merge's backward leaves d(stream) in dx and hands back d(sub-layer output): dx itself for
+// the plain add, else buf_.tmp (free once xmid is at hand).
 template <typename T>
 void Block<T>::backward(const T* x, const PartContext<T>& c) {
   const size_t NC = size_t(c.d.N) * c.d.C;
   T *hn = buf_.hn.data(), *dx = buf_.dx.data(), *dh = buf_.dh.data();
   const T* mid = mid_for_backward(x, c);
   moe_norm_.forward(hn, mid, c);
+  const T* dmoe = moe_merge_.backward(buf_.tmp.data(), dx, mid, c);
   std::fill(dh, dh + NC, T(0));
-  experts_->backward(dh, buf_.dtopk_w.data(), dx, hn, router_->topk_w(), c);
+  experts_->backward(dh, buf_.dtopk_w.data(), dmoe, hn, router_->topk_w(), c);
   router_->backward(dh, buf_.dtopk_w.data(), hn, c);
   moe_norm_.backward(dx, dh, mid, c);
   attn_norm_.forward(hn, x, c);
+  const T* dattn = attn_merge_.backward(buf_.tmp.data(), dx, x, c);
   std::fill(dh, dh + NC, T(0));
-  attention_->backward(dh, dx, hn, c);
+  attention_->backward(dh, dattn, hn, c);
   attn_norm_.backward(dx, dh, x, c);
 }
 
 // The position-wise parts (norms, router, experts) decode by their forward on one token.
 template <typename T>
 void Block<T>::decode(T* x, int pos, const PartContext<T>& c) {
-  const int C = c.d.C;
   attn_norm_.forward(buf_.hn.data(), x, c);
   attention_->decode(buf_.tmp.data(), buf_.hn.data(), pos, c);
-  residual_add(x, x, buf_.tmp.data(), C);
+  attn_merge_.forward(x, buf_.tmp.data(), x, c);
   moe_norm_.forward(buf_.hn.data(), x, c);
   router_->forward(buf_.hn.data(), c);
   experts_->forward(buf_.tmp.data(), buf_.hn.data(), router_->topk_idx(), router_->topk_w(), c);
-  residual_add(x, x, buf_.tmp.data(), C);
+  moe_merge_.forward(x, buf_.tmp.data(), x, c);
 }
 
 template struct BlockBuffers<float>;

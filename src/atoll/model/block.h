@@ -1,7 +1,8 @@
 // One transformer block, composed of parts chosen per layer by the config (the attention kind
 // model.attention, the router kind model.router), as gemma.cpp picks a layer's attention type:
-//   xmid   = x + attention(attn_norm(x))
-//   x_next = xmid + experts(moe_norm(xmid), router(moe_norm(xmid)))
+//   xmid   = merge(attention(attn_norm(x)), x)
+//   x_next = merge(experts(moe_norm(xmid), router(moe_norm(xmid))), xmid)
+// where merge(a, r) is the residual add a + r, or ZAYA1's residual scaling (ResidualMerge).
 // Forward calls the parts in that order; backward calls them in reverse. Decoding runs the
 // same parts on one token.
 #pragma once
@@ -43,6 +44,10 @@ class Block {
   // On entry buf.dx holds d(x_next); on exit d(x). x as in forward.
   void backward(const T* x, const PartContext<T>& c);
 
+  // Links this block's router to the previous block's (ZAYA1's depth averaging reads the
+  // previous router's state; RouterPart::link_previous). The model calls it once per block > 0.
+  void link_previous(Block& prev) { router_->link_previous(*prev.router_); }
+
   void start_decode(int max_len) { attention_->start_decode(max_len); }
   // x[C] (in place) for the token at position pos.
   void decode(T* x, int pos, const PartContext<T>& c);
@@ -54,11 +59,20 @@ class Block {
   size_t first_, end_;
   RmsNormPart<T> attn_norm_;
   std::unique_ptr<AttentionPart<T>> attention_;
+  ResidualMerge<T> attn_merge_;
   MidResidual<T> mid_;
   RmsNormPart<T> moe_norm_;
   std::unique_ptr<RouterPart<T>> router_;
   std::unique_ptr<ExpertsPart<T>> experts_;
+  ResidualMerge<T> moe_merge_;
 };
+
+// Links each block's router to the previous block's (Block::link_previous), once the blocks
+// are built: the model and the decoder call it.
+template <typename T>
+void link_blocks(std::vector<Block<T>>& blocks) {
+  for (size_t l = 1; l < blocks.size(); ++l) blocks[l].link_previous(blocks[l - 1]);
+}
 
 extern template class Block<float>;
 extern template class Block<double>;

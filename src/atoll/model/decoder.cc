@@ -19,7 +19,8 @@ constexpr int kFirstCapacity = 64;  // cache positions before the first doubling
 // KV cache of `capacity` positions in each attention.
 struct Decoder::State {
   State(const ModelConfig& m, const ParamLayout& layout, int capacity)
-      : buf(m, 1), final_norm(m, layout, "final_norm", sizes), x(m.dim), h(m.dim) {
+      : buf(m, 1), input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes),
+        x(m.dim), h(m.dim) {
     size_t work_elements = 0;
     blocks.reserve(m.n_layers);
     for (int l = 0; l < m.n_layers; ++l) {
@@ -27,12 +28,14 @@ struct Decoder::State {
       b.start_decode(capacity);
       work_elements = std::max(work_elements, b.work_elements());
     }
+    link_blocks(blocks);
     work.resize(work_elements);
   }
   PartSizes sizes{.max_batch = 1, .max_tokens = 1, .precision = Precision::kFp32};
   PartScratch scratch;
   BlockBuffers<float> buf;
   std::vector<Block<float>> blocks;
+  ResidualMerge<float> input_merge;  // after the embedding (residual scaling)
   RmsNormPart<float> final_norm;
   std::vector<float> x, h, work;  // the token's residual stream and final norm output [C]
 };
@@ -58,6 +61,7 @@ const std::vector<float>& Decoder::step(int32_t token) {
   const PartContext<float> c{.B = 1, .d = d, .mm = {.params = p_}, .grads = nullptr, .work = s_->work.data(),
                              .loss_scale = 0.0, .times = nullptr};
   embedding_forward(s_->x.data(), &token, p_ + layout_.at("embed").offset, 1, C, m_.vocab_size);
+  s_->input_merge.forward(s_->x.data(), s_->x.data(), nullptr, c);
   for (Block<float>& b : s_->blocks) b.decode(s_->x.data(), pos_, c);
   s_->final_norm.forward(s_->h.data(), s_->x.data(), c);
   cpu::linear_forward(logits_.data(), s_->h.data(), p_ + layout_.at(m_.tie_embeddings ? "embed" : "head").offset, 1, C,

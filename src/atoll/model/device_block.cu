@@ -21,7 +21,7 @@ std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamL
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
   if (m.router_at(layer) == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
   throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
-                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\"");
+                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\" (the zaya router runs on the CPU: train.device = \"cpu\")");
 }
 
 }  // namespace
@@ -41,7 +41,11 @@ DeviceBlock::DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int la
       xmid_(carve.take<float>(size_t(s.max_tokens) * m.dim)),
       moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s, carve),
       router_(make_router(m, layout, layer, s, scratch, carve)),
-      experts_(make_device_experts_swiglu(m, layout, layer, s, scratch, carve)) {}
+      experts_(make_device_experts_swiglu(m, layout, layer, s, scratch, carve)) {
+  // The residual scaling's rows are in the layout, but no device part applies them yet.
+  if (m.residual_scaling)
+    throw ConfigError("model.residual_scaling is not on the GPU yet; fix: set it to false, or train.device = \"cpu\"");
+}
 
 void DeviceBlock::forward(float* x_next, const float* x, double* losses, const DeviceContext& c) {
   const size_t NC = size_t(c.d.N) * c.d.C;

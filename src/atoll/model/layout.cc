@@ -2,6 +2,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/model/block.h"
+#include "atoll/model/norm_residual.h"
 
 namespace atl {
 
@@ -21,6 +22,11 @@ const char* param_group_name(ParamGroup g) {
 ParamEntry gain_entry(std::string name, int64_t n, int layer) {
   return {.name = std::move(name), .shape = {n}, .group = ParamGroup::kNorm, .layer = layer, .matrix_cols = n,
           .init = ParamInit::kOnes};
+}
+
+ParamEntry bias_entry(std::string name, int64_t n, int layer) {
+  return {.name = std::move(name), .shape = {n}, .group = ParamGroup::kNorm, .layer = layer, .matrix_cols = n,
+          .init = ParamInit::kZeros};
 }
 
 ParamEntry matrix_entry(std::string name, int64_t rows, int64_t cols, ParamGroup group, int layer) {
@@ -48,6 +54,7 @@ void ParamLayout::add(ParamEntry e) {
 ParamLayout ParamLayout::build(const ModelConfig& m) {
   ParamLayout p;
   p.add(matrix_entry("embed", m.vocab_size, m.dim, ParamGroup::kEmbedding, -1));
+  residual_merge_rows(p, m, "input", false, -1);
   for (int l = 0; l < m.n_layers; ++l) append_block_rows(p, m, l);
   p.add(gain_entry("final_norm", m.dim, -1));
   if (!m.tie_embeddings) p.add(matrix_entry("head", m.vocab_size, m.dim, ParamGroup::kHead, -1));

@@ -22,14 +22,18 @@ enum class ParamGroup { kEmbedding, kHead, kNorm, kRouter, kAttention, kExpert, 
 const char* param_group_name(ParamGroup g);
 
 // How a tensor's values start (Model::init_params): drawn ~ N(0, init_std²) in layout order,
-// ones (norm gains), or zeros (buffers such as balancing biases).
-enum class ParamInit { kNormal, kOnes, kZeros };
+// ones (norm gains, scales), zeros (biases), or a router's balancing biases: zeros but the last
+// element, the skip class's bias, which is model.router_skip_bias.
+enum class ParamInit { kNormal, kOnes, kZeros, kBalancingBiases };
 
 // One row of the table. A part says what its tensor is: how it divides into 2-D matrices
 // (`matrix_count` matrices of [matrix_rows, matrix_cols], stacked along the leading dimension;
 // a vector is one 1 x n matrix), and whether gradients train it: a buffer (trainable = false)
 // lives in the flat arrays and checkpoints like a parameter, but its gradient is always zero
-// and the optimizer never steps it.
+// and the optimizer never steps it. A balanced buffer (a router's balancing biases) is the one
+// exception: its router leaves its expert loads in the row's gradient slot, which rides on the
+// island's gradient mean, is left out of the gradient norm, and feeds the bias balancing step
+// that follows each optimizer step (optim/bias_balance.h).
 struct ParamEntry {
   std::string name;            // e.g. "layers.3.attn.wq"
   std::vector<int64_t> shape;  // row-major; matrices are [out, in]; experts [E, out, in]
@@ -40,6 +44,7 @@ struct ParamEntry {
   int64_t matrix_count = 1;
   int64_t matrix_rows = 1, matrix_cols = 1;
   bool trainable = true;
+  bool balanced = false;  // a buffer stepped by bias balancing (trainable = false)
   ParamInit init = ParamInit::kNormal;
 
   // Hidden matrices that Muon orthogonalises (one [out, in] matrix per expert).
@@ -57,6 +62,8 @@ struct ParamEntry {
 // Rows as parts declare them: a gain vector [n] (ones, norm group), a matrix [rows, cols], and
 // a stack of `count` matrices [count, rows, cols] (the experts).
 ParamEntry gain_entry(std::string name, int64_t n, int layer);
+// A bias vector [n] (zeros, norm group: AdamW without weight decay).
+ParamEntry bias_entry(std::string name, int64_t n, int layer);
 ParamEntry matrix_entry(std::string name, int64_t rows, int64_t cols, ParamGroup group, int layer);
 ParamEntry stacked_matrices_entry(std::string name, int64_t count, int64_t rows, int64_t cols, ParamGroup group,
                                   int layer);

@@ -19,7 +19,7 @@ struct Model<T>::State {
 
   State(const ModelConfig& m, const ParamLayout& layout, int max_batch, Precision p)
       : sizes{max_batch, max_batch * m.seq_len, p}, buf(m, sizes.max_tokens),
-        final_norm(m, layout, "final_norm", sizes) {
+        input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes) {
     const size_t N = sizes.max_tokens, C = m.dim;
     x.assign(m.n_layers + 1, std::vector<T>(N * C));
     blocks.reserve(m.n_layers);
@@ -29,6 +29,7 @@ struct Model<T>::State {
       work_elements = std::max(work_elements, b.work_elements());
       block_params = std::max(block_params, b.end_param() - b.first_param());
     }
+    link_blocks(blocks);
     tokens.resize(N), logits_lse.resize(kHeadChunk);
     work.resize(work_elements);
     head_offset = layout.at(m.tie_embeddings ? "embed" : "head").offset;
@@ -42,6 +43,7 @@ struct Model<T>::State {
   PartScratch scratch;             // each part kind's scratch, shared by its layers
   BlockBuffers<T> buf;             // what the blocks pass between their parts
   std::vector<Block<T>> blocks;    // [L]
+  ResidualMerge<T> input_merge;    // after the embedding (residual scaling; else nothing)
   RmsNormPart<T> final_norm;
   std::vector<std::vector<T>> x;   // [L+1][N,C] residual stream entering each block (x[L]: final norm input)
   std::vector<int32_t> tokens;     // [N] inputs, for the embedding backward
@@ -74,8 +76,17 @@ void Model<T>::init_params(uint64_t seed) {
   std::fill(params_.begin(), params_.end(), T(0));
   for (const ParamEntry& e : layout_.entries()) {
     T* p = params_.data() + e.offset;
-    for (size_t i = 0; i < e.numel; ++i)
-      p[i] = e.init == ParamInit::kOnes ? T(1) : e.init == ParamInit::kZeros ? T(0) : T(rng.normal() * cfg_.init_std);
+    switch (e.init) {  // only kNormal draws, so other rows leave the random stream as it was
+      case ParamInit::kNormal:
+        for (size_t i = 0; i < e.numel; ++i) p[i] = T(rng.normal() * cfg_.init_std);
+        break;
+      case ParamInit::kOnes: std::fill(p, p + e.numel, T(1)); break;
+      case ParamInit::kZeros: std::fill(p, p + e.numel, T(0)); break;
+      case ParamInit::kBalancingBiases:  // zeros but the skip class's (the last)
+        std::fill(p, p + e.numel, T(0));
+        p[e.numel - 1] = T(cfg_.router_skip_bias);
+        break;
+    }
   }
 }
 
@@ -133,6 +144,7 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
   {
     ScopedTimer t(&times_.embed);
     embedding_forward(S.x[0].data(), inputs, param("embed"), N, C, cfg_.vocab_size);
+    S.input_merge.forward(S.x[0].data(), S.x[0].data(), nullptr, c);
   }
   LossParts loss;
   for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -148,7 +160,8 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
     S.blocks[l].backward(S.x[l].data(), c);
   }
   ScopedTimer t(&times_.embed);
-  embedding_backward(grads_.data() + layout_.at("embed").offset, S.buf.dx.data(), S.tokens.data(), N, C);
+  const T* dembed = S.input_merge.backward(S.buf.tmp.data(), S.buf.dx.data(), nullptr, c);
+  embedding_backward(grads_.data() + layout_.at("embed").offset, dembed, S.tokens.data(), N, C);
   return loss;
 }
 

@@ -45,6 +45,16 @@ struct ModelConfig {
 
   // RD: the rotated entries of each head, int(HD * partial_rotary_factor) as transformers has it.
   int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }
+  // ZAYA1's residual scaling (model/norm_residual.h ResidualMerge): a learned per-channel scale
+  // and bias on the stream and on each sub-layer's output where they join, and on the
+  // embedding's output. Off: the plain residual add.
+  bool residual_scaling = false;
+  // ZAYA1's router (router = "zaya", model/router_zaya.h): R, the width of its MLP, and the
+  // initial balancing bias of its skip class (-1 as transformers initialises it; a bias of -1e4
+  // never lets a token skip: no mixture of depths).
+  int router_hidden_size = 256;
+  double router_skip_bias = -1.0;
+
   const std::string& attention_at(int layer) const {
     return attention_layers.empty() ? attention : attention_layers[size_t(layer) % attention_layers.size()];
   }

@@ -102,10 +102,18 @@ class AttentionPart {
 
 // Chooses K experts per token: topk_idx[N,K], topk_w[N,K] (combine weights), and the
 // auxiliary losses of this layer.
+//
+// A router may read state from the router of the block before it (ZAYA1's depth averaging,
+// model/router_zaya.h): the model links each block's router to the previous block's once
+// (link_previous, in layer order, before any forward). A router that keeps such state reads the
+// previous router's kept state in its forward, and in its backward hands that router the
+// gradient of it, which the previous router's backward (called next, the blocks run in reverse)
+// adds to its own. Routers without depth state ignore the link.
 template <typename T>
 class RouterPart {
  public:
   virtual ~RouterPart() = default;
+  virtual void link_previous(RouterPart& prev) { (void)prev; }
   virtual size_t work_elements() const = 0;
   virtual RouterLosses forward(const T* h, const PartContext<T>& c) = 0;
   virtual const int32_t* topk_idx() const = 0;

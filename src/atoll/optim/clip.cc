@@ -37,9 +37,17 @@ double global_grad_norm(const float* g, size_t n) {
   return std::sqrt(sumsq);
 }
 
-double clip_grad_norm(float* g, size_t n, double max_norm) {
+double clip_grad_norm(float* g, size_t n, double max_norm, const std::vector<std::pair<size_t, size_t>>& left_out) {
   ATOLL_CHECK_GE(max_norm, 0.0);
-  const double norm = global_grad_norm(g, n);
+  double norm = global_grad_norm(g, n);
+  if (!left_out.empty() && std::isfinite(norm)) {
+    double sumsq = norm * norm;
+    for (const auto& [offset, count] : left_out) {
+      ATOLL_CHECK_LE(offset + count, n);
+      sumsq -= block_sumsq(g + offset, count);
+    }
+    norm = std::sqrt(std::max(sumsq, 0.0));
+  }
   if (max_norm == 0.0 || !std::isfinite(norm) || norm <= max_norm) return norm;
   const float scale = float(max_norm / norm);
   const int64_t nn = int64_t(n);

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
+#include <vector>
 
 namespace atl {
 
@@ -12,6 +14,10 @@ double global_grad_norm(const float* g, size_t n);
 // Scales g by max_norm/norm when norm > max_norm and returns the norm before clipping.
 // max_norm 0 turns clipping off (the norm is still returned). A non-finite norm leaves g as
 // it was, for the caller to skip the step or roll back: scaling would spread the NaN.
-double clip_grad_norm(float* g, size_t n, double max_norm);
+// `left_out` spans {offset, count} of g are not gradients (a router's loads in the slots of its
+// balancing biases, optim/bias_balance.h): the norm leaves them out (their squares subtracted,
+// in double); the scaling covers them, which their readers do not mind (they use ratios).
+double clip_grad_norm(float* g, size_t n, double max_norm,
+                      const std::vector<std::pair<size_t, size_t>>& left_out = {});
 
 }  // namespace atl

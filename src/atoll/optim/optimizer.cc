@@ -2,6 +2,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/timer.h"
+#include "atoll/optim/bias_balance.h"
 
 namespace atl {
 
@@ -37,7 +38,7 @@ AdamWOptions adamw_options(const OptimConfig& cfg, const ParamEntry& e, double l
 }
 
 Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
-    : cfg_(cfg), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
+    : cfg_(cfg), layout_(layout), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
   ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon" || cfg.name == "sgd")
       << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
   groups_ = group_tensors(cfg, layout);
@@ -49,6 +50,13 @@ void Optimizer::set_step_count(int64_t t) {
 }
 
 void Optimizer::step(float* params, const float* grads, double lr) {
+  step_tensors(params, grads, lr);
+  // Bias balancing follows the step (bias_balance.h); nothing where no row is balanced.
+  const AdamWOptions balance{.lr = cfg_.bias_balance_lr, .beta1 = cfg_.beta1, .beta2 = cfg_.beta2, .eps = cfg_.eps};
+  balance_biases(params, m_.data(), v_.data(), grads, layout_, t_, balance);
+}
+
+void Optimizer::step_tensors(float* params, const float* grads, double lr) {
   ++t_;
   if (cfg_.name == "sgd") {  // every tensor plain SGD (sgd.h); m and v stay zero
     ScopedTimer timer(&times_.adamw_s);

@@ -46,7 +46,8 @@ class Optimizer {
   Optimizer(const OptimConfig& cfg, const ParamLayout& layout);
 
   // One step at learning rate lr on params [layout.total()], reading grads [layout.total()].
-  // Advances the step count first, so the first step has t = 1.
+  // Advances the step count first, so the first step has t = 1. Then, where the layout has
+  // balanced rows (a zaya router's balancing biases), the bias balancing step (bias_balance.h).
   void step(float* params, const float* grads, double lr);
 
   // Muon's Newton-Schulz in batched bf16 products (muon.h newton_schulz_bf16); set for
@@ -68,7 +69,10 @@ class Optimizer {
   const OptimizerTimes& times() const { return times_; }
 
  private:
+  void step_tensors(float* params, const float* grads, double lr);  // the optimizer's own step
+
   OptimConfig cfg_;
+  ParamLayout layout_;
   OptimizerGroups groups_;
   std::vector<float> m_, v_;               // [layout.total()] each
   std::vector<MuonWorkspace> workspaces_;  // one per thread

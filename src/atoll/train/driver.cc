@@ -5,6 +5,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
+#include "atoll/optim/bias_balance.h"
 #include "atoll/optim/schedule.h"
 
 namespace atl {
@@ -18,6 +19,19 @@ namespace {
   throw Error(who + ": " + what);
 }
 
+// Each zaya router's expert load this step, from the loads it left in the gradient slots of its
+// balancing biases (optim/bias_balance.h), read on the host copy.
+void add_router_loads(StepRow& row, Engine& engine, const std::vector<const ParamEntry*>& rows) {
+  if (rows.empty()) return;
+  engine.to_host(kGrads);
+  for (const ParamEntry* r : rows) {
+    const RouterLoad load = router_load(engine.host().grads, *r);
+    row.load_layer.push_back(load.layer), row.load_entropy.push_back(load.entropy);
+    row.load_max.push_back(load.max_load), row.load_min.push_back(load.min_load);
+    row.load_skip.push_back(load.skip_share);
+  }
+}
+
 }  // namespace
 
 DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) {
@@ -28,6 +42,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   DriverResult result;
   StepClocks clocks;
   bool saved = false, checkpoint_due = false;
+  const std::vector<const ParamEntry*> balanced = balanced_rows(engine.layout());
   auto checkpoint = [&] {
     const std::string dir = opts.save();
     if (!dir.empty()) result.checkpoint = dir;
@@ -46,6 +61,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
     row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
     engine.optimizer_step(row.lr);
+    add_router_loads(row, engine, balanced);
     ++loop.step;
     loop.tokens += int64_t(batch) * T * opts.workers;
     clocks.compute_s += (t1 - t0) + (now_s() - t2);

@@ -14,7 +14,8 @@
 //                   after_inner_step: after a committed outer step, this worker's membership
 //                   record (its data cursor), which a restarted worker continues from.
 // The outer group is elastic (dist/elastic_group.h): hooks ask it for the current group.
-// Later concerns (a router's bias balancing, stragglers) are one more hook in the list.
+// Later concerns (stragglers) are one more hook in the list; a router's bias balancing needs none
+// (its loads ride on the gradient mean: optim/bias_balance.h).
 #pragma once
 
 #include <cstdint>

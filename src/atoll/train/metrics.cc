@@ -31,6 +31,14 @@ nlohmann::json to_json(const StepRow& r) {
   put("fragment", r.fragment);
   put("theta_hash", r.theta_hash);
   put("momentum_hash", r.momentum_hash);
+  auto put_list = [&](const char* key, const auto& field) {
+    if (!field.empty()) row[key] = field;
+  };
+  put_list("load_layer", r.load_layer);
+  put_list("load_entropy", r.load_entropy);
+  put_list("load_max", r.load_max);
+  put_list("load_min", r.load_min);
+  put_list("load_skip", r.load_skip);
   return row;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace atl {
 
@@ -28,7 +29,9 @@ class JsonlWriter {
 // One metrics.jsonl row: every field a run logs per step, declared here once (DESIGN.md
 // "Files"); to_json writes the fields that are set. The driver fills the first group; a
 // multi-island run adds the second (cumulative seconds and bytes of this process) and, at an
-// outer step, the third.
+// outer step, the third. A model with zaya routers adds the fourth: per router, in layer order,
+// the experts' load this step (optim/bias_balance.h RouterLoad): its layer, the normalised
+// entropy H(p)/ln E, the largest and smallest expert share, and the share of slots that skipped.
 struct StepRow {
   int64_t step = 0, tokens = 0;
   double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
@@ -43,6 +46,9 @@ struct StepRow {
   std::optional<int64_t> outer_step{};
   std::optional<int> fragment{};
   std::optional<std::string> theta_hash{}, momentum_hash{};
+
+  std::vector<int> load_layer{};
+  std::vector<double> load_entropy{}, load_max{}, load_min{}, load_skip{};
 };
 nlohmann::json to_json(const StepRow& r);
 
