@@ -5,8 +5,8 @@
 // checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
 // streaming fragments overlapped, with error feedback, with Muon as the inner optimizer (its
 // momentum travels in adam_m), inside and after a data-parallel warm start, and after a real
-// stop (SIGINT to the launcher). A resume with another island shape is refused before anything
-// starts. One checkpoint format for every kind of run: a single-process `atoll train` writes the
+// stop (SIGINT to the launcher). A resume on another island shape keeps θ and what fits
+// (state_checkpoint.h). One checkpoint format for every kind of run: a single-process `atoll train` writes the
 // manifest of a run of 1 island x 1 worker, and `atoll train --resume` and `atoll launch --islands 1
 // --workers-per-island 1 --resume` continue each other's checkpoints.
 #include <gtest/gtest.h>
@@ -228,17 +228,56 @@ TEST_F(IslandResume, TrainAndLaunchShareOneCheckpointFormat) {
   EXPECT_TRUE(unchanged(before, snapshot(wide)));
 }
 
-TEST_F(IslandResume, AnotherIslandShapeIsRefused) {
+// A checkpoint of N islands x M workers resumes as another shape, 2x2 -> 2x1 -> 1x2 -> 3x1: each
+// resume runs on from the checkpoint's step, logs a `reshape` event saying what was kept and
+// dropped, and its islands agree on θ after every outer step. Every worker writes its own part.
+TEST_F(IslandResume, ResumesOnAnotherShape) {
   const std::string run = dir("run");
-  const std::vector<std::string> extra = {"--islands", "2", "--set", "train.steps=5", "--set", "diloco.inner_steps=2"};
-  ASSERT_EQ(run_atoll(args(run, extra)).exit_code, 0);
-  const auto before = snapshot(run);
-  auto v = args(run, {"--islands", "3", "--set", "train.steps=5", "--set", "diloco.inner_steps=2", "--resume"});
-  EXPECT_TRUE(fails_clearly(run_atoll(v), {"2 islands x 1 workers", "--islands 2 --workers-per-island 1"}));
-  v = args(run, {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=5", "--set",
-                 "diloco.inner_steps=2", "--resume"});
-  EXPECT_TRUE(fails_clearly(run_atoll(v), {"--workers-per-island 1"}));
-  EXPECT_TRUE(unchanged(before, snapshot(run)));
+  struct Shape {
+    int islands, workers;
+    int64_t steps;
+  };
+  const std::vector<Shape> shapes = {{2, 2, 4}, {2, 1, 8}, {1, 2, 12}, {3, 1, 16}};
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& sh = shapes[k];
+    std::vector<std::string> extra = {"--islands", std::to_string(sh.islands), "--workers-per-island",
+                                      std::to_string(sh.workers), "--set", "train.steps=" + std::to_string(sh.steps),
+                                      "--set", "diloco.inner_steps=2"};
+    if (k > 0) extra.push_back("--resume");
+    const RunResult r = run_atoll(args(run, extra), 120);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    const std::string latest = split_lines(read_file(run + "/checkpoints/latest")).at(0);
+    char want[32];
+    std::snprintf(want, sizeof want, "step-%08lld", static_cast<long long>(sh.steps));
+    ASSERT_EQ(latest, want);
+    const json m = json::parse(read_file(run + "/checkpoints/" + latest + "/manifest.json"));
+    EXPECT_EQ(m["files"].size(), size_t(sh.islands * sh.workers)) << "every worker writes its own part";
+    EXPECT_EQ(m["world_size"].get<int>(), sh.islands * sh.workers);
+    const RunResult e = run_atoll({"eval", "--checkpoint", run});
+    EXPECT_EQ(e.exit_code, 0) << e.describe();
+    if (k == 0) continue;
+    const Shape& before = shapes[k - 1];
+    json reshape;
+    for (const auto& ev : read_jsonl(run + "/events.jsonl"))
+      if (ev["event"] == "reshape") reshape = ev;
+    ASSERT_FALSE(reshape.is_null()) << "no reshape event after resuming as " << sh.islands << "x" << sh.workers;
+    EXPECT_EQ(reshape["from"], std::to_string(before.islands) + "x" + std::to_string(before.workers));
+    EXPECT_EQ(reshape["to"], std::to_string(sh.islands) + "x" + std::to_string(sh.workers));
+    EXPECT_EQ(reshape["step"].get<int64_t>(), before.steps);
+    EXPECT_EQ(reshape.contains("dropped"), sh.islands < before.islands);
+    EXPECT_EQ(reshape.contains("joined"), sh.islands > before.islands);
+    // Every step of this leg logged by every worker, and the islands' θ equal at each outer step.
+    std::map<int64_t, std::set<std::string>> hashes;
+    size_t rows = 0;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
+      if (row["step"].get<int64_t>() <= before.steps) continue;
+      ++rows;
+      if (row.contains("theta_hash")) hashes[row["outer_step"].get<int64_t>()].insert(row["theta_hash"].get<std::string>());
+    }
+    EXPECT_EQ(rows, size_t((sh.steps - before.steps) * sh.islands * sh.workers));
+    ASSERT_FALSE(hashes.empty());
+    for (const auto& [outer, h] : hashes) EXPECT_EQ(h.size(), 1u) << "outer step " << outer;
+  }
 }
 
 }  // namespace

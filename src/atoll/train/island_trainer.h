@@ -66,6 +66,11 @@ struct WorkerOptions {
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
   bool join = false;                 // a restarted worker: rejoin the running run (elastic islands)
+  // SIGTERM/SIGINT stop the run with a checkpoint (preemption; `atoll worker`): the first worker
+  // to get one posts in the store the step every worker stops at (far enough ahead that none has
+  // passed it: the islands drift apart by at most diloco.inner_steps + diloco.overlap_steps);
+  // each stops there, the run's checkpoint of that step written, and returns with `stopped`.
+  bool stop_on_signal = false;
 };
 
 // The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
@@ -76,6 +81,7 @@ struct WorkerResult {
   int64_t steps = 0, outer_steps = 0;
   double first_loss = 0, final_loss = 0;
   std::string theta_hash;  // after the last outer step
+  bool stopped = false;    // a stop (stop_on_signal) ended it before train.steps, with a checkpoint
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);

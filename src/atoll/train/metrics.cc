@@ -31,6 +31,9 @@ nlohmann::json to_json(const StepRow& r) {
   put("fragment", r.fragment);
   put("theta_hash", r.theta_hash);
   put("momentum_hash", r.momentum_hash);
+  put("ckpt_stall_s", r.ckpt_stall_s);
+  put("ckpt_wait_s", r.ckpt_wait_s);
+  put("ckpt_write_s", r.ckpt_write_s);
   return row;
 }
 

@@ -28,7 +28,7 @@ class JsonlWriter {
 // One metrics.jsonl row: every field a run logs per step, declared here once (DESIGN.md
 // "Files"); to_json writes the fields that are set. The driver fills the first group; a
 // multi-island run adds the second (cumulative seconds and bytes of this process) and, at an
-// outer step, the third.
+// outer step, the third; a step that starts a checkpoint save, the fourth.
 struct StepRow {
   int64_t step = 0, tokens = 0;
   double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
@@ -43,6 +43,11 @@ struct StepRow {
   std::optional<int64_t> outer_step{};
   std::optional<int> fragment{};
   std::optional<std::string> theta_hash{}, momentum_hash{};
+
+  // A row whose step started a checkpoint save: seconds the step was blocked by it (the
+  // snapshot, plus any wait for the previous save: ckpt_wait_s), and the background write time
+  // of the newest save this process completed (absent before the first).
+  std::optional<double> ckpt_stall_s{}, ckpt_wait_s{}, ckpt_write_s{};
 };
 nlohmann::json to_json(const StepRow& r);
 
