@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -134,6 +135,59 @@ TEST_F(IslandResume, StoppedRunResumesToTheSameResult) {
   const RunResult r = run_atoll(v, 180);
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   expect_same_rows(full, stopped, 40);
+}
+
+// The pids of a process's children (/proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Preemption: SIGTERM to the launcher, or to one worker alone, stops the whole run at one step
+// with a checkpoint of it, the launcher exits 0 with a `preempted` event, and --resume continues
+// to the same losses and θ hashes as the uninterrupted run.
+TEST_F(IslandResume, SigtermWritesAFinalCheckpointAndTheRunResumesFromIt) {
+  const std::vector<std::string> extra = {"--islands", "2", "--set", "train.steps=30", "--set", "diloco.inner_steps=4",
+                                          "--set", "model.dim=64", "--set", "model.expert_hidden=128", "--set",
+                                          "model.seq_len=128", "--set", "train.batch_size=8"};
+  const std::string full = dir("full");
+  const RunResult a = run_atoll(args(full, extra), 180);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  for (const bool to_worker : {false, true}) {
+    SCOPED_TRACE(to_worker ? "SIGTERM to island 1's worker" : "SIGTERM to the launcher");
+    const std::string run = dir(to_worker ? "worker" : "launcher");
+    {
+      Background b(args(run, extra), run + "-log");
+      ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 120.0, [&] { return b.running(); }))
+          << read_file(run + "-log.err");
+      pid_t target = b.pid();
+      if (to_worker) {
+        const std::vector<pid_t> kids = children_of(b.pid());
+        ASSERT_GE(kids.size(), 2u);
+        target = kids.back();  // spawned last: island 1's worker (redis-server, if any, came first)
+      }
+      ::kill(target, SIGTERM);
+      const int status = b.wait();
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "status " << status << "\n" << read_file(run + "-log.err");
+    }
+    const std::string latest = split_lines(read_file(run + "/checkpoints/latest")).at(0);
+    const int64_t stopped_at = std::stoll(latest.substr(5));
+    ASSERT_LT(stopped_at, 30) << "the run ended before it was stopped; make its steps slower";
+    int64_t last_logged = 0;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) last_logged = std::max(last_logged, row["step"].get<int64_t>());
+    EXPECT_EQ(last_logged, stopped_at) << "no step is lost: the checkpoint is of the last step taken";
+    bool preempted = false;
+    for (const auto& e : read_jsonl(run + "/events.jsonl")) preempted = preempted || e["event"] == "preempted";
+    EXPECT_TRUE(preempted);
+    auto v = args(run, extra);
+    v.push_back("--resume");
+    const RunResult r = run_atoll(v, 180);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    expect_same_rows(full, run, 60);
+  }
 }
 
 // Step -> loss of a run's metrics (every step once).

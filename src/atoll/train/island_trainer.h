@@ -39,10 +39,11 @@
 // run's events. Checkpoints hold the whole run: every entry of the state
 // registry (state_registry.h: every island's parameters and moments, θ, the outer momentum, every
 // worker's loader cursor, the counters), saved and restored by walks of it (state_checkpoint.h);
-// every worker takes part (gathers to worker 0, which writes; a missing island's entries are the
-// writer's copies and its own record's cursor). A checkpoint waits until no exchange is in flight. `resume_from` restarts every worker from such a checkpoint, or from a
-// single-process run's when the run is 1 island x 1 worker (DiLoCo then starts from θ = its
-// parameters). After start-up the workers compare the hash of the state they must share.
+// every worker writes its own part in the background and rank 0 of the lowest live island commits
+// it; a missing island's entries name the first live island's copies and its record's cursor).
+// A checkpoint waits until no exchange is in flight. `resume_from` restarts every worker from
+// such a checkpoint, of any shape (state_checkpoint.h), or from a single-process run's (DiLoCo
+// then starts from θ = its parameters). After start-up the workers compare the hash of the state they must share.
 #pragma once
 
 #include <cstdint>
