@@ -19,7 +19,8 @@ out=${ATOLL_CRASH_OUT:-/tmp/atoll-ckpt-crash-loop}
 rm -rf "$out"; mkdir -p "$out"
 common=(launch --islands 2 --workers-per-island 2 --config configs/tiny.toml --set train.steps=8
         --set train.eval_every=0 --set checkpoint.every=2 --set checkpoint.keep=2 --set diloco.inner_steps=2
-        --set fault.max_restarts=0 --set train.threads=1 --set train.batch_size=2)
+        --set fault.max_restarts=0 --set train.threads=1 --set train.batch_size=2 --set model.seq_len=64
+        --set model.n_layers=2)
 rows() {  # island rank step loss theta_hash, sorted
   python3 -c "
 import json,sys
