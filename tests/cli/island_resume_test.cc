@@ -5,8 +5,8 @@
 // checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
 // streaming fragments overlapped, with error feedback, with Muon as the inner optimizer (its
 // momentum travels in adam_m), inside and after a data-parallel warm start, and after a real
-// stop (SIGINT to the launcher). A resume with another island shape is refused before anything
-// starts. One checkpoint format for every kind of run: a single-process `atoll train` writes the
+// stop (SIGINT to the launcher). A resume on another island shape keeps θ and what fits
+// (state_checkpoint.h). One checkpoint format for every kind of run: a single-process `atoll train` writes the
 // manifest of a run of 1 island x 1 worker, and `atoll train --resume` and `atoll launch --islands 1
 // --workers-per-island 1 --resume` continue each other's checkpoints.
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -136,6 +137,59 @@ TEST_F(IslandResume, StoppedRunResumesToTheSameResult) {
   expect_same_rows(full, stopped, 40);
 }
 
+// The pids of a process's children (/proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Preemption: SIGTERM to the launcher, or to one worker alone, stops the whole run at one step
+// with a checkpoint of it, the launcher exits 0 with a `preempted` event, and --resume continues
+// to the same losses and θ hashes as the uninterrupted run.
+TEST_F(IslandResume, SigtermWritesAFinalCheckpointAndTheRunResumesFromIt) {
+  const std::vector<std::string> extra = {"--islands", "2", "--set", "train.steps=30", "--set", "diloco.inner_steps=4",
+                                          "--set", "model.dim=64", "--set", "model.expert_hidden=128", "--set",
+                                          "model.seq_len=128", "--set", "train.batch_size=8"};
+  const std::string full = dir("full");
+  const RunResult a = run_atoll(args(full, extra), 180);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  for (const bool to_worker : {false, true}) {
+    SCOPED_TRACE(to_worker ? "SIGTERM to island 1's worker" : "SIGTERM to the launcher");
+    const std::string run = dir(to_worker ? "worker" : "launcher");
+    {
+      Background b(args(run, extra), run + "-log");
+      ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 120.0, [&] { return b.running(); }))
+          << read_file(run + "-log.err");
+      pid_t target = b.pid();
+      if (to_worker) {
+        const std::vector<pid_t> kids = children_of(b.pid());
+        ASSERT_GE(kids.size(), 2u);
+        target = kids.back();  // spawned last: island 1's worker (redis-server, if any, came first)
+      }
+      ::kill(target, SIGTERM);
+      const int status = b.wait();
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << "status " << status << "\n" << read_file(run + "-log.err");
+    }
+    const std::string latest = split_lines(read_file(run + "/checkpoints/latest")).at(0);
+    const int64_t stopped_at = std::stoll(latest.substr(5));
+    ASSERT_LT(stopped_at, 30) << "the run ended before it was stopped; make its steps slower";
+    int64_t last_logged = 0;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) last_logged = std::max(last_logged, row["step"].get<int64_t>());
+    EXPECT_EQ(last_logged, stopped_at) << "no step is lost: the checkpoint is of the last step taken";
+    bool preempted = false;
+    for (const auto& e : read_jsonl(run + "/events.jsonl")) preempted = preempted || e["event"] == "preempted";
+    EXPECT_TRUE(preempted);
+    auto v = args(run, extra);
+    v.push_back("--resume");
+    const RunResult r = run_atoll(v, 180);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    expect_same_rows(full, run, 60);
+  }
+}
+
 // Step -> loss of a run's metrics (every step once).
 std::map<int64_t, double> losses(const std::string& run) {
   std::map<int64_t, double> r;
@@ -228,17 +282,56 @@ TEST_F(IslandResume, TrainAndLaunchShareOneCheckpointFormat) {
   EXPECT_TRUE(unchanged(before, snapshot(wide)));
 }
 
-TEST_F(IslandResume, AnotherIslandShapeIsRefused) {
+// A checkpoint of N islands x M workers resumes as another shape, 2x2 -> 2x1 -> 1x2 -> 3x1: each
+// resume runs on from the checkpoint's step, logs a `reshape` event saying what was kept and
+// dropped, and its islands agree on θ after every outer step. Every worker writes its own part.
+TEST_F(IslandResume, ResumesOnAnotherShape) {
   const std::string run = dir("run");
-  const std::vector<std::string> extra = {"--islands", "2", "--set", "train.steps=5", "--set", "diloco.inner_steps=2"};
-  ASSERT_EQ(run_atoll(args(run, extra)).exit_code, 0);
-  const auto before = snapshot(run);
-  auto v = args(run, {"--islands", "3", "--set", "train.steps=5", "--set", "diloco.inner_steps=2", "--resume"});
-  EXPECT_TRUE(fails_clearly(run_atoll(v), {"2 islands x 1 workers", "--islands 2 --workers-per-island 1"}));
-  v = args(run, {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=5", "--set",
-                 "diloco.inner_steps=2", "--resume"});
-  EXPECT_TRUE(fails_clearly(run_atoll(v), {"--workers-per-island 1"}));
-  EXPECT_TRUE(unchanged(before, snapshot(run)));
+  struct Shape {
+    int islands, workers;
+    int64_t steps;
+  };
+  const std::vector<Shape> shapes = {{2, 2, 4}, {2, 1, 8}, {1, 2, 12}, {3, 1, 16}};
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& sh = shapes[k];
+    std::vector<std::string> extra = {"--islands", std::to_string(sh.islands), "--workers-per-island",
+                                      std::to_string(sh.workers), "--set", "train.steps=" + std::to_string(sh.steps),
+                                      "--set", "diloco.inner_steps=2"};
+    if (k > 0) extra.push_back("--resume");
+    const RunResult r = run_atoll(args(run, extra), 120);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    const std::string latest = split_lines(read_file(run + "/checkpoints/latest")).at(0);
+    char want[32];
+    std::snprintf(want, sizeof want, "step-%08lld", static_cast<long long>(sh.steps));
+    ASSERT_EQ(latest, want);
+    const json m = json::parse(read_file(run + "/checkpoints/" + latest + "/manifest.json"));
+    EXPECT_EQ(m["files"].size(), size_t(sh.islands * sh.workers)) << "every worker writes its own part";
+    EXPECT_EQ(m["world_size"].get<int>(), sh.islands * sh.workers);
+    const RunResult e = run_atoll({"eval", "--checkpoint", run});
+    EXPECT_EQ(e.exit_code, 0) << e.describe();
+    if (k == 0) continue;
+    const Shape& before = shapes[k - 1];
+    json reshape;
+    for (const auto& ev : read_jsonl(run + "/events.jsonl"))
+      if (ev["event"] == "reshape") reshape = ev;
+    ASSERT_FALSE(reshape.is_null()) << "no reshape event after resuming as " << sh.islands << "x" << sh.workers;
+    EXPECT_EQ(reshape["from"], std::to_string(before.islands) + "x" + std::to_string(before.workers));
+    EXPECT_EQ(reshape["to"], std::to_string(sh.islands) + "x" + std::to_string(sh.workers));
+    EXPECT_EQ(reshape["step"].get<int64_t>(), before.steps);
+    EXPECT_EQ(reshape.contains("dropped"), sh.islands < before.islands);
+    EXPECT_EQ(reshape.contains("joined"), sh.islands > before.islands);
+    // Every step of this leg logged by every worker, and the islands' θ equal at each outer step.
+    std::map<int64_t, std::set<std::string>> hashes;
+    size_t rows = 0;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
+      if (row["step"].get<int64_t>() <= before.steps) continue;
+      ++rows;
+      if (row.contains("theta_hash")) hashes[row["outer_step"].get<int64_t>()].insert(row["theta_hash"].get<std::string>());
+    }
+    EXPECT_EQ(rows, size_t((sh.steps - before.steps) * sh.islands * sh.workers));
+    ASSERT_FALSE(hashes.empty());
+    for (const auto& [outer, h] : hashes) EXPECT_EQ(h.size(), 1u) << "outer step " << outer;
+  }
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ const std::vector<Bad> kBad = {
     {"diloco.dp_warmup_steps=-1", "out of range"},
     {"checkpoint.every=-1", "out of range"},
     {"checkpoint.keep=0", "out of range"},
+    {"checkpoint.grace_s=-1.0", "out of range"},
     {"fault.timeout_s=0.0", "out of range"},
     {"fault.timeout_s=-5.0", "out of range"},
     {"fault.timeout_s=inf", "finite"},

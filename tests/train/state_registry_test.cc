@@ -205,9 +205,10 @@ TEST_F(StateRegistryTest, ResumeCheckNamesTheFieldAndTheFix) {
   const json good = read_training_manifest(dir);
   auto has = [](const std::string& msg, const std::string& part) { return msg.find(part) != std::string::npos; };
 
-  std::string msg = refusal([&] { check_resume(good, dir, cfg, 2, 1, true); });
-  EXPECT_TRUE(has(msg, dir) && has(msg, "1 islands x 1 workers") && has(msg, "--islands 1 --workers-per-island 1"))
-      << msg;
+  // A DiLoCo run resumes on another shape (state_checkpoint.h); `atoll train` only from 1 x 1.
+  EXPECT_NO_THROW(check_resume(good, dir, cfg, 2, 1, true));
+  EXPECT_NO_THROW(check_resume(good, dir, cfg, 1, 3, true));
+  std::string msg;
   json shaped = good;
   shaped["islands"] = 2, shaped["workers_per_island"] = 2;
   msg = refusal([&] { check_resume(shaped, dir, cfg, 1, 1, /*diloco=*/false); });

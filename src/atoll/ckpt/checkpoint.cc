@@ -15,6 +15,7 @@
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/core/log.h"
 
 namespace fs = std::filesystem;
@@ -31,12 +32,6 @@ constexpr char kFixOlder[] = "fix: resume from an older checkpoint (or start a f
 const std::set<std::string> kTrainingOnlyModelKeys = {"init_std", "init_seed", "aux_loss_coef", "z_loss_coef"};
 
 std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
-
-std::string rank_file_name(int rank) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", rank);
-  return buf;
-}
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -89,29 +84,6 @@ void check_buffers(const ParamLayout& layout, const std::vector<CheckpointBuffer
     ATOLL_CHECK(kinds.insert(b.kind).second) << "buffer kind '" << b.kind << "' given twice";
     ATOLL_CHECK(b.data != nullptr || layout.total() == 0) << "buffer '" << b.kind << "' has no data";
   }
-}
-
-// What one rank does in a save: write the tensors it owns to rank-NNNNN.safetensors in `dir`
-// and return that file's part of the manifest ({"bytes", "tensors"}). The sharded writer will
-// call this per rank with its own subset of the layout.
-json write_rank_file(const std::string& dir, int rank, const ParamLayout& layout,
-                     const std::vector<CheckpointBuffer>& buffers) {
-  const std::string file = rank_file_name(rank);
-  std::vector<TensorToWrite> tensors;
-  for (const auto& b : buffers)
-    for (const auto& e : layout.entries())
-      tensors.push_back({b.kind + "/" + e.name, "F32", e.shape, b.data + e.offset, e.numel * sizeof(float)});
-  std::vector<TensorInFile> where = write_safetensors(join(dir, file), tensors);
-  json index = json::object();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
-    index[t.name] = {{"file", file},
-                     {"offset", where[i].file_offset},
-                     {"shape", t.shape},
-                     {"dtype", t.dtype},
-                     {"xxh3", hex64(XXH3_64bits(t.data, t.bytes))}};
-  }
-  return {{"file", file}, {"rank", rank}, {"bytes", fs::file_size(join(dir, file))}, {"tensors", index}};
 }
 
 // Removes complete checkpoints beyond `keep`; the new one counts and is never removed. A
@@ -209,11 +181,13 @@ std::span<const std::byte> checked_tensor(std::map<std::string, SafetensorsReade
   if (saved_shape != shape || field(meta, "dtype", json::value_t::string, where).get<std::string>() != "F32")
     corrupt(dir, "tensor '" + name + "' has shape " + shape_string(saved_shape) + ", expected F32 " + shape_string(shape));
   const SafetensorsReader& r = open_file(files, manifest, dir, file);
-  const TensorInFile* t = r.find(name);
+  const std::string stored =
+      meta.contains("stored_as") ? field(meta, "stored_as", json::value_t::string, where).get<std::string>() : name;
+  const TensorInFile* t = r.find(stored);
   const uint64_t offset = field(meta, "offset", json::value_t::number_integer, where).get<uint64_t>();
   if (!t || t->shape != shape || t->dtype != "F32" || t->file_offset != offset)
     corrupt(r.path(), "tensor '" + name + "' is missing or differs from the manifest");
-  std::span<const std::byte> bytes = r.view(name);
+  std::span<const std::byte> bytes = r.view(stored);
   const std::string sum = hex64(XXH3_64bits(bytes.data(), bytes.size()));
   const std::string want = field(meta, "xxh3", json::value_t::string, where).get<std::string>();
   if (sum != want)
@@ -229,44 +203,109 @@ std::string checkpoint_dir_name(int64_t step) {
   return buf;
 }
 
-std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const ParamLayout& layout,
-                            const std::vector<CheckpointBuffer>& buffers, const json& state) {
-  check_buffers(layout, buffers);
+std::string checkpoint_part_name(int writer) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%05d.safetensors", writer);
+  return buf;
+}
+
+std::string checkpoint_temp_dir(const std::string& run_dir, int64_t step, uint64_t token) {
+  return join(join(run_dir, "checkpoints"), checkpoint_dir_name(step) + ".tmp-" + std::to_string(token));
+}
+
+json write_checkpoint_part(const std::string& dir, int writer, const std::vector<PartTensor>& tensors) {
+  const std::string file = checkpoint_part_name(writer);
+  make_dirs(dir);
+  std::vector<TensorToWrite> out;
+  for (const PartTensor& t : tensors) out.push_back({t.name, "F32", t.shape, t.data, t.numel * sizeof(float)});
+  const std::vector<TensorInFile> where = write_safetensors(
+      join(dir, file), out, {.metadata = {}, .fsync = true, .after_tensor = [](size_t i) {
+        if (i == 0) fault_checkpoint("tensor");
+      }});
+  fault_checkpoint("part");
+  json index = json::object();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto& t = out[i];
+    index[t.name] = {{"file", file},
+                     {"offset", where[i].file_offset},
+                     {"shape", t.shape},
+                     {"dtype", t.dtype},
+                     {"xxh3", hex64(XXH3_64bits(t.data, t.bytes))}};
+  }
+  return {{"file", file}, {"rank", writer}, {"bytes", fs::file_size(join(dir, file))}, {"tensors", index}};
+}
+
+std::string commit_checkpoint(const CommitOptions& opts, const Config& cfg, const std::vector<json>& parts,
+                              const json& state) {
   ATOLL_CHECK_GE(opts.step, 0);
   ATOLL_CHECK(opts.islands >= 1 && opts.workers_per_island >= 1 && opts.entries.is_object());
-  ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(cfg.model).total()) << "layout does not match cfg.model";
   const std::string ckdir = join(opts.run_dir, "checkpoints");
   const std::string name = checkpoint_dir_name(opts.step);
   const std::string final_dir = join(ckdir, name);
-  const std::string tmp = final_dir + ".tmp-" + std::to_string(::getpid());
-  make_dirs(ckdir);
-  remove_all(tmp);  // left by an earlier crash of a process with our pid
-  make_dirs(tmp);
   try {
-    json rank0 = write_rank_file(tmp, 0, layout, buffers);
+    json files = json::object(), tensors = json::object();
+    for (const json& part : parts) {
+      files[part.at("file").get<std::string>()] = {{"rank", part.at("rank")}, {"bytes", part.at("bytes")}};
+      for (const auto& [t, meta] : part.at("tensors").items()) tensors[t] = meta;
+    }
+    for (const auto& [alias, target] : opts.aliases) {
+      ATOLL_CHECK(tensors.contains(target)) << "alias " << alias << " of unwritten tensor " << target;
+      tensors[alias] = tensors[target];
+      tensors[alias]["stored_as"] = target;  // its name in the file
+    }
     json manifest = {{"format_version", kCheckpointFormatVersion},
                      {"step", opts.step},
-                     {"world_size", 1},
+                     {"world_size", parts.size()},
                      {"islands", opts.islands},
                      {"workers_per_island", opts.workers_per_island},
                      {"config", config_to_toml(cfg)},
                      {"model", model_config_to_toml(cfg.model)},
-                     {"files", {{rank0["file"].get<std::string>(), {{"rank", 0}, {"bytes", rank0["bytes"]}}}}},
-                     {"tensors", rank0["tensors"]},
+                     {"files", files},
+                     {"tensors", tensors},
                      {"entries", opts.entries},
                      {"state", state}};
-    write_text_file(join(tmp, kManifest), manifest.dump(1) + "\n", /*sync=*/true);
-    fsync_dir(tmp);
-    publish_dir(tmp, final_dir);
+    write_text_file(join(opts.temp_dir, kManifest), manifest.dump(1) + "\n", /*sync=*/true);
+    fsync_dir(opts.temp_dir);
+    fault_checkpoint("manifest");
+    publish_dir(opts.temp_dir, final_dir);
   } catch (...) {
     // Leave no partial directory behind; the previous checkpoints stay as they were.
+    std::error_code ec;
+    fs::remove_all(opts.temp_dir, ec);
+    throw;
+  }
+  fault_checkpoint("rename");
+  write_text_file_atomic(join(ckdir, "latest"), name + "\n");
+  fault_checkpoint("latest");
+  prune(ckdir, opts.keep, name);
+  return final_dir;
+}
+
+std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const ParamLayout& layout,
+                            const std::vector<CheckpointBuffer>& buffers, const json& state) {
+  check_buffers(layout, buffers);
+  ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(cfg.model).total()) << "layout does not match cfg.model";
+  const std::string tmp = checkpoint_temp_dir(opts.run_dir, opts.step, uint64_t(::getpid()));
+  remove_all(tmp);  // left by an earlier crash of a process with our pid
+  std::vector<PartTensor> tensors;
+  for (const auto& b : buffers)
+    for (const auto& e : layout.entries()) tensors.push_back({b.kind + "/" + e.name, e.shape, b.data + e.offset, e.numel});
+  json part;
+  try {
+    part = write_checkpoint_part(tmp, 0, tensors);
+  } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   }
-  write_text_file_atomic(join(ckdir, "latest"), name + "\n");
-  prune(ckdir, opts.keep, name);
-  return final_dir;
+  return commit_checkpoint({.run_dir = opts.run_dir,
+                            .temp_dir = tmp,
+                            .step = opts.step,
+                            .keep = opts.keep,
+                            .islands = opts.islands,
+                            .workers_per_island = opts.workers_per_island,
+                            .entries = opts.entries},
+                           cfg, {part}, state);
 }
 
 json read_checkpoint_manifest(const std::string& dir) {

@@ -129,7 +129,10 @@ std::vector<TensorInFile> write_safetensors(const std::string& path, const std::
   FileWriter w(path);
   w.write(len, 8);
   w.write(text.data(), text.size());
-  for (const auto& t : tensors) w.write(t.data, t.bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    w.write(tensors[i].data, tensors[i].bytes);
+    if (opts.after_tensor) opts.after_tensor(i);
+  }
   if (opts.fsync) w.sync();
   w.close();
   return out;

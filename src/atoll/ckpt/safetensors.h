@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -44,6 +45,9 @@ struct TensorInFile {
 struct SafetensorsWriteOptions {
   std::map<std::string, std::string> metadata;  // "__metadata__"; omitted when empty
   bool fsync = true;                            // flush to disk before returning
+  // Called after each tensor's bytes are written (its index in `tensors`), before the fsync:
+  // where a crash test kills a writer in the middle of a file (core/fault_injection.h).
+  std::function<void(size_t)> after_tensor{};
 };
 
 // Writes `path` (created or truncated). Returns where each tensor went, in input order.

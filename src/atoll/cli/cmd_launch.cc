@@ -47,6 +47,7 @@ Runner add_worker(CLI::App& app) {
     if (config->path.empty()) config->path = default_config_path();
     if (f->join && !f->resume_from.empty())
       throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
+    f->stop_on_signal = true;  // SIGTERM (preemption, or the launcher stopping it): a checkpoint, then exit 0
     WorkerResult r;
     try {
       r = run_worker(config->load(), *f);
@@ -55,8 +56,8 @@ Runner add_worker(CLI::App& app) {
       return kWorkerRejoinExit;
     }
     if (!f->quiet)
-      std::printf("island %d rank %d: %ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,
-                  long(r.steps), long(r.outer_steps), r.first_loss, r.final_loss, r.theta_hash.c_str());
+      std::printf("island %d rank %d: %s%ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,
+                  r.stopped ? "stopped by a signal after " : "", long(r.steps), long(r.outer_steps), r.first_loss, r.final_loss, r.theta_hash.c_str());
     return 0;
   };
 }

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cstdlib>
 #include <memory>
 #include <sstream>
@@ -25,8 +27,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
-                    "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K or ACTION:island=I:transfer=K "
-                    "with ACTION kill, hang or corrupt (corrupt with transfer only), several joined by commas, or "
+                    "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K or "
+                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT tensor, part, manifest, rename or latest) "
+                    "with ACTION kill, hang, crash or corrupt (corrupt with transfer only), several joined by commas, or "
                     "unset ATOLL_FAULT");
 }
 
@@ -45,7 +48,8 @@ struct Armed {
 };
 std::atomic<bool> g_armed{false};
 std::vector<std::unique_ptr<Armed>> g_faults;
-std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0};
+std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0}, g_saves{0};
+const char* const kCheckpointPoints[] = {"tensor", "part", "manifest", "rename", "latest"};
 
 void say(const std::string& what) {
   const std::string line = "ATOLL_FAULT: " + what + "\n";
@@ -58,6 +62,11 @@ bool fire(Armed& a, const std::string& where) {
   if (a.spec.action == FaultSpec::Action::kCorrupt) {
     say("corrupting " + where);
     return true;
+  }
+  if (a.spec.action == FaultSpec::Action::kCrash) {
+    say("SIGKILL to the parent and itself at " + where);
+    ::kill(::getppid(), SIGKILL);
+    ::raise(SIGKILL);
   }
   say((a.spec.action == FaultSpec::Action::kKill ? "SIGKILL at " : "SIGSTOP at ") + where);
   ::raise(a.spec.action == FaultSpec::Action::kKill ? SIGKILL : SIGSTOP);
@@ -74,6 +83,7 @@ FaultSpec parse_fault_spec(const std::string& text) {
   if (action == "kill") f.action = FaultSpec::Action::kKill;
   else if (action == "hang") f.action = FaultSpec::Action::kHang;
   else if (action == "corrupt") f.action = FaultSpec::Action::kCorrupt;
+  else if (action == "crash") f.action = FaultSpec::Action::kCrash;
   else refuse(text, "unknown action '" + action + "'");
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
@@ -84,13 +94,19 @@ FaultSpec parse_fault_spec(const std::string& text) {
     else if (key == "outer_step") f.outer_step = positive(text, key, value, 1);
     else if (key == "ring_chunk") f.ring_chunk = positive(text, key, value, 1);
     else if (key == "transfer") f.transfer = positive(text, key, value, 1);
-    else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer)");
+    else if (key == "save") f.save = positive(text, key, value, 1);
+    else if (key == "ckpt") {
+      if (std::find(std::begin(kCheckpointPoints), std::end(kCheckpointPoints), value) == std::end(kCheckpointPoints))
+        refuse(text, "ckpt=" + value + " is not a checkpoint point");
+      f.ckpt = value;
+    } else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save)");
   }
   if (f.island < 0) refuse(text, "no island=I");
   const bool ring = f.ring_chunk > 0 || f.outer_step > 0;
   if (ring && (f.ring_chunk < 0 || f.outer_step < 0)) refuse(text, "outer_step and ring_chunk go together");
-  if (ring == (f.transfer > 0)) refuse(text, "name one point: outer_step=S:ring_chunk=K, or transfer=K");
-  if (f.action == FaultSpec::Action::kCorrupt && ring) refuse(text, "corrupt applies to state transfers only");
+  if (int(ring) + int(f.transfer > 0) + int(!f.ckpt.empty()) != 1)
+    refuse(text, "name one point: outer_step=S:ring_chunk=K, transfer=K or ckpt=POINT");
+  if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0) refuse(text, "corrupt applies to state transfers only");
   return f;
 }
 
@@ -135,6 +151,15 @@ bool fault_transfer_tensor() {
   for (auto& a : g_faults)
     if (a->spec.transfer == k) corrupt = fire(*a, "state transfer tensor " + std::to_string(k)) || corrupt;
   return corrupt;
+}
+
+void fault_checkpoint_save() { ++g_saves; }
+
+void fault_checkpoint(const char* point) {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  for (auto& a : g_faults)
+    if (a->spec.ckpt == point && a->spec.save == g_saves)
+      fire(*a, std::string("checkpoint save ") + std::to_string(a->spec.save) + ", point " + point);
 }
 
 }  // namespace atl

@@ -5,6 +5,9 @@
 //   ATOLL_FAULT=SPEC[,SPEC...]   SPEC = ACTION:key=value[:key=value...]
 //     ACTION      kill     SIGKILL to itself (the process vanishes; its sockets close)
 //                 hang     SIGSTOP to itself (every thread stops, heartbeats included; SIGCONT resumes)
+//                 crash    SIGKILL to its parent, then to itself: under `atoll launch` the whole run
+//                          dies at this point (every worker has SIGKILL as its parent-death signal),
+//                          as a kill -9 of the run would leave it
 //                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
 //                          stays intact), so the receiver's hash check must refuse it
 //     island=I    the worker's island (required)
@@ -12,7 +15,14 @@
 //     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
 //                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
+//     ckpt=POINT  in this process's save number `save` (save=K, 1-based; default 1) of a checkpoint
+//                 (ckpt/checkpoint.h), at POINT: tensor (its part file half written: after the
+//                 first tensor, before the rest and the fsync; on the background writer while
+//                 training goes on), part (the part written and fsynced, its index not yet handed
+//                 on), manifest (the committer: manifest written, directory not yet renamed), rename
+//                 (renamed, `latest` not yet moved), latest (moved, old ones not yet pruned)
 //   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
+//   ATOLL_FAULT=kill:island=1:rank=1:ckpt=tensor:save=3,
 //   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
 //
 // The variable is read once (arm_fault_injection, at a worker's start); a malformed value is a
@@ -28,10 +38,12 @@
 namespace atl {
 
 struct FaultSpec {
-  enum class Action { kNone, kKill, kHang, kCorrupt };
+  enum class Action { kNone, kKill, kHang, kCorrupt, kCrash };
   Action action = Action::kNone;
   int island = -1, rank = -1;  // -1: any
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
+  std::string ckpt{};  // a checkpoint point ("" = none)
+  int64_t save = 1;    // with ckpt: the save it fires in
 };
 
 // Parses one SPEC; "" is no fault. Throws ConfigError.
@@ -49,5 +61,9 @@ void disarm_fault_injection();
 void fault_outer_step(int64_t outer_step);
 void fault_ring_message();
 bool fault_transfer_tensor();
+// fault_checkpoint_save: this process begins a checkpoint save (counts them). fault_checkpoint:
+// the save in progress reaches `point` (one of the ckpt=POINT names).
+void fault_checkpoint_save();
+void fault_checkpoint(const char* point);
 
 }  // namespace atl

@@ -1,6 +1,7 @@
 // `atoll launch` (see launch.h for the steps, the files written and the exit statuses).
 #include "atoll/supervise/launch.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -236,10 +237,12 @@ int launch(const LaunchOptions& o) {
   RunDir rd = open_run_dir(run_dir, cfg, {.resume = o.resume, .allow_config_change = o.allow_config_change});
   const DatasetInfo data = resolve_dataset(cfg);  // prepared once here, so the workers find it ready
   int64_t resume_step = 0;
+  nlohmann::json reshape;  // a resume on another shape: what is kept and dropped (state_checkpoint.h)
   if (!rd.checkpoint.empty()) {  // refused here, before any worker starts, if it cannot resume
     const nlohmann::json manifest = read_training_manifest(rd.checkpoint);
     check_resume(manifest, rd.checkpoint, cfg, N, M, /*diloco=*/true);
     resume_step = manifest.at("step").get<int64_t>();
+    reshape = describe_reshape(manifest, N, M);
   }
   std::unique_ptr<RedisServer> redis;
   const std::string store = open_store(o.store, std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)), &redis);
@@ -253,6 +256,13 @@ int launch(const LaunchOptions& o) {
   JsonlWriter metrics(rd.path + "/metrics.jsonl");
   events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
   record_resume(events, rd, resume_step);
+  if (!reshape.is_null()) {
+    reshape["step"] = resume_step;
+    events.write(event_row("reshape", reshape));
+    std::printf("resuming a %s checkpoint as %s: kept %s%s\n", reshape["from"].get<std::string>().c_str(),
+                reshape["to"].get<std::string>().c_str(), reshape["kept"].get<std::string>().c_str(),
+                reshape.contains("dropped") ? ("; dropped " + reshape["dropped"].get<std::string>()).c_str() : "");
+  }
 
   // Cores shared out when train.threads = 0 (all cores), so W workers do not oversubscribe.
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -262,6 +272,7 @@ int launch(const LaunchOptions& o) {
   RestartPolicy policy(cfg, events, o.stop_grace);
   auto& workers = policy.workers();
   Supervisor sup({.stop_grace = o.stop_grace,
+                  .signal_grace = std::chrono::milliseconds(int64_t(cfg.checkpoint.grace_s * 1000)),
                   .on_output = [&](int c, const std::string& line) { view.output(workers[size_t(c)].name, line); },
                   .on_metrics = [&](int c, const std::string& line) {
                     if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r);
@@ -281,6 +292,16 @@ int launch(const LaunchOptions& o) {
   view.finish();
   if (redis) redis->stop();
   const std::string latest = latest_checkpoint(rd.path);
+  const bool all_stopped_cleanly = std::all_of(out.children.begin(), out.children.end(), [](const ChildExit& e) {
+    return e.exited && e.signal == 0 && e.exit_code == 0;
+  });
+  if (out.interrupted && out.signal == SIGTERM && all_stopped_cleanly) {  // preemption: nothing lost
+    events.write(event_row("preempted", {{"signal", out.signal}, {"checkpoint", latest}}));
+    std::fprintf(stderr, "atoll: preempted (SIGTERM): every worker stopped after writing the final checkpoint %s; "
+                 "resume with: atoll launch --islands %d --workers-per-island %d --run-dir %s --resume\n",
+                 latest.c_str(), N, M, rd.path.c_str());
+    return 0;
+  }
   if (out.interrupted) {
     events.write(event_row("interrupted", {{"signal", out.signal}, {"checkpoint", latest}}));
     std::fprintf(stderr, "atoll: interrupted (signal %d): every worker stopped; last complete checkpoint: %s\n", out.signal,
@@ -292,6 +313,15 @@ int launch(const LaunchOptions& o) {
     const std::string& name = workers[size_t(out.failed)].name;
     events.write(event_row("worker_failed", {{"worker", name}, {"status", e.describe()}, {"error", e.last_error}}));
     throw_worker_failed(name, e, policy.why());
+  }
+  // A worker stopped by SIGTERM (preempted on its own) stops the whole run at a step it posts.
+  const int64_t latest_step = latest.empty() ? 0 : read_checkpoint_manifest(latest).at("step").get<int64_t>();
+  if (latest_step < cfg.train.steps) {
+    events.write(event_row("preempted", {{"step", latest_step}, {"checkpoint", latest}}));
+    std::fprintf(stderr, "atoll: a worker was stopped by a signal: the run stopped at step %ld with checkpoint %s; "
+                 "resume with: atoll launch --islands %d --workers-per-island %d --run-dir %s --resume\n",
+                 long(latest_step), latest.c_str(), N, M, rd.path.c_str());
+    return 0;
   }
   events.write(event_row("end", {{"step", cfg.train.steps}}));
   char summary[512];

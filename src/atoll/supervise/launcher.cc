@@ -215,16 +215,18 @@ SupervisorOutcome Supervisor::run() {
     if (opts_.on_tick) opts_.on_tick();
   }
   restarts_.clear();
-  stop_all();
+  stop_all(outcome.interrupted ? std::max(opts_.signal_grace, opts_.stop_grace) : opts_.stop_grace);
   for (const Child& c : children_) outcome.children.push_back(ChildExit{c.process.status(), c.last_error});
   return outcome;
 }
 
-void Supervisor::stop_all() {
+void Supervisor::stop_all() { stop_all(opts_.stop_grace); }
+
+void Supervisor::stop_all(std::chrono::milliseconds grace) {
   bool any = false;
   for (Child& c : children_)
     if (c.process.running()) any = true, c.process.signal(SIGTERM);
-  const double deadline = now_s() + opts_.stop_grace.count() / 1000.0;
+  const double deadline = now_s() + grace.count() / 1000.0;
   while (any && now_s() < deadline) {
     pump(50);  // keep draining output (a child blocked on a full pipe would never exit)
     reap(false);

@@ -12,8 +12,9 @@
 //
 // run() returns when every child has exited, or at the first child that fails (a non-zero exit
 // or a signal: the others are stopped), or when the supervisor gets SIGINT or SIGTERM (every
-// child is stopped). Stopping: SIGTERM, then SIGKILL after `stop_grace`; partial lines are
-// flushed to the callbacks, and every child is reaped.
+// child is stopped, with `signal_grace`: time for workers to write a final checkpoint).
+// Stopping: SIGTERM, then SIGKILL after `stop_grace`; partial lines are flushed to the
+// callbacks, and every child is reaped.
 //
 // Restarts: with on_exit set, a child that ends badly (its output drained) is the policy's to
 // judge: fail (as above), ignore it (it counts as ended), or restart it after a delay with a new
@@ -60,6 +61,7 @@ struct ExitAction {
 
 struct SupervisorOptions {
   std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds signal_grace{5000};  // stop_grace after SIGINT/SIGTERM to the supervisor
   std::function<void(int child, const std::string& line)> on_output;   // a whole line, no '\n'
   std::function<void(int child, const std::string& line)> on_metrics;  // a whole line, no '\n'
   std::function<ExitAction(int child, const ChildExit& exit)> on_exit{};  // unset: every bad end fails
@@ -76,7 +78,8 @@ class Supervisor {
   // Starts a child; returns its index. Throws IoError if fork or pipe fails, ExecFailed if exec does.
   int spawn(const ChildSpec& spec);
   SupervisorOutcome run();
-  void stop_all();  // SIGTERM, grace, SIGKILL; reaps every child
+  void stop_all();  // SIGTERM, stop_grace, SIGKILL; reaps every child
+  void stop_all(std::chrono::milliseconds grace);
   pid_t pid(int child) const;
   bool running(int child) const;  // spawned and not yet reaped (a restart pending is not running)
   const ExitStatus& status(int child) const;  // of its newest process

@@ -43,11 +43,13 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   StepClocks clocks;
   bool saved = false, checkpoint_due = false;
   const std::vector<const ParamEntry*> balanced = balanced_rows(engine.layout());
-  auto checkpoint = [&] {
-    const std::string dir = opts.save();
-    if (!dir.empty()) result.checkpoint = dir;
-    if (!dir.empty() && opts.events) opts.events->write(event_row("checkpoint", {{"step", loop.step}, {"dir", dir}}));
+  auto checkpoint = [&](StepRow* row) {
+    const SaveReport cost = opts.save();
     saved = true;
+    if (!row) return;
+    row->ckpt_stall_s = cost.stall_s;
+    if (cost.wait_s > 0) row->ckpt_wait_s = cost.wait_s;
+    row->ckpt_write_s = cost.write_s;
   };
   while (loop.step < cfg.train.steps) {
     hooks.before_step(loop);
@@ -84,16 +86,17 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     row.time_s = now_s() - t_start;
     if (loop.step == 1 || result.first_loss == 0) result.first_loss = loss.ce;
     result.final_loss = loss.ce;
-    if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash) opts.write_row(to_json(row));
+    const bool stopping = !last && opts.stop_requested && opts.stop_requested();
+    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last ||
+                     stopping;
+    if (checkpoint_due && hooks.can_checkpoint()) checkpoint(&row), checkpoint_due = false;
+    if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash || row.ckpt_stall_s)
+      opts.write_row(to_json(row));
     if (opts.progress) {
       char buf[128];
       std::snprintf(buf, sizeof buf, "loss %.4f | lr %.2e | %.0f tok/s", loss.ce, row.lr, row.tokens_per_s);
       opts.progress->update(loop.step, buf);
     }
-    const bool stopping = !last && opts.stop_requested && opts.stop_requested();
-    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last ||
-                     stopping;
-    if (checkpoint_due && hooks.can_checkpoint()) checkpoint(), checkpoint_due = false;
     if (stopping && !checkpoint_due) {  // its checkpoint written: the run may resume from this step
       result.stopped = true;
       break;
@@ -101,7 +104,8 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     if (opts.stop_after > 0 && loop.step >= opts.stop_after && !last) break;
   }
   if (opts.progress) opts.progress->finish();
-  if (!saved) checkpoint();
+  if (!saved) checkpoint(nullptr);
+  result.checkpoint = opts.finish_saves();  // the final save is waited for
   return result;
 }
 

@@ -8,9 +8,12 @@
 // (the in-island mean, the warm start's mean across islands), the NaN check, clipping at
 // optim.grad_clip, the optimizer step at lr_at(step), the counters, hooks.after_inner_step
 // (DiLoCo's outer steps), validation at train.eval_every (and at the last step), the metrics
-// row (written every train.log_every steps, at the last, and at rows with val_loss or
-// theta_hash), the progress line, and a checkpoint at checkpoint.every (and at the last step, and
-// when a stop is requested: then the run ends there) once hooks.can_checkpoint() allows it. `tokens` counts every worker's batches, so the batch
+// row (written every train.log_every steps, at the last, and at rows with val_loss, theta_hash
+// or a checkpoint), the progress line, and a checkpoint at checkpoint.every (and at the last
+// step, and when a stop is requested: then the run ends there) once hooks.can_checkpoint()
+// allows it. A checkpoint blocks the step only for its snapshot (state_checkpoint.h); the row of
+// the step that started it carries ckpt_stall_s and ckpt_write_s, and the run waits for the
+// save in flight before it returns. `tokens` counts every worker's batches, so the batch
 // ramp and the learning rate read global figures.
 #pragma once
 
@@ -23,6 +26,7 @@
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/progress.h"
+#include "atoll/train/state_checkpoint.h"
 
 namespace atl {
 
@@ -86,10 +90,11 @@ struct DriverOptions {
   std::function<bool()> evaluates = [] { return true; };
   Progress* progress = nullptr;                          // the live progress line, if any
   std::function<void(const nlohmann::json&)> write_row{};  // one metrics row
-  // Writes a checkpoint of loop.step (every worker takes part in a multi-process run); returns
-  // its directory where this process wrote it, else "".
-  std::function<std::string()> save{};
-  JsonlWriter* events = nullptr;  // "checkpoint" events, where this process keeps events.jsonl
+  // Starts a checkpoint of loop.step (every worker takes part in a multi-process run), written
+  // in the background; returns what it cost the step.
+  std::function<SaveReport()> save{};
+  // Waits for the save in flight; returns the newest checkpoint this process committed, else "".
+  std::function<std::string()> finish_saves{};
   int64_t stop_after = 0;         // > 0: return after this step, as if interrupted
   double t_start = 0;             // now_s() when the process started: time_s counts from it
   // Asked after every step: true stops the run there, with a checkpoint of that step (written

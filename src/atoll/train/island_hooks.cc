@@ -51,7 +51,7 @@ void IslandMeanHook::after_gradients(Loop& loop) {
 void IslandMeanHook::finish_row(StepRow& row, const StepClocks& clocks) {
   row.island = place_.island;
   row.rank = place_.rank;
-  // Every epoch's outer group; not the checkpoints' gathers.
+  // Every epoch's outer group; not what checkpoint saves sent.
   row.comm_bytes = inner_.stats().bytes_sent + outer_.stats().bytes_sent -
                    (place_.checkpoint_bytes ? *place_.checkpoint_bytes : 0);
   row.comm_s = clocks.comm_s;

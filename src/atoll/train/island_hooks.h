@@ -36,8 +36,8 @@ struct IslandPlace {
   int island = 0, rank = 0;  // this worker
   int islands = 1, workers_per_island = 1;
   std::string who{};  // "island I rank R", for errors
-  // Bytes this worker sent gathering checkpoints to their writer, left out of comm_bytes (the
-  // training traffic that DiLoCo and data parallel are compared by); null: none.
+  // Bytes this worker sent for checkpoint saves (the island's residual sum), left out of
+  // comm_bytes (the training traffic that DiLoCo and data parallel are compared by); null: none.
   const uint64_t* checkpoint_bytes = nullptr;
 };
 

@@ -37,6 +37,7 @@
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
 #include "atoll/train/state_transfer.h"
+#include "atoll/train/stop_signals.h"
 #include "atoll/train/trainer.h"
 
 namespace atl {
@@ -157,7 +158,11 @@ struct Worker {
   std::unique_ptr<ProcessGroup> inner{};
   std::unique_ptr<ElasticGroup> outer{};
   std::unique_ptr<DilocoSync> diloco{};
-  uint64_t checkpoint_bytes = 0;  // sent by checkpoint gathers (not training traffic: comm_bytes leaves it out)
+  uint64_t checkpoint_bytes = 0;  // sent by checkpoint saves (not training traffic: comm_bytes leaves it out)
+  std::unique_ptr<StorePartExchange> parts{};
+  std::unique_ptr<Checkpointer> checkpointer{};  // after `parts`: its writer thread stops first
+  bool stop_posted = false;
+  int64_t stop_at = -1;  // the step the run stops at (posted in the store), -1: none
 
   // An incident of this worker in events.jsonl.
   void stamp(const std::string& kind, nlohmann::json fields) {
@@ -306,12 +311,12 @@ struct Worker {
     return true;
   }
 
-  // A checkpoint of the current view (its writer: rank 0 of the lowest island). Its collectives
-  // are not retried: one that loses a peer is skipped (the group is then broken, and the next
-  // outer step votes it down and re-forms).
-  std::string save(const std::string& run_dir) {
-    if (!outer->formed()) return "";
-    loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+  // A checkpoint of the current view: every worker writes its part in the background; rank 0
+  // of the lowest island commits it. Its one collective (an island's residual sum) is not
+  // retried: one that loses a peer skips the save (the group is then broken, and the next outer
+  // step votes it down and re-forms).
+  SaveReport save() {
+    if (!outer->formed()) return {};
     const StatePlace place{
         .island = opts.island, .rank = opts.rank, .islands = opts.islands,
         .workers_per_island = opts.workers_per_island, .inner = inner.get(), .outer = &outer->group(),
@@ -327,13 +332,43 @@ struct Worker {
       ~Count() { w.checkpoint_bytes += w.inner->stats().bytes_sent + w.outer->stats().bytes_sent - before; }
     } count{*this, sent_before};
     try {
-      return save_training_state(cfg, run_dir, state, place);
+      return checkpointer->save(place);
     } catch (const PeerLost& e) {
       log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
     } catch (const Timeout& e) {
       log_warn(who + ": checkpoint of step " + std::to_string(loop.step) + " skipped: " + e.what());
     }
-    return "";
+    return {};
+  }
+
+  // Whether the run stops after this step (WorkerOptions::stop_on_signal): a signal to this
+  // worker posts the stop step, if none is posted yet; every worker reads it.
+  bool stop_requested(const StopSignals* signals) {
+    const std::string key = store->run_prefix() + "/stop_at";
+    if (signals && signals->signal() != 0 && !stop_posted) {
+      const int64_t ahead = cfg.diloco.inner_steps + cfg.diloco.overlap_steps + 2;
+      store->set_if_absent(key, std::to_string(loop.step + ahead));
+      stop_posted = true;
+    }
+    if (stop_at < 0)
+      if (const std::optional<std::string> v = store->get(key)) stop_at = std::stoll(*v);
+    return stop_at >= 0 && loop.step >= stop_at;
+  }
+
+  // The background checkpoint writer, once the store is known: the workers' parts meet at the
+  // committer through the store; the temporary directory is named after the run id, which every
+  // worker of this launch shares.
+  void make_checkpointer(const std::string& run_dir) {
+    parts = std::make_unique<StorePartExchange>(opts.store_url, opts.run_id, timeout);
+    uint64_t token = 1469598103934665603ull;  // FNV-1a of the run id
+    for (unsigned char c : opts.run_id) token = (token ^ c) * 1099511628211ull;
+    checkpointer = std::make_unique<Checkpointer>(
+        cfg, run_dir, state,
+        CheckpointerOptions{.exchange = parts.get(), .token = token % 1000000000000ull,
+                            .on_commit = [this](const std::string& dir, int64_t step) {
+                              events.write(event_row("checkpoint", {{"step", step}, {"dir", dir}}));
+                            },
+                            .who = who});
   }
 };
 
@@ -342,6 +377,9 @@ struct Worker {
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
+  // Before any thread starts, so that every thread leaves the signals to it (stop_signals.h).
+  std::unique_ptr<StopSignals> signals;
+  if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
   check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
@@ -381,6 +419,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     check_resume(wk.manifest, opts.resume_from, cfg, N, M, /*diloco=*/true);
   }
   wk.connect();
+  wk.make_checkpointer(run_dir);
   if (!opts.join) wk.start();
   else if (!wk.rejoin()) return WorkerResult{};
   ProcessGroup& inner = *wk.inner;
@@ -415,21 +454,25 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .workers = W,
                    .evaluates = [&] { return outer.leads(); },
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
-                   .save = [&] { return wk.save(run_dir); },
-                   .events = &events,
-                   .t_start = t_start});
+                   .save = [&] { return wk.save(); },
+                   .finish_saves = [&] { return wk.checkpointer->finish(); },
+                   .t_start = t_start,
+                   .stop_requested = [&] { return wk.stop_requested(signals.get()); }});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
     throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   } catch (const Timeout& e) {
     throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   }
   wk.membership->mark_done();
-  if (outer.leads()) events.write(event_row("end", {{"step", loop.step}}));
+  if (outer.leads())
+    events.write(r.stopped ? event_row("preempted", {{"step", loop.step}, {"checkpoint", r.checkpoint}})
+                           : event_row("end", {{"step", loop.step}}));
   WorkerResult result;
   result.steps = loop.step;
   result.outer_steps = diloco.outer_step();
   result.first_loss = r.first_loss;
   result.final_loss = r.final_loss;
+  result.stopped = r.stopped;
   result.theta_hash = hooks.theta_hash().empty() ? diloco.theta_hash() : hooks.theta_hash();
   return result;
 }

@@ -39,10 +39,11 @@
 // run's events. Checkpoints hold the whole run: every entry of the state
 // registry (state_registry.h: every island's parameters and moments, θ, the outer momentum, every
 // worker's loader cursor, the counters), saved and restored by walks of it (state_checkpoint.h);
-// every worker takes part (gathers to worker 0, which writes; a missing island's entries are the
-// writer's copies and its own record's cursor). A checkpoint waits until no exchange is in flight. `resume_from` restarts every worker from such a checkpoint, or from a
-// single-process run's when the run is 1 island x 1 worker (DiLoCo then starts from θ = its
-// parameters). After start-up the workers compare the hash of the state they must share.
+// every worker writes its own part in the background and rank 0 of the lowest live island commits
+// it; a missing island's entries name the first live island's copies and its record's cursor).
+// A checkpoint waits until no exchange is in flight. `resume_from` restarts every worker from
+// such a checkpoint, of any shape (state_checkpoint.h), or from a single-process run's (DiLoCo
+// then starts from θ = its parameters). After start-up the workers compare the hash of the state they must share.
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,11 @@ struct WorkerOptions {
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
   bool join = false;                 // a restarted worker: rejoin the running run (elastic islands)
+  // SIGTERM/SIGINT stop the run with a checkpoint (preemption; `atoll worker`): the first worker
+  // to get one posts in the store the step every worker stops at (far enough ahead that none has
+  // passed it: the islands drift apart by at most diloco.inner_steps + diloco.overlap_steps);
+  // each stops there, the run's checkpoint of that step written, and returns with `stopped`.
+  bool stop_on_signal = false;
 };
 
 // The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
@@ -76,6 +82,7 @@ struct WorkerResult {
   int64_t steps = 0, outer_steps = 0;
   double first_loss = 0, final_loss = 0;
   std::string theta_hash;  // after the last outer step
+  bool stopped = false;    // a stop (stop_on_signal) ended it before train.steps, with a checkpoint
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);

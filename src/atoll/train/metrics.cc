@@ -39,6 +39,9 @@ nlohmann::json to_json(const StepRow& r) {
   put_list("load_max", r.load_max);
   put_list("load_min", r.load_min);
   put_list("load_skip", r.load_skip);
+  put("ckpt_stall_s", r.ckpt_stall_s);
+  put("ckpt_wait_s", r.ckpt_wait_s);
+  put("ckpt_write_s", r.ckpt_write_s);
   return row;
 }
 

@@ -31,7 +31,8 @@ class JsonlWriter {
 // multi-island run adds the second (cumulative seconds and bytes of this process) and, at an
 // outer step, the third. A model with zaya routers adds the fourth: per router, in layer order,
 // the experts' load this step (optim/bias_balance.h RouterLoad): its layer, the normalised
-// entropy H(p)/ln E, the largest and smallest expert share, and the share of slots that skipped.
+// entropy H(p)/ln E, the largest and smallest expert share, and the share of slots that skipped;
+// a step that starts a checkpoint save, the fifth.
 struct StepRow {
   int64_t step = 0, tokens = 0;
   double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
@@ -49,6 +50,10 @@ struct StepRow {
 
   std::vector<int> load_layer{};
   std::vector<double> load_entropy{}, load_max{}, load_min{}, load_skip{};
+  // A row whose step started a checkpoint save: seconds the step was blocked by it (the
+  // snapshot, plus any wait for the previous save: ckpt_wait_s), and the background write time
+  // of the newest save this process completed (absent before the first).
+  std::optional<double> ckpt_stall_s{}, ckpt_wait_s{}, ckpt_write_s{};
 };
 nlohmann::json to_json(const StepRow& r);
 

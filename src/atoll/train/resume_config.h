@@ -21,9 +21,9 @@
 namespace atl {
 
 // The one list of keys a --resume may change without --allow-config-change (docs: README.md).
-inline constexpr std::array<std::string_view, 8> kResumeSafeKeys = {
-    "train.steps",   "train.eval_every", "train.eval_batches", "train.log_every",
-    "train.threads", "checkpoint.every", "checkpoint.keep",    "fault.timeout_s"};
+inline constexpr std::array<std::string_view, 9> kResumeSafeKeys = {
+    "train.steps",     "train.eval_every", "train.eval_batches", "train.log_every",   "train.threads",
+    "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s"};
 
 // One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).
 struct ConfigChange {

@@ -1,6 +1,7 @@
 #include "atoll/train/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -128,16 +129,16 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   const int64_t start_step = loop.step, start_tokens = loop.tokens;
   Progress progress("step", cfg.train.steps, start_step);
   StepHooks alone;  // one island of one worker: nothing to add to the step
+  Checkpointer checkpointer(cfg, rd.path, state,
+                            {.token = uint64_t(::getpid()), .on_commit = [&](const std::string& dir, int64_t step) {
+                               events.write(event_row("checkpoint", {{"step", step}, {"dir", dir}}));
+                             }});
   const DriverResult r = run_steps(
       loop, alone,
       {.progress = opts.quiet ? nullptr : &progress,
        .write_row = [&](const nlohmann::json& row) { metrics.write(row); },
-       .save =
-           [&] {
-             engine.to_host(kAllState);
-             return save_training_state(cfg, rd.path, state, {});
-           },
-       .events = &events,
+       .save = [&] { return checkpointer.save({}); },
+       .finish_saves = [&] { return checkpointer.finish(); },
        .stop_after = opts.stop_after,
        .t_start = t_start,
        .stop_requested = [&] { return signals && signals->signal() != 0; }});
