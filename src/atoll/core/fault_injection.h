@@ -6,12 +6,16 @@
 //     ACTION      kill     SIGKILL to itself (the process vanishes; its sockets close)
 //                 hang     SIGSTOP to itself (every thread stops, heartbeats included; SIGCONT resumes)
 //                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
-//                          stays intact), so the receiver's hash check must refuse it
+//                          stays intact), so the receiver's hash check must refuse it; or, with
+//                          update=..., send a bad pseudo-gradient Δ at an outer step (below)
 //     island=I    the worker's island (required)
 //     rank=R      its rank in the island (default: any)
 //     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
 //                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
+//     outer_step=S and update=U   (corrupt only) the Δ this process sends while attempting outer
+//                 step S: U = nan (every element NaN), scale (times 10^6), flip (sign flipped) or
+//                 replay (the Δ and tag it sent in its previous exchange: a stale update)
 //   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
 //   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
 //
@@ -32,6 +36,8 @@ struct FaultSpec {
   Action action = Action::kNone;
   int island = -1, rank = -1;  // -1: any
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
+  enum class Update { kNone, kNan, kScale, kFlip, kReplay };
+  Update update = Update::kNone;  // corrupt:...:outer_step=S:update=U
 };
 
 // Parses one SPEC; "" is no fault. Throws ConfigError.
@@ -49,5 +55,10 @@ void disarm_fault_injection();
 void fault_outer_step(int64_t outer_step);
 void fault_ring_message();
 bool fault_transfer_tensor();
+// The corruption of the Δ this process is about to send at the outer step it attempts (kNone:
+// none); fires once. fault_update_armed: some update corruption is armed here (so the sender
+// keeps its previous Δ for a replay).
+FaultSpec::Update fault_update();
+bool fault_update_armed();
 
 }  // namespace atl
