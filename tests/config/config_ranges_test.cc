@@ -120,6 +120,9 @@ const std::vector<Bad> kBad = {
     {"fault.heartbeat_s=0.001", "out of range"},  // below 10 ms: heartbeats are timed in whole ms
     {"fault.heartbeat_s=inf", "finite"},
     {"fault.heartbeat_ttl_s=0.0", "out of range"},
+    {"fault.clip_factor=-1.0", "out of range"},
+    {"fault.clip_factor=nan", "finite"},
+    {"fault.min_cosine=1.5", "out of range"},
 };
 
 TEST(ConfigRanges, EveryKeyRefusesWhatItCannotMean) {

@@ -30,6 +30,13 @@ TEST(FaultSpec, ParsesTheRingAndTransferForms) {
   EXPECT_EQ(b.transfer, 1);
   EXPECT_EQ(parse_fault_spec("hang:island=1:transfer=2").action, Action::kHang);
   EXPECT_EQ(parse_fault_spec("").action, Action::kNone);
+  const FaultSpec u = parse_fault_spec("corrupt:island=1:outer_step=4:update=replay");
+  EXPECT_EQ(u.action, Action::kCorrupt);
+  EXPECT_EQ(u.outer_step, 4);
+  EXPECT_EQ(u.update, FaultSpec::Update::kReplay);
+  EXPECT_EQ(parse_fault_spec("corrupt:island=1:outer_step=4:update=nan").update, FaultSpec::Update::kNan);
+  EXPECT_EQ(parse_fault_spec("corrupt:island=1:outer_step=4:update=scale").update, FaultSpec::Update::kScale);
+  EXPECT_EQ(parse_fault_spec("corrupt:island=1:outer_step=4:update=flip").update, FaultSpec::Update::kFlip);
 }
 
 std::string error_of(const std::string& text) {
@@ -52,7 +59,11 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"kill:island=1:outer_step=2", "go together"},
                {"kill:island=1", "name one point"},
                {"kill:island=1:transfer=1:outer_step=1:ring_chunk=1", "name one point"},
-               {"corrupt:island=1:outer_step=1:ring_chunk=1", "state transfers only"},
+               {"corrupt:island=1:outer_step=1:ring_chunk=1", "state transfers (transfer=K) and updates"},
+               {"corrupt:island=1:outer_step=1:update=zero", "update=zero is not nan, scale, flip or replay"},
+               {"kill:island=1:outer_step=1:update=nan", "goes with corrupt"},
+               {"corrupt:island=1:update=nan", "takes outer_step=S alone"},
+               {"corrupt:island=1:outer_step=1:ring_chunk=2:update=nan", "takes outer_step=S alone"},
                {"kill:island=1:when=now", "unknown key 'when'"},
                {"kill:island=1:transfer", "not key=value"}};
   for (const auto& c : cases) {
@@ -136,6 +147,21 @@ TEST(FaultInjection, CorruptMarksExactlyOneTransferTensor) {
   disarm_fault_injection();
   ::setenv("ATOLL_FAULT", "corrupt:island=0", 1);
   EXPECT_THROW(arm_fault_injection(5, 0), ConfigError) << "malformed is an error even for another worker";
+  ::unsetenv("ATOLL_FAULT");
+}
+
+TEST(FaultInjection, AnUpdateIsCorruptedOnceAtTheChosenOuterStep) {
+  ::setenv("ATOLL_FAULT", "corrupt:island=0:outer_step=3:update=flip,corrupt:island=1:outer_step=2:update=nan", 1);
+  arm_fault_injection(0, 0);
+  EXPECT_TRUE(fault_update_armed());
+  fault_outer_step(2);
+  EXPECT_EQ(fault_update(), FaultSpec::Update::kNone) << "outer step 2's names island 1";
+  fault_outer_step(3);
+  fault_ring_message();  // not a ring fault: nothing fires here
+  EXPECT_EQ(fault_update(), FaultSpec::Update::kFlip);
+  EXPECT_EQ(fault_update(), FaultSpec::Update::kNone) << "once per process";
+  EXPECT_FALSE(fault_update_armed());
+  disarm_fault_injection();
   ::unsetenv("ATOLL_FAULT");
 }
 

@@ -2,7 +2,8 @@
 // expires (a restarted one with a new token does not revive it); every worker gets the same
 // decision for an attempt (commit, abort on any failure, commit when the only silent worker is
 // lost); re-forming keeps the ready islands, waits for a slow one and drops the lost one; a
-// restarted worker is admitted by the next commit and sees the run end.
+// restarted worker is admitted by the next commit and sees the run end; a worker with a wrong or
+// missing run token is refused and writes nothing.
 #include "atoll/dist/membership.h"
 
 #include <gtest/gtest.h>
@@ -167,6 +168,52 @@ TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd
   EXPECT_NE(out[2].find("\"epoch\":2"), std::string::npos) << out[2];
   EXPECT_NE(out[2].find("\"joining\":[2]"), std::string::npos) << out[2];
   EXPECT_EQ(out[2].substr(out[2].find('|')), "|done");
+}
+
+TEST_F(MembershipTest, AWrongOrMissingRunTokenIsRefusedAndWritesNothing) {
+  Store store(store_options("token"));
+  publish_run_token(store, "right");
+  EXPECT_NO_THROW(publish_run_token(store, "right"));  // the same token again: no change
+  EXPECT_THROW(publish_run_token(store, "another"), ConfigError);
+  const auto keys_now = [&] {
+    Store s(store_options("token"));
+    return s.get_many({s.run_prefix() + "/members/hb/0.0", s.run_prefix() + "/members/e0/ready/0.0",
+                       s.run_prefix() + "/members/join/0.0", s.run_prefix() + "/members/run_token"});
+  };
+  for (const std::string& token : {std::string("wrong"), std::string()}) {
+    MembershipOptions o = options(0, 2);
+    o.run_token = token;
+    Membership m(store, o);
+    try {
+      m.check_run_token();
+      FAIL() << "token '" << token << "' was accepted";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("worker 0.0: refused"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(token.empty() ? "none was given" : "is not the token of run 'token'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("fix: give the run's token with --token-file RUN_DIR/run.token"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("right"), std::string::npos) << "the message shows the run's token: " << msg;
+    }
+  }
+  const auto after = keys_now();
+  EXPECT_FALSE(after[0] || after[1] || after[2]) << "a refused worker wrote to the run";
+  EXPECT_EQ(after[3].value_or(""), "right");
+  MembershipOptions o = options(0, 2);
+  o.run_token = "right";
+  Membership m(store, o);
+  EXPECT_NO_THROW(m.check_run_token());
+}
+
+// A run started by hand: the first worker's token stands, and a later one must bring the same.
+TEST_F(MembershipTest, WithoutALauncherTheFirstTokenStands) {
+  Store store(store_options("token-by-hand"));
+  MembershipOptions o = options(0, 2);
+  o.run_token = "first";
+  Membership a(store, o);
+  a.check_run_token();
+  o.island = 1, o.run_token = "second";
+  Membership b(store, o);
+  EXPECT_THROW(b.check_run_token(), ConfigError);
 }
 
 }  // namespace

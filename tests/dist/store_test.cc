@@ -35,6 +35,24 @@ TEST(StoreUrl, Parses) {
     EXPECT_THROW(parse_store_url(bad), ConfigError) << bad;
 }
 
+TEST(StoreUrl, TakesAPasswordAndNeverShowsIt) {
+  const StoreAddress a = parse_store_url("redis://:s3cr@t@10.0.0.2:7000");
+  EXPECT_EQ(a.password, "s3cr@t");
+  EXPECT_EQ(a.host, "10.0.0.2");
+  EXPECT_EQ(a.port, 7000);
+  EXPECT_EQ(a.url(), "redis://10.0.0.2:7000");
+  EXPECT_EQ(parse_store_url("redis://default:pw@h:1").password, "pw");
+  EXPECT_EQ(redact_store_url("redis://:pw@h:1"), "redis://:***@h:1");
+  for (const char* bad : {"redis://user:pw@h:1", "redis://:@h:1", "redis://pw@h:1", "redis://:pw@h:port"}) {
+    try {
+      parse_store_url(bad);
+      FAIL() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).find("pw@"), std::string::npos) << "the message shows the password: " << e.what();
+    }
+  }
+}
+
 TEST_F(StoreTest, KeyOperations) {
   Store store(StoreOptions{.url = server_->url(), .run_id = "keys"});
   EXPECT_EQ(store.run_prefix(), "atoll/keys");

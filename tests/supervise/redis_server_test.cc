@@ -1,5 +1,7 @@
 // The private redis-server: starts on a free loopback port and answers PING, stops for good,
-// says what to install when the binary is missing, and says so when a fixed port is taken.
+// says what to install when the binary is missing, and says so when a fixed port is taken; with a
+// password it refuses clients without it (a clear error at once), and the password is not on
+// its command line.
 #include "atoll/supervise/redis_server.h"
 
 #include <arpa/inet.h>
@@ -9,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 
 #include "atoll/core/errors.h"
 #include "atoll/dist/store.h"
@@ -29,6 +33,32 @@ TEST(RedisServer, StartsOnLoopbackAnswersPingAndStops) {
   EXPECT_FALSE(redis_ping("127.0.0.1", port, milliseconds(200), &why));
   EXPECT_FALSE(why.empty());
   server.stop();  // idempotent
+}
+
+TEST(RedisServer, APasswordIsRequiredAndNotOnTheCommandLine) {
+  RedisServer server(RedisServerOptions{.password = "pw0123456789"});
+  EXPECT_TRUE(redis_ping("127.0.0.1", server.port(), milliseconds(1000), nullptr, "pw0123456789"));
+  EXPECT_THROW(redis_ping("127.0.0.1", server.port(), milliseconds(1000)), ConfigError);  // none given
+  std::ifstream f("/proc/" + std::to_string(server.pid()) + "/cmdline");
+  std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(cmdline.empty());
+  EXPECT_EQ(cmdline.find("pw0123456789"), std::string::npos) << "ps shows the password";
+  // A client with a wrong password: a clear error at once, not a wait for the store's timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    Store store(StoreOptions{.url = "redis://:wrong@127.0.0.1:" + std::to_string(server.port()),
+                             .timeout = milliseconds(20000)});
+    FAIL() << "a wrong password was accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("store refused the password"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fix: give the store's password as redis://:PASSWORD@HOST:PORT"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("wrong"), std::string::npos) << "the message shows the password: " << msg;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(5000));
+  Store store(StoreOptions{.url = "redis://:pw0123456789@127.0.0.1:" + std::to_string(server.port())});
+  store.set("k", "v");
+  EXPECT_EQ(store.get("k").value_or(""), "v");
 }
 
 TEST(RedisServer, TwoServersGetTwoPorts) {

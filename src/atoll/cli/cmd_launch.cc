@@ -3,13 +3,16 @@
 // docs/islands.md describes both.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
+#include "atoll/dist/store.h"
 #include "atoll/supervise/launch.h"
+#include "atoll/supervise/run_secrets.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/resume_config.h"
 
@@ -24,7 +27,12 @@ Runner add_worker(CLI::App& app) {
   auto f = std::make_shared<WorkerOptions>();
   auto config = std::make_shared<ConfigFlags>();
   config->add_to(cmd, "default: configs/default.toml");
-  cmd->add_option("--store", f->store_url, "rendezvous store, redis://HOST:PORT")->required();
+  cmd->add_option("--store", f->store_url,
+                  "rendezvous store, redis://HOST:PORT or redis://:PASSWORD@HOST:PORT (or the password in "
+                  "ATOLL_STORE_PASSWORD)")->required();
+  auto token_file = std::make_shared<std::string>();
+  cmd->add_option("--token-file", *token_file,
+                  "the run's token (RUN_DIR/run.token, written by `atoll launch`); default: ATOLL_RUN_TOKEN");
   cmd->add_option("--island", f->island, "this worker's island, 0..N-1")->required()->check(whole_number(0, kIntMax - 1));
   cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1")->required()->check(whole_number(0, kIntMax - 1));
   cmd->add_option("--islands", f->islands, "N: islands in the run")->required()->check(whole_number(1, kIntMax));
@@ -36,8 +44,13 @@ Runner add_worker(CLI::App& app) {
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
-  return [cmd, f, config]() -> int {
+  return [cmd, f, config, token_file]() -> int {
     if (!cmd->parsed()) return -1;
+    // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
+    if (!token_file->empty()) f->run_token = read_secret_file(*token_file, "--token-file");
+    else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
+    if (const char* p = std::getenv("ATOLL_STORE_PASSWORD"); p && parse_store_url(f->store_url).password.empty())
+      f->store_password = p;
     if (f->island >= f->islands)
       throw ConfigError("--island " + std::to_string(f->island) + " is not below --islands " + std::to_string(f->islands) +
                         "; fix: islands are numbered 0..N-1");
@@ -81,7 +94,9 @@ Runner add_launch(CLI::App& app) {
   cmd->add_option("--islands", f->launch.islands, "N: islands (DiLoCo across them)")->required()->check(whole_number(1, kMaxLocalIslands));
   cmd->add_option("--workers-per-island", f->launch.workers_per_island, "M: workers per island (data parallel inside it)")
       ->check(whole_number(1, kMaxLocalIslands));
-  cmd->add_option("--store", f->launch.store, "use this Redis store, redis://HOST:PORT (default: start redis-server on loopback)");
+  cmd->add_option("--store", f->launch.store,
+                  "use this Redis store, redis://HOST:PORT or redis://:PASSWORD@HOST:PORT (default: start redis-server "
+                  "on loopback with a fresh password)");
   cmd->add_option("--run-dir", f->launch.run_dir, "run directory (default: runs/<date-time>)");
   cmd->add_option("--stop-grace", f->stop_grace_s, "seconds a stopped worker gets before SIGKILL")->check(finite_number(0.0, 1e6));
   cmd->add_flag("--resume", f->launch.resume,

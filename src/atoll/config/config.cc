@@ -159,6 +159,10 @@ void visit_config(Config& c, V&& v) {
   // Heartbeats are timed in whole milliseconds: at least 10 ms apart, living at least 20 ms.
   v.num("fault.heartbeat_s", c.fault.heartbeat_s, "seconds between a worker's heartbeats in the store", closed(0.01, 3600.0));
   v.num("fault.heartbeat_ttl_s", c.fault.heartbeat_ttl_s, "seconds a heartbeat lives: a worker silent this long is lost (above fault.heartbeat_s)", closed(0.02, 86400.0));
+  // Honest islands' Δ norms differ by tens of percent; a factor of 2 leaves them alone and cuts a
+  // broken or hostile one down to twice the typical step (docs/islands.md "Trust at the door").
+  v.num("fault.clip_factor", c.fault.clip_factor, "before each outer step's all-reduce, an island's pseudo-gradient is clipped to this x the round's median norm (0 = no clipping; non-finite or stale ones are always dropped)", closed(0.0, 1e6));
+  v.num("fault.min_cosine", c.fault.min_cosine, "with 3 or more islands, an island's pseudo-gradient whose direction has a cosine below this with the round's median direction is dropped (-1 = never)", closed(-1.0, 1.0));
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {

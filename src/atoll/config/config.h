@@ -82,6 +82,8 @@ struct FaultConfig {
   double restart_backoff_s = 1.0;  // delay before the first restart; doubles with each, capped at 60 s
   double heartbeat_s = 1.0;        // interval of a worker's heartbeat in the store
   double heartbeat_ttl_s = 5.0;    // a heartbeat not refreshed for this long marks its worker lost
+  double clip_factor = 2.0;        // an island's Δ is clipped to this x the round's median norm (0 = off)
+  double min_cosine = 0.0;         // an island's Δ pointing against the round's (cosine below this) is dropped
 };
 
 struct Config {

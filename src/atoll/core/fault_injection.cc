@@ -28,9 +28,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
                     "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K or "
-                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT tensor, part, manifest, rename or latest) "
-                    "with ACTION kill, hang, crash or corrupt (corrupt with transfer only), several joined by commas, or "
-                    "unset ATOLL_FAULT");
+                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT tensor, part, manifest, rename or latest), or "
+                    "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, with ACTION kill, hang, crash or corrupt "
+                    "(corrupt with transfer or update only), several joined by commas, or unset ATOLL_FAULT");
 }
 
 int64_t positive(const std::string& text, const std::string& key, const std::string& value, int64_t min) {
@@ -39,6 +39,14 @@ int64_t positive(const std::string& text, const std::string& key, const std::str
   if (value.empty() || *end != '\0' || v < min)
     refuse(text, key + "=" + value + " is not a whole number >= " + std::to_string(min));
   return v;
+}
+
+FaultSpec::Update parse_update(const std::string& text, const std::string& value) {
+  if (value == "nan") return FaultSpec::Update::kNan;
+  if (value == "scale") return FaultSpec::Update::kScale;
+  if (value == "flip") return FaultSpec::Update::kFlip;
+  if (value == "replay") return FaultSpec::Update::kReplay;
+  refuse(text, "update=" + value + " is not nan, scale, flip or replay");
 }
 
 // The armed faults (set once, before any point runs); each fires once.
@@ -99,14 +107,22 @@ FaultSpec parse_fault_spec(const std::string& text) {
       if (std::find(std::begin(kCheckpointPoints), std::end(kCheckpointPoints), value) == std::end(kCheckpointPoints))
         refuse(text, "ckpt=" + value + " is not a checkpoint point");
       f.ckpt = value;
-    } else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save)");
+    } else if (key == "update") f.update = parse_update(text, value);
+    else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save, update)");
   }
   if (f.island < 0) refuse(text, "no island=I");
+  if (f.update != FaultSpec::Update::kNone) {
+    if (f.action != FaultSpec::Action::kCorrupt) refuse(text, "update=... goes with corrupt");
+    if (f.outer_step < 0 || f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty())
+      refuse(text, "update=... takes outer_step=S alone");
+    return f;
+  }
   const bool ring = f.ring_chunk > 0 || f.outer_step > 0;
   if (ring && (f.ring_chunk < 0 || f.outer_step < 0)) refuse(text, "outer_step and ring_chunk go together");
   if (int(ring) + int(f.transfer > 0) + int(!f.ckpt.empty()) != 1)
     refuse(text, "name one point: outer_step=S:ring_chunk=K, transfer=K or ckpt=POINT");
-  if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0) refuse(text, "corrupt applies to state transfers only");
+  if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0)
+    refuse(text, "corrupt applies to state transfers (transfer=K) and updates (update=...) only");
   return f;
 }
 
@@ -136,11 +152,27 @@ void fault_outer_step(int64_t outer_step) {
   g_ring_messages = 0;
 }
 
+FaultSpec::Update fault_update() {
+  if (!g_armed.load(std::memory_order_relaxed)) return FaultSpec::Update::kNone;
+  for (auto& a : g_faults)
+    if (a->spec.update != FaultSpec::Update::kNone && a->spec.outer_step == g_outer_step &&
+        fire(*a, "the update of outer step " + std::to_string(a->spec.outer_step)))
+      return a->spec.update;
+  return FaultSpec::Update::kNone;
+}
+
+bool fault_update_armed() {
+  if (!g_armed.load(std::memory_order_relaxed)) return false;
+  for (auto& a : g_faults)
+    if (a->spec.update != FaultSpec::Update::kNone && !a->fired) return true;
+  return false;
+}
+
 void fault_ring_message() {
   if (!g_armed.load(std::memory_order_relaxed)) return;
   const int64_t k = ++g_ring_messages;
   for (auto& a : g_faults)
-    if (a->spec.ring_chunk == k && a->spec.outer_step == g_outer_step)
+    if (a->spec.ring_chunk == k && a->spec.outer_step == g_outer_step && a->spec.update == FaultSpec::Update::kNone)
       fire(*a, "outer step " + std::to_string(a->spec.outer_step) + ", ring message " + std::to_string(k));
 }
 

@@ -9,7 +9,8 @@
 //                          dies at this point (every worker has SIGKILL as its parent-death signal),
 //                          as a kill -9 of the run would leave it
 //                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
-//                          stays intact), so the receiver's hash check must refuse it
+//                          stays intact), so the receiver's hash check must refuse it; or, with
+//                          update=..., send a bad pseudo-gradient Δ at an outer step (below)
 //     island=I    the worker's island (required)
 //     rank=R      its rank in the island (default: any)
 //     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
@@ -21,6 +22,9 @@
 //                 training goes on), part (the part written and fsynced, its index not yet handed
 //                 on), manifest (the committer: manifest written, directory not yet renamed), rename
 //                 (renamed, `latest` not yet moved), latest (moved, old ones not yet pruned)
+//     outer_step=S and update=U   (corrupt only) the Δ this process sends while attempting outer
+//                 step S: U = nan (every element NaN), scale (times 10^6), flip (sign flipped) or
+//                 replay (the Δ and tag it sent in its previous exchange: a stale update)
 //   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
 //   ATOLL_FAULT=kill:island=1:rank=1:ckpt=tensor:save=3,
 //   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
@@ -44,6 +48,8 @@ struct FaultSpec {
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
   std::string ckpt{};  // a checkpoint point ("" = none)
   int64_t save = 1;    // with ckpt: the save it fires in
+  enum class Update { kNone, kNan, kScale, kFlip, kReplay };
+  Update update = Update::kNone;  // corrupt:...:outer_step=S:update=U
 };
 
 // Parses one SPEC; "" is no fault. Throws ConfigError.
@@ -65,5 +71,10 @@ bool fault_transfer_tensor();
 // the save in progress reaches `point` (one of the ckpt=POINT names).
 void fault_checkpoint_save();
 void fault_checkpoint(const char* point);
+// The corruption of the Δ this process is about to send at the outer step it attempts (kNone:
+// none); fires once. fault_update_armed: some update corruption is armed here (so the sender
+// keeps its previous Δ for a replay).
+FaultSpec::Update fault_update();
+bool fault_update_armed();
 
 }  // namespace atl

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "atoll/core/check.h"
+#include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
 
 namespace atl {
@@ -32,6 +33,8 @@ DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const
   sent_.assign(size_t(P), 0);
   exchange_s_.assign(size_t(P), 0.0);
   outer_steps_.assign(size_t(P), 0);
+  guarded_.assign(size_t(P), GuardResult{});
+  sent_before_.resize(size_t(P));
 }
 
 DilocoSync::~DilocoSync() = default;
@@ -39,6 +42,7 @@ DilocoSync::~DilocoSync() = default;
 void DilocoSync::make_rings(ProcessGroup& outer) {
   const int rings = opts_.ring.error_feedback ? plan_.count() : 1;
   for (int r = 0; r < rings; ++r) rings_.push_back(std::make_unique<RingAllreduce>(outer, opts_.ring));
+  outer_ = &outer;
 }
 
 RingAllreduce& DilocoSync::ring_of(int f) {
@@ -56,6 +60,7 @@ void DilocoSync::detach() {
   parked_.clear();
   for (auto& r : rings_) parked_.push_back(r->residual());
   rings_.clear();  // their Gloo buffers and contexts go: the group's connections can close
+  outer_ = nullptr;
 }
 
 void DilocoSync::rebind(ProcessGroup& outer) {
@@ -129,7 +134,11 @@ double DilocoSync::exchange(int f) {
   std::copy(delta_[size_t(f)].begin() + std::ptrdiff_t(lo), delta_[size_t(f)].begin() + std::ptrdiff_t(hi),
             mean_.begin() + std::ptrdiff_t(lo));
   exchanged_[size_t(f)] = false;
-  ring.mean(mean_.data() + lo, hi - lo);  // throws before anything of ours changed
+  UpdateTag tag{.outer_step = outer_step() + 1, .theta_hash = fragment_hash(f)};
+  corrupt_for_fault(f, mean_.data(), lo, hi, tag);
+  // Both throw before anything of ours changed (mean_ is scratch: Δ_f stays for a retry).
+  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard);
+  ring.mean(mean_.data() + lo, hi - lo);
   exchanged_[size_t(f)] = true;
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
   exchange_s_[size_t(f)] = now_s() - t0;
@@ -164,19 +173,47 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
           .theta_hash = fragment_hash(f),
           .momentum_hash = fragment_momentum_hash(f),
           .bytes_sent = sent_[size_t(f)],
-          .seconds = exchange_s_[size_t(f)]};
+          .seconds = exchange_s_[size_t(f)],
+          .incidents = guarded_[size_t(f)].incidents};
+}
+
+void DilocoSync::corrupt_for_fault(int f, float* flat, size_t lo, size_t hi, UpdateTag& tag) {
+  if (!fault_update_armed()) return;
+  auto& [before, before_tag] = sent_before_[size_t(f)];
+  const std::vector<float> now(flat + lo, flat + hi);
+  const UpdateTag now_tag = tag;
+  switch (fault_update()) {
+    case FaultSpec::Update::kNan:
+      std::fill(flat + lo, flat + hi, std::nanf(""));
+      break;
+    case FaultSpec::Update::kScale:
+      for (size_t i = lo; i < hi; ++i) flat[i] *= 1e6f;
+      break;
+    case FaultSpec::Update::kFlip:
+      for (size_t i = lo; i < hi; ++i) flat[i] = -flat[i];
+      break;
+    case FaultSpec::Update::kReplay:
+      if (before.size() == hi - lo) std::copy(before.begin(), before.end(), flat + lo), tag = before_tag;
+      break;
+    case FaultSpec::Update::kNone:
+      break;
+  }
+  before = now, before_tag = now_tag;  // what an honest exchange would have sent
 }
 
 SyncResult DilocoSync::sync(float* theta_local) {
   const double t0 = now_s();
   SyncResult res;
   uint64_t sent = 0;
+  std::vector<UpdateIncident> incidents;
   for (int f = 0; f < fragments(); ++f) {
     snapshot(f, theta_local);
     exchange(f);
     res = apply(f, theta_local, -1.0);
     sent += res.bytes_sent;
+    incidents.insert(incidents.end(), res.incidents.begin(), res.incidents.end());
   }
+  res.incidents = incidents;
   if (fragments() > 1) {
     res.fragment = -1;
     res.theta_hash = theta_hash();

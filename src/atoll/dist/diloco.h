@@ -35,6 +35,12 @@
 // After each sync the hashes of θ and of the momentum (xxh3 of their bytes, 16 hex digits; of a
 // fragment, of its ranges in order) are returned; islands log them and compare.
 //
+// Bad updates (update_guard.h): before the ring, every exchange checks the round's Δs (one
+// all-gather of norms and tags over the outer group): a non-finite or stale Δ is dropped (the
+// mean is over the others), one far above the median norm is clipped. The tag of fragment f's Δ
+// is the outer step being attempted (outer_step() + 1) and the hash of θ_f. What was dropped or
+// clipped comes back in SyncResult::incidents when the step is applied.
+//
 // Elastic runs (elastic_group.h): an exchange leaves θ, m, θ_local and Δ_f as they were (the
 // mean goes to its own buffer), so an outer step that is not committed is simply not applied:
 // discard() takes back the residual the ring moved on, and the same Δ_f is exchanged again
@@ -52,6 +58,7 @@
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/ring_allreduce.h"
+#include "atoll/dist/update_guard.h"
 
 namespace atl {
 
@@ -59,6 +66,7 @@ struct DilocoOptions {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   RingOptions ring{};
+  GuardOptions guard{};
 };
 
 struct SyncResult {
@@ -68,6 +76,7 @@ struct SyncResult {
   std::string momentum_hash;  // the same of the outer momentum
   uint64_t bytes_sent = 0; // by this sync
   double seconds = 0;      // wall time of the exchange (and the whole call for sync())
+  std::vector<UpdateIncident> incidents{};  // Δs of the round dropped or clipped (members by group rank)
 };
 
 class DilocoSync {
@@ -127,6 +136,8 @@ class DilocoSync {
   std::string ranges_hash(const std::vector<float>& x, int f) const;
   // This rank's shard [lo, hi) of fragment f's flattened elements (even_part).
   std::pair<size_t, size_t> shard(int f) const;
+  // The fault injection's bad Δ (core/fault_injection.h) on this rank's input flat[lo, hi).
+  void corrupt_for_fault(int f, float* flat, size_t lo, size_t hi, UpdateTag& tag);
   // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
   void pack(int f, const float* x, float* flat, size_t lo, size_t hi) const;
   void unpack(int f, const float* flat, float* x) const;
@@ -140,6 +151,7 @@ class DilocoSync {
   // With error feedback each fragment needs its own residual, hence its own ring; without, the
   // fragments share one (a ring holds a few MiB of wire buffers per connection).
   std::vector<std::unique_ptr<RingAllreduce>> rings_;  // empty while detached
+  ProcessGroup* outer_ = nullptr;                      // the rings' group; null while detached
   std::vector<std::vector<float>> parked_;            // the rings' residuals while detached
   std::vector<float> theta_, momentum_;
   std::vector<std::vector<float>> delta_;  // per fragment: Δ_f gathered contiguously, kept until applied
@@ -148,6 +160,9 @@ class DilocoSync {
   std::vector<uint64_t> sent_;             // per fragment: bytes of its last exchange
   std::vector<double> exchange_s_;         // per fragment: wall time of its last exchange
   std::vector<int64_t> outer_steps_;       // per fragment
+  std::vector<GuardResult> guarded_;       // per fragment: the guard's verdict on its last exchange
+  // Fault injection only (a replayed Δ): per fragment, the input and tag of its last exchange.
+  std::vector<std::pair<std::vector<float>, UpdateTag>> sent_before_;
 };
 
 // The outer Nesterov update on n elements (the formulas above), for tests and for apply().

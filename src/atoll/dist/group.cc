@@ -140,7 +140,8 @@ void run_parallel(int count, const std::function<void(int)>& fn) {
 }
 
 ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
-    : opts_(opts), prefix_(store.group_prefix(opts.name, opts.epoch)), store_url_(store.url()) {
+    : opts_(opts), prefix_(store.group_prefix(opts.name, opts.epoch)), store_url_(store.url()),
+      store_password_(store.address().password) {
   ATOLL_CHECK(opts_.size >= 1 && opts_.rank >= 0 && opts_.rank < opts_.size)
       << "rank " << opts_.rank << " of " << opts_.size;
   ATOLL_CHECK_GE(opts_.connections, 1);
@@ -256,7 +257,8 @@ std::string ProcessGroup::mark_failed(Ms wait) const {
   if (size() == 1) return "";
   try {
     // Its own connection: the group keeps none to the store after rendezvous.
-    Store store(StoreOptions{.url = store_url_, .run_id = "census", .timeout = std::max(wait, Ms(1000))});
+    Store store(StoreOptions{
+        .url = store_url_, .password = store_password_, .run_id = "census", .timeout = std::max(wait, Ms(1000))});
     store.set(prefix_ + "/failed/" + std::to_string(rank()), "1");
     if (wait.count() == 0) return "";
     std::vector<std::string> keys;

@@ -153,6 +153,7 @@ class ProcessGroup {
   GroupOptions opts_;
   std::string prefix_;
   std::string store_url_;
+  std::string store_password_;  // for mark_failed's own connection
   std::vector<std::shared_ptr<gloo::Context>> contexts_;
   std::vector<float> scratch_;
   uint32_t tag_ = 1;

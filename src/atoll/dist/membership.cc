@@ -61,6 +61,13 @@ class Backoff {
   Ms pause_{1}, cap_;
 };
 
+// Equal strings, in a time that does not depend on where they first differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
 }  // namespace
 
 std::string outer_attempt(int64_t outer_step) {
@@ -144,6 +151,32 @@ std::vector<std::string> Membership::worker_keys(const std::string& prefix, cons
   for (int i : islands)
     for (int r = 0; r < opts_.workers_per_island; ++r) keys.push_back(prefix + worker_name(i, r));
   return keys;
+}
+
+void publish_run_token(Store& store, const std::string& token) {
+  ATOLL_CHECK(!token.empty());
+  const std::string key = store.run_prefix() + "/members/run_token";
+  if (!store.set_if_absent(key, token) && !same_secret(store.get(key).value_or(""), token))
+    throw ConfigError(store.url() + ": run id '" + store.options().run_id + "' already has another run token; fix: a "
+                      "fresh run id per run");
+}
+
+void Membership::check_run_token() {
+  const std::string k = key("run_token");
+  std::optional<std::string> stored = store_.get(k);
+  if (!stored && !opts_.run_token.empty()) {  // a run started by hand: the first token stands
+    store_.set_if_absent(k, opts_.run_token);
+    stored = store_.get(k);
+  }
+  if (!stored) return;
+  const std::string fix = "; nothing in the run was changed; fix: give the run's token with --token-file "
+                          "RUN_DIR/run.token (written by `atoll launch`, mode 0600) or ATOLL_RUN_TOKEN";
+  if (opts_.run_token.empty())
+    throw ConfigError("worker " + me_ + ": refused: run '" + store_.options().run_id + "' requires its run token and none "
+                      "was given" + fix);
+  if (!same_secret(*stored, opts_.run_token))
+    throw ConfigError("worker " + me_ + ": refused: the run token given is not the token of run '" +
+                      store_.options().run_id + "'" + fix);
 }
 
 void Membership::start_heartbeat() {

@@ -18,6 +18,13 @@
 //                          cursor), which a restarted worker continues from
 //   done                   the run finished its last step
 //   config                 the config the run started with (a joiner must bring the same)
+//   run_token              the run's token (atoll launch writes it before any worker starts)
+//
+// Trust at the door: a worker presents the run's token (MembershipOptions::run_token) before it
+// writes anything (check_run_token): a wrong or missing one is refused with a ConfigError and
+// the run's keys stay as they were. A run started by hand without a launcher has no token in
+// the store until a worker brings one: the first token written stands, and a run whose workers
+// bring none is open to any worker that reaches its store (the store's password still guards it).
 //
 // Liveness: worker I.R of view v is alive while hb/I.R holds the token v recorded for it; an
 // island is alive while every rank of it is. A worker killed or stopped (SIGSTOP stops the
@@ -77,7 +84,12 @@ struct MembershipOptions {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds ttl{5000};
   std::chrono::milliseconds timeout{60000};  // fault.timeout_s: votes and readiness wait at most this
+  std::string run_token = {};                // the run's token this worker presents ("" = none)
 };
+
+// Writes the run's token under "atoll/<run>/members/run_token" (the launcher, before it starts
+// any worker); a run's token is written once (ConfigError if another is there).
+void publish_run_token(Store& store, const std::string& token);
 
 struct Decision {
   bool commit = false;
@@ -101,6 +113,10 @@ class Membership {
   const std::string& token() const { return token_; }
   const MembershipOptions& options() const { return opts_; }
   static std::string worker_name(int island, int rank);  // "I.R"
+
+  // Refuses (ConfigError) a token that is not the run's, or none where the run has one; writes
+  // nothing then. Call it before anything else that writes to the store.
+  void check_run_token();
 
   // Writes the first heartbeat (it exists when this returns), then refreshes it in the background.
   void start_heartbeat();

@@ -43,6 +43,24 @@ std::string join(const std::vector<std::string>& keys) {
   return s;
 }
 
+// A store that refuses our password, or wants one we did not give: waiting would not help.
+[[noreturn]] void refuse_password(const std::string& url, bool given, const std::string& reply) {
+  throw ConfigError(url + (given ? ": store refused the password (" : ": store requires a password (") + reply +
+                    "); fix: give the store's password as redis://:PASSWORD@HOST:PORT (the store that `atoll launch` "
+                    "starts: RUN_DIR/store.password)");
+}
+
+// AUTH on a fresh connection; a refusal throws ConfigError. Returns false when the connection
+// itself failed (the caller reports it as unreachable).
+bool authenticate(redisContext* c, const std::string& url, const std::string& password) {
+  if (password.empty()) return true;
+  auto* reply = static_cast<redisReply*>(redisCommand(c, "AUTH %b", password.data(), password.size()));
+  if (reply == nullptr) return false;
+  Reply r(reply);
+  if (r->type == REDIS_REPLY_ERROR) refuse_password(url, true, std::string(r->str, r->len));
+  return true;
+}
+
 }  // namespace
 
 // Gloo's RedisStore, made bounded and thread-safe. Gloo calls set/get/wait on it through a
@@ -52,6 +70,8 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
   BoundedRedisStore(const StoreAddress& addr, Ms timeout)
       : gloo::rendezvous::RedisStore(addr.host, addr.port), url_(addr.url()), timeout_(timeout) {
     redisSetTimeout(redis_, to_timeval(timeout));  // no command blocks longer than a wait may
+    if (!authenticate(redis_, url_, addr.password))
+      throw IoError(url_ + ": store connection lost during AUTH: " + redis_->errstr);
   }
 
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -125,9 +145,21 @@ StoreAddress parse_store_url(const std::string& url) {
   std::string rest = url;
   const std::string scheme = "redis://";
   if (rest.rfind(scheme, 0) == 0) rest = rest.substr(scheme.size());
-  if (rest.find("://") != std::string::npos || rest.empty() || rest.find('/') != std::string::npos)
-    throw ConfigError("store '" + url + "' is not redis://HOST:PORT");
   StoreAddress a;
+  // Userinfo: ":PASSWORD" or "default:PASSWORD" (Redis's default user); the password may hold
+  // any character but '@' is taken as the last one's end, so it may hold '@' too.
+  if (const size_t at = rest.rfind('@'); at != std::string::npos) {
+    const std::string user_info = rest.substr(0, at);
+    const size_t colon = user_info.find(':');
+    const std::string user = user_info.substr(0, colon);
+    if (colon == std::string::npos || (!user.empty() && user != "default") || colon + 1 == user_info.size())
+      throw ConfigError("store '" + redact_store_url(url) +
+                        "': the part before '@' is not ':PASSWORD'; fix: write redis://:PASSWORD@HOST:PORT");
+    a.password = user_info.substr(colon + 1);
+    rest = rest.substr(at + 1);
+  }
+  if (rest.find("://") != std::string::npos || rest.empty() || rest.find('/') != std::string::npos)
+    throw ConfigError("store '" + redact_store_url(url) + "' is not redis://HOST:PORT");
   const size_t colon = rest.rfind(':');
   a.host = rest.substr(0, colon);
   if (colon != std::string::npos) {
@@ -135,40 +167,54 @@ StoreAddress parse_store_url(const std::string& url) {
     char* end = nullptr;
     const long p = std::strtol(port.c_str(), &end, 10);
     if (port.empty() || *end != '\0' || p <= 0 || p > 65535)
-      throw ConfigError("store '" + url + "': port '" + port + "' is not a number in 1..65535");
+      throw ConfigError("store '" + redact_store_url(url) + "': port '" + port + "' is not a number in 1..65535");
     a.port = static_cast<int>(p);
   }
-  if (a.host.empty()) throw ConfigError("store '" + url + "' has no host");
+  if (a.host.empty()) throw ConfigError("store '" + redact_store_url(url) + "' has no host");
   return a;
 }
 
-bool redis_ping(const std::string& host, int port, Ms timeout, std::string* error) {
+std::string redact_store_url(const std::string& url) {
+  const size_t at = url.rfind('@');
+  if (at == std::string::npos) return url;
+  const size_t from = url.rfind("://", at) == std::string::npos ? 0 : url.rfind("://", at) + 3;
+  return url.substr(0, from) + ":***@" + url.substr(at + 1);
+}
+
+bool redis_ping(const std::string& host, int port, Ms timeout, std::string* error, const std::string& password) {
   const timeval tv = to_timeval(timeout);
-  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  const std::string url = StoreAddress{.host = host, .port = port, .password = ""}.url();
+  std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnectWithTimeout(host.c_str(), port, tv), redisFree);
   std::string why = "out of memory";
   bool ok = false;
   if (c != nullptr && c->err == 0) {
-    redisSetTimeout(c, tv);
-    auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
-    ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS && std::string(reply->str, reply->len) == "PONG";
-    why = reply == nullptr ? std::string(c->errstr) : "no PONG to PING: not a Redis server?";
-    if (reply) freeReplyObject(reply);
+    redisSetTimeout(c.get(), tv);
+    if (authenticate(c.get(), url, password)) {  // throws ConfigError when refused
+      Reply reply(static_cast<redisReply*>(redisCommand(c.get(), "PING")));
+      const std::string text = reply ? std::string(reply->str ? reply->str : "", reply->len) : "";
+      if (reply && reply->type == REDIS_REPLY_ERROR && text.rfind("NOAUTH", 0) == 0) refuse_password(url, false, text);
+      ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS && text == "PONG";
+      why = reply == nullptr ? std::string(c->errstr) : "no PONG to PING: not a Redis server?";
+    } else {
+      why = c->errstr;
+    }
   } else if (c != nullptr) {
     why = c->errstr;
   }
-  if (c) redisFree(c);
   if (!ok && error) *error = why;
   return ok;
 }
 
 Store::Store(const StoreOptions& opts) : opts_(opts), addr_(parse_store_url(opts.url)) {
-  // Probe with PING until the deadline: a store that is still starting is not an error.
+  if (!opts_.password.empty()) addr_.password = opts_.password;
+  // Probe with PING until the deadline: a store that is still starting is not an error (a
+  // refused password is, at once: redis_ping throws).
   const auto deadline = Clock::now() + opts_.timeout;
   Ms pause(10);
   std::string why;
   for (;;) {
     const auto left = std::chrono::duration_cast<Ms>(deadline - Clock::now());
-    if (redis_ping(addr_.host, addr_.port, std::clamp(left, Ms(1), Ms(1000)), &why)) break;
+    if (redis_ping(addr_.host, addr_.port, std::clamp(left, Ms(1), Ms(1000)), &why, addr_.password)) break;
     if (Clock::now() >= deadline)
       throw Timeout(addr_.url() + ": store unreachable after " + seconds_text(opts_.timeout) + " (" + why +
                     "); fix: start redis-server or pass --store");

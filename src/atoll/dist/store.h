@@ -13,6 +13,11 @@
 // Errors: unreachable at construction -> Timeout ("redis://127.0.0.1:6399: store unreachable
 // after 5 s (Connection refused); fix: start redis-server or pass --store"); a wait that runs out
 // -> Timeout naming the keys; the connection lost later -> IoError.
+//
+// Passwords (Redis `requirepass`): given as redis://:PASSWORD@HOST:PORT or in
+// StoreOptions::password; every connection sends AUTH first. A password the store refuses, or
+// none where the store wants one, is a ConfigError at once (waiting would not fix it). Messages
+// and url() never show the password.
 #pragma once
 
 #include <chrono>
@@ -31,18 +36,25 @@ namespace atl {
 struct StoreAddress {
   std::string host = "127.0.0.1";
   int port = 6379;
-  std::string url() const;  // "redis://HOST:PORT"
+  std::string password;     // "" = none
+  std::string url() const;  // "redis://HOST:PORT" (never the password)
 };
 
-// "redis://HOST:PORT", "HOST:PORT" or "HOST" (port 6379); anything else throws ConfigError.
+// "redis://HOST:PORT", "HOST:PORT" or "HOST" (port 6379), each optionally with ":PASSWORD@"
+// (or "default:PASSWORD@") before the host; anything else throws ConfigError.
 StoreAddress parse_store_url(const std::string& url);
+// The URL with any password replaced by "***", for messages.
+std::string redact_store_url(const std::string& url);
 
 // True when a Redis server at host:port answers PING within `timeout`; else false, with the
-// reason ("Connection refused") in *error when given.
-bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error = nullptr);
+// reason ("Connection refused") in *error when given. With a password it sends AUTH first. A
+// server that refuses the password, or wants one that was not given, throws ConfigError.
+bool redis_ping(const std::string& host, int port, std::chrono::milliseconds timeout, std::string* error = nullptr,
+                const std::string& password = "");
 
 struct StoreOptions {
   std::string url = "redis://127.0.0.1:6379";
+  std::string password = {};                 // overrides the URL's; "" = the URL's (or none)
   std::string run_id = "run";                // first part of every key; unique per run
   std::chrono::milliseconds timeout{30000};  // connecting, and every wait for a key
 };

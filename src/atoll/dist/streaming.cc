@@ -60,7 +60,7 @@ SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_loca
     out.comm_s += now_s() - d0;
     if (d.commit) {
       if (d.next) admission_ = d.next;
-      return sync_.apply(f, theta_local, mixing);
+      return note_incidents(sync_.apply(f, theta_local, mixing), out);
     }
     sync_.discard(f);  // nothing of this attempt is kept
     elastic_->reform(attempt, failure.empty() ? d.why : failure);
@@ -78,7 +78,15 @@ SyncResult StreamingDiloco::blocking_step(int f, float* theta_local, bool admit,
   sync_.exchange(f);
   out.idle_s += b1 - b0;
   out.comm_s += now_s() - b1;
-  return sync_.apply(f, theta_local, -1.0);
+  return note_incidents(sync_.apply(f, theta_local, -1.0), out);
+}
+
+SyncResult StreamingDiloco::note_incidents(SyncResult r, StreamStep& out) {
+  for (UpdateIncident i : r.incidents) {
+    i.island = elastic_ ? elastic_->view().islands.at(size_t(i.member)) : i.member;
+    out.incidents.push_back(i);
+  }
+  return r;
 }
 
 SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
@@ -89,7 +97,7 @@ SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
     out.idle_s += b1 - b0;
     SyncResult r = sync_.sync(theta_local);
     out.comm_s += now_s() - b1;
-    return r;
+    return note_incidents(r, out);
   }
   // Fragment by fragment, each its own attempt: a failure retries only the fragment it hit.
   SyncResult res;
@@ -143,7 +151,7 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, Str
       throw PeerLost(where + x.what());
     }
   }
-  return sync_.apply(f, theta_local, opts_.mixing);
+  return note_incidents(sync_.apply(f, theta_local, opts_.mixing), out);
 }
 
 StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* theta_local) {

@@ -62,6 +62,7 @@ struct StreamStep {
   double comm_s = 0;                 // blocked in an exchange or waiting for one
   double idle_s = 0;                 // at the barrier before a blocking sync
   double overlap_s = 0;              // wall time of an overlapped exchange finished here
+  std::vector<UpdateIncident> incidents;  // Δs dropped or clipped in the outer steps applied here
 };
 
 class StreamingDiloco {
@@ -92,6 +93,8 @@ class StreamingDiloco {
   SyncResult blocking_step(int f, float* theta_local, bool admit, StreamStep& out);
   SyncResult final_sync(float* theta_local, StreamStep& out);
   SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
+  // The applied step's incidents into out, each with its member's island.
+  SyncResult note_incidents(SyncResult r, StreamStep& out);
 
   DilocoSync& sync_;
   ProcessGroup* outer_ = nullptr;    // a fixed group, or

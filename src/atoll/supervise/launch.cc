@@ -20,10 +20,12 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
 #include "atoll/dist/fragments.h"
+#include "atoll/dist/membership.h"
 #include "atoll/dist/store.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/redis_server.h"
+#include "atoll/supervise/run_secrets.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/metrics.h"
@@ -91,19 +93,22 @@ class LaunchView {
   int64_t outer_ = 0;
 };
 
-// The store the workers meet in: a private redis-server (kept in *redis) when none is given,
-// else the given one, which must answer PING now. Returns its URL.
-std::string open_store(const std::string& given, std::chrono::milliseconds timeout, std::unique_ptr<RedisServer>* redis) {
+// The store the workers meet in: a private redis-server (kept in *redis) with a fresh password
+// when none is given, else the given one (redis://[:PASSWORD@]HOST:PORT), which must answer PING
+// now. Returns its address: the URL without the password, and the password apart.
+StoreAddress open_store(const std::string& given, std::chrono::milliseconds timeout, std::unique_ptr<RedisServer>* redis) {
   if (given.empty()) {
-    *redis = std::make_unique<RedisServer>(RedisServerOptions{.start_timeout = timeout});
-    return (*redis)->url();
+    *redis = std::make_unique<RedisServer>(RedisServerOptions{.start_timeout = timeout, .password = random_secret()});
+    StoreAddress a = parse_store_url((*redis)->url());
+    a.password = (*redis)->password();
+    return a;
   }
   const StoreAddress a = parse_store_url(given);
   std::string why;
-  if (!redis_ping(a.host, a.port, std::min(timeout, std::chrono::milliseconds(10000)), &why))
+  if (!redis_ping(a.host, a.port, std::min(timeout, std::chrono::milliseconds(10000)), &why, a.password))
     throw Timeout("--store " + a.url() + " does not answer (" + why +
                   "); fix: start redis-server there, or leave out --store to start one on loopback");
-  return a.url();
+  return a;
 }
 
 // The command line of worker (island, rank); `join`: its restart, which rejoins the running run.
@@ -136,8 +141,8 @@ class RestartPolicy {
     bool last_step = false;  // logged a row of the last step
   };
 
-  RestartPolicy(const Config& cfg, JsonlWriter& events, std::chrono::milliseconds grace)
-      : fault_(cfg.fault), steps_(cfg.train.steps), events_(events), grace_(grace) {}
+  RestartPolicy(const Config& cfg, JsonlWriter& events, std::chrono::milliseconds grace, std::vector<std::string> env)
+      : fault_(cfg.fault), steps_(cfg.train.steps), events_(events), grace_(grace), env_(std::move(env)) {}
   void attach(Supervisor* sup) { sup_ = sup; }
   std::vector<Worker>& workers() { return workers_; }
 
@@ -166,7 +171,7 @@ class RestartPolicy {
                                         {"restart", w.restarts}, {"after_s", delay_s}}));
     return {.kind = ExitAction::Kind::kRestart,
             .delay = std::chrono::milliseconds(int64_t(delay_s * 1000)),
-            .spec = {.name = w.name, .argv = w.argv, .env = {"OMP_WAIT_POLICY=passive"}}};
+            .spec = {.name = w.name, .argv = w.argv, .env = env_}};
   }
 
   void tick() {
@@ -201,6 +206,7 @@ class RestartPolicy {
   int64_t steps_;
   JsonlWriter& events_;
   std::chrono::milliseconds grace_;
+  std::vector<std::string> env_;  // every worker's additions to the environment
   Supervisor* sup_ = nullptr;
   std::vector<Worker> workers_;
   bool started_ = false;
@@ -245,8 +251,15 @@ int launch(const LaunchOptions& o) {
     reshape = describe_reshape(manifest, N, M);
   }
   std::unique_ptr<RedisServer> redis;
-  const std::string store = open_store(o.store, std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)), &redis);
+  const std::chrono::milliseconds timeout(int64_t(cfg.fault.timeout_s * 1000));
+  const StoreAddress store_address = open_store(o.store, timeout, &redis);
+  const std::string store = store_address.url();
   begin_run(rd, cfg);
+  // Trust at the door (docs/islands.md): the run's token, and the password of our own store, in
+  // files only the owner reads; workers get both through their environment.
+  const std::string run_token = random_secret();
+  write_secret_file(rd.path + "/run.token", run_token);
+  if (redis) write_secret_file(rd.path + "/store.password", store_address.password);
   if (!data.tokenizer_path.empty())  // so `atoll generate` and `atoll export` find it, as for `atoll train`
     std::filesystem::copy_file(data.tokenizer_path, rd.path + "/tokenizer.model",
                                std::filesystem::copy_options::overwrite_existing);
@@ -268,8 +281,14 @@ int launch(const LaunchOptions& o) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
+  {
+    Store s(StoreOptions{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout});
+    publish_run_token(s, run_token);  // before any worker can register
+  }
+  std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "ATOLL_RUN_TOKEN=" + run_token};
+  if (!store_address.password.empty()) env.push_back("ATOLL_STORE_PASSWORD=" + store_address.password);
   LaunchView view(cfg.train.steps, resume_step, &metrics);
-  RestartPolicy policy(cfg, events, o.stop_grace);
+  RestartPolicy policy(cfg, events, o.stop_grace, env);
   auto& workers = policy.workers();
   Supervisor sup({.stop_grace = o.stop_grace,
                   .signal_grace = std::chrono::milliseconds(int64_t(cfg.checkpoint.grace_s * 1000)),
@@ -285,8 +304,7 @@ int launch(const LaunchOptions& o) {
       const RestartPolicy::Worker& w = workers.emplace_back(RestartPolicy::Worker{
           .name = "island " + std::to_string(i) + " rank " + std::to_string(r), .island = i, .rank = r,
           .argv = worker_argv(o, rd, store, run_id, threads, i, r, /*join=*/true)});
-      sup.spawn({.name = w.name, .argv = worker_argv(o, rd, store, run_id, threads, i, r, false),
-                 .env = {"OMP_WAIT_POLICY=passive"}});
+      sup.spawn({.name = w.name, .argv = worker_argv(o, rd, store, run_id, threads, i, r, false), .env = env});
     }
   const SupervisorOutcome out = sup.run();
   view.finish();

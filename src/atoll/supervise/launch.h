@@ -7,13 +7,17 @@
 //     (train/run_dir.h: new, or with `resume` the same run, whose newest checkpoint must suit N
 //     and M; refused before any worker starts) and takes its lock for the whole launch: the
 //     workers it starts do not lock; then prepares the data once (so the workers find it ready);
-//  2. starts redis-server on loopback (redis_server.h) unless `store` is given, which must then
-//     answer PING (else Timeout at once, with the fix);
-//  3. writes RUN_DIR/config.toml and tokenizer.model, truncates metrics.jsonl after the resumed
+//  2. starts redis-server on loopback with a fresh password (redis_server.h) unless `store` is
+//     given (redis://[:PASSWORD@]HOST:PORT), which must then answer PING (else Timeout at once,
+//     with the fix; a refused password is a ConfigError);
+//  3. writes RUN_DIR/config.toml and tokenizer.model, the run's token in RUN_DIR/run.token and
+//     its own store's password in RUN_DIR/store.password (run_secrets.h; both mode 0600), the
+//     token to the store (every worker must present it), truncates metrics.jsonl after the resumed
 //     step, and writes the events `launch` (and `resume` or `start_over`) to RUN_DIR/events.jsonl;
 //  4. spawns the N·M `atoll worker` processes (the running executable itself) through the
 //     Supervisor (launcher.h), with train.threads = cores / (N·M) when the config says 0, and
-//     OMP_WAIT_POLICY=passive;
+//     OMP_WAIT_POLICY=passive, ATOLL_RUN_TOKEN and ATOLL_STORE_PASSWORD in their environment
+//     (never on their command lines, which `ps` shows to every user);
 //  5. shows their output with each worker's name in front, writes their metrics rows, whole
 //     lines, into the one RUN_DIR/metrics.jsonl, and drives one progress line from worker 0's
 //     rows with every island's latest loss;

@@ -81,9 +81,13 @@ bool RedisServer::try_start(int port, std::string* failure) {
   log_path_ = path;
 
   const std::string port_s = std::to_string(port);
+  std::vector<std::string> argv = {opts_.binary};
+  if (!opts_.password.empty()) argv.push_back(write_password_conf());
+  for (const char* a : {"--port", port_s.c_str(), "--bind", opts_.host.c_str(), "--save", "", "--appendonly", "no",
+                        "--protected-mode", "yes", "--daemonize", "no"})
+    argv.push_back(a);
   try {
-    process_ = Process::spawn({.argv = {opts_.binary, "--port", port_s, "--bind", opts_.host, "--save", "", "--appendonly",
-                                        "no", "--protected-mode", "yes", "--daemonize", "no"},
+    process_ = Process::spawn({.argv = argv,
                                .fds = {{log_fd, 1}, {log_fd, 2}},
                                .death_signal = SIGTERM});
   } catch (const ExecFailed& e) {
@@ -102,7 +106,7 @@ bool RedisServer::try_start(int port, std::string* failure) {
       *failure = log_tail();
       return false;
     }
-    if (redis_ping(opts_.host, port_, std::chrono::milliseconds(200))) return true;
+    if (redis_ping(opts_.host, port_, std::chrono::milliseconds(200), nullptr, opts_.password)) return true;
     if (Clock::now() > deadline) {
       const std::string log = log_tail();  // before stop() removes the log
       stop();
@@ -115,10 +119,24 @@ bool RedisServer::try_start(int port, std::string* failure) {
 
 void RedisServer::stop() {
   process_.terminate(opts_.stop_timeout);  // does nothing in a forked child: Process checks its owner
-  if (!log_path_.empty() && ::getpid() == owner_) {
-    ::unlink(log_path_.c_str());
-    log_path_.clear();
-  }
+  if (::getpid() != owner_) return;
+  for (std::string* path : {&log_path_, &conf_path_})
+    if (!path->empty()) ::unlink(path->c_str()), path->clear();
+}
+
+std::string RedisServer::write_password_conf() {
+  if (!conf_path_.empty()) return conf_path_;
+  if (opts_.password.find_first_of(" \t\r\n\"'") != std::string::npos)
+    throw ConfigError("redis-server password holds white space or quotes; fix: use letters and digits");
+  char path[] = "/tmp/atoll-redis-conf-XXXXXX";
+  const int fd = ::mkostemp(path, O_CLOEXEC);  // mode 0600
+  if (fd < 0) throw IoError(std::string("cannot create redis-server config in /tmp: ") + std::strerror(errno));
+  conf_path_ = path;
+  const std::string text = "requirepass " + opts_.password + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+  ::close(fd);
+  if (!ok) throw IoError("cannot write redis-server config " + conf_path_ + ": " + std::strerror(errno));
+  return conf_path_;
 }
 
 std::string RedisServer::log_tail() const {

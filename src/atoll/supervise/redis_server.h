@@ -14,6 +14,9 @@
 //
 // A fixed `port` is used as given: if it is taken, the error says so ("Address already in use").
 //
+// A password (`requirepass`) goes to redis-server in a config file of its own (mode 0600, removed
+// when the server stops), never on its command line, which `ps` shows to every user.
+//
 // Errors: redis-server missing -> Error with the fix ("apt-get install redis-server"); not
 // answering in time -> Timeout; exiting at start -> Error with the tail of its log.
 #pragma once
@@ -34,6 +37,7 @@ struct RedisServerOptions {
   std::chrono::milliseconds start_timeout{10000};
   std::chrono::milliseconds stop_timeout{5000};
   int attempts = 5;  // fresh ports tried when the chosen one is taken
+  std::string password = {};  // requirepass; "" = none
 };
 
 class RedisServer {
@@ -45,7 +49,8 @@ class RedisServer {
 
   const std::string& host() const { return opts_.host; }
   int port() const { return port_; }
-  std::string url() const;  // "redis://127.0.0.1:PORT", what --store takes
+  std::string url() const;  // "redis://127.0.0.1:PORT", what --store takes (without the password)
+  const std::string& password() const { return opts_.password; }
   pid_t pid() const { return process_.running() ? process_.pid() : -1; }
 
   // Stops the server (idempotent). Does nothing in a process forked from the one that started it.
@@ -54,12 +59,14 @@ class RedisServer {
  private:
   bool try_start(int port, std::string* failure);
   std::string log_tail() const;
+  std::string write_password_conf();  // once; returns its path
 
   RedisServerOptions opts_;
   int port_ = 0;
   Process process_;
   pid_t owner_ = -1;  // the process that started the server; forked children never stop it
   std::string log_path_;
+  std::string conf_path_;  // the password's config file, while the server runs
 };
 
 }  // namespace atl

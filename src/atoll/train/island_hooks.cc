@@ -112,6 +112,19 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     row.theta_hash = theta_hash_ = st.synced->theta_hash;
     row.momentum_hash = st.synced->momentum_hash;
   }
+  log_incidents(st, loop);
+}
+
+void DilocoHook::log_incidents(const StreamStep& st, const Loop& loop) {
+  if (!incidents_ || st.incidents.empty() || outer_.view().islands.front() != place_.island) return;
+  for (const UpdateIncident& i : st.incidents) {
+    nlohmann::json e = {{"island", i.island}, {"rank", place_.rank}, {"step", loop.step}, {"norm", i.norm},
+                        {"reported_by", place_.island}};
+    if (st.synced) e["outer_step"] = st.synced->outer_step;
+    if (i.kind == "dropped_update") e["why"] = i.why;
+    else e["median"] = i.median, e["scale"] = i.scale;
+    incidents_->write(event_row(i.kind, e));
+  }
 }
 
 void ElasticHook::before_step(Loop& loop) {

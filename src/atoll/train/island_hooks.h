@@ -7,8 +7,9 @@
 //                   the mean across islands too, so every worker takes the same step;
 //                   after_inner_step: at its end θ ← the warm parameters (checked by hash).
 //   DilocoHook      after_inner_step: the outer steps that streaming DiLoCo has due
-//                   (dist/streaming.h), on the host copy of the parameters; can_checkpoint: not
-//                   while an exchange is in flight.
+//                   (dist/streaming.h), on the host copy of the parameters, and their dropped or
+//                   clipped Δs (dist/update_guard.h) as events; can_checkpoint: not while an
+//                   exchange is in flight.
 //   ElasticHook     before_step: the joiners a committed outer step admitted receive the run's
 //                   state before anyone takes the next step (state_transfer.h);
 //                   after_inner_step: after a committed outer step, this worker's membership
@@ -83,14 +84,23 @@ class WarmStartHook final : public StepHooks {
 
 class DilocoHook final : public StepHooks {
  public:
-  DilocoHook(const Config& cfg, StreamingDiloco& streaming)
-      : streaming_(streaming), dp_warmup_(dp_warmup_steps(cfg)), diloco_steps_(cfg.train.steps - dp_warmup_) {}
+  DilocoHook(const Config& cfg, const IslandPlace& place, ElasticGroup& outer, StreamingDiloco& streaming,
+             JsonlWriter* incidents)
+      : place_(place), outer_(outer), streaming_(streaming), incidents_(incidents), dp_warmup_(dp_warmup_steps(cfg)),
+        diloco_steps_(cfg.train.steps - dp_warmup_) {}
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
   bool can_checkpoint() override { return !streaming_.in_flight(); }
   const std::string& theta_hash() const { return theta_hash_; }  // after the newest outer step
 
  private:
+  // The outer steps' dropped and clipped Δs in events.jsonl, from the view's lowest island (each
+  // rank for its shard of Δ, which its outer group guarded).
+  void log_incidents(const StreamStep& st, const Loop& loop);
+
+  IslandPlace place_;
+  ElasticGroup& outer_;
   StreamingDiloco& streaming_;
+  JsonlWriter* incidents_;
   int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
   std::string theta_hash_;
 };
@@ -113,10 +123,11 @@ class ElasticHook final : public StepHooks {
 class IslandHooks final : public StepHooks {
  public:
   IslandHooks(const Config& cfg, const IslandPlace& place, ProcessGroup& inner, ElasticGroup& outer,
-              DilocoSync& diloco, StreamingDiloco& streaming, TrainingState& state, JsonlWriter* events)
+              DilocoSync& diloco, StreamingDiloco& streaming, TrainingState& state, JsonlWriter* events,
+              JsonlWriter* incidents)
       : mean_(cfg, place, inner, outer),
         warm_(cfg, place, inner, outer, diloco, events),
-        diloco_(cfg, streaming),
+        diloco_(cfg, place, outer, streaming, incidents),
         elastic_(cfg, outer, streaming, state),
         list_({&mean_, &warm_, &diloco_, &elastic_}) {}
   void before_step(Loop& loop) override { list_.before_step(loop); }

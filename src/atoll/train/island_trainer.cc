@@ -137,7 +137,8 @@ DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeou
                    .chunk_bytes = size_t(cfg.diloco.chunk_kb) * 1024,
                    .timeout = timeout,
                    .error_feedback = cfg.diloco.error_feedback,
-                   .compress = cfg.diloco.compress == "zstd"}};
+                   .compress = cfg.diloco.compress == "zstd"},
+          .guard = {.clip_factor = cfg.fault.clip_factor, .min_cosine = cfg.fault.min_cosine}};
 }
 
 // One worker of the run: what it holds of the run, in the order it builds it (and tears it down
@@ -211,13 +212,15 @@ struct Worker {
   void connect() {
     const int W = opts.islands * opts.workers_per_island;
     try {
-      store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .run_id = opts.run_id, .timeout = timeout});
+      store = std::make_unique<Store>(StoreOptions{
+          .url = opts.store_url, .password = opts.store_password, .run_id = opts.run_id, .timeout = timeout});
       membership = std::make_unique<Membership>(
           *store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
                                     .workers_per_island = opts.workers_per_island,
                                     .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
                                     .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
-                                    .timeout = timeout});
+                                    .timeout = timeout, .run_token = opts.run_token});
+      membership->check_run_token();  // a wrong or missing token: refused before anything is written
       membership->start_heartbeat();
       if (opts.join) return;
       membership->announce();
@@ -446,7 +449,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   IslandHooks hooks(cfg,
                     {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who,
                      .checkpoint_bytes = &wk.checkpoint_bytes},
-                    inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr);
+                    inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr, &events);
   DriverResult r;
   try {
     r = run_steps(loop, hooks,

@@ -56,7 +56,9 @@
 namespace atl {
 
 struct WorkerOptions {
-  std::string store_url;             // redis://HOST:PORT
+  std::string store_url;             // redis://[:PASSWORD@]HOST:PORT
+  std::string store_password;        // overrides the URL's ("" = the URL's, or none)
+  std::string run_token;             // the run's token, presented before anything is written ("" = none)
   std::string run_id = "atoll";      // store key prefix: unique per run
   int island = 0, rank = 0;          // this worker
   int islands = 1, workers_per_island = 1;

@@ -1,0 +1,65 @@
+// Bad updates from a peer (docs/islands.md "Trust at the door"): before the ring all-reduce of
+// an outer step, every member of the outer group checks the pseudo-gradients Δ of the round, so
+// one broken or hostile island cannot poison θ:
+//
+//   1. each member computes the norm of its Δ (NaN if any element is not finite) and all-gathers
+//      it with its tag: the outer step and the hash of θ its Δ was computed from;
+//   2. a Δ that is not finite, or whose tag is not the round's (the tag most members hold; a tie
+//      goes to the lowest member's), is dropped: it contributes zeros with weight 0, and every
+//      other member scales its Δ by P/K (K members contribute), so the ring's mean over P is the
+//      mean over the K;
+//   3. with 3 or more kept, a Δ pointing against the others is dropped: each member also sends a
+//      CountSketch of its Δ (128 signed buckets, hashed the same way everywhere), and a Δ whose
+//      sketch's cosine with the coordinate-wise median sketch is below min_cosine is dropped
+//      (a sign-flipped Δ: honest DiLoCo pseudo-gradients of one θ point the same way);
+//   4. a kept Δ whose norm exceeds clip_factor times the median norm of the kept ones (the lower
+//      median, so that with two members the smaller norm bounds the larger) is scaled down to
+//      that bound (clip_factor = 0: no clipping).
+// Every member sees the same gathered figures, so every member reaches the same verdict, and the
+// ring result stays bit-identical everywhere. The tag catches a stale Δ: one computed from an
+// older θ (a confused or replaying island); it cannot catch a member that lies about its tag,
+// whose Δ the clip still bounds.
+//
+// Costs one all-gather of ~2.5 KB per member, and a pass over Δ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atoll/dist/group.h"
+
+namespace atl {
+
+struct UpdateTag {
+  int64_t outer_step = 0;  // the outer step the Δ is for
+  std::string theta_hash;  // of the θ it was computed from
+};
+
+struct UpdateIncident {
+  std::string kind;  // "dropped_update" | "clipped_update"
+  int member = 0;    // the group rank whose Δ it was
+  int island = -1;   // that member's island, where the caller knows it (streaming.h fills it in)
+  std::string why;   // dropped: "not finite" | "stale: ..."; clipped: ""
+  double norm = 0, median = 0, scale = 1;  // clipped: norm, the kept ones' median, the factor applied
+};
+
+struct GuardOptions {
+  double clip_factor = 2.0;  // a kept Δ is clipped to clip_factor x the median norm; 0 = no clipping
+  // With 3 or more kept, a Δ whose direction's cosine with the round's median direction is below
+  // this is dropped; -1 = never (independent random Δs, as in tests of the ring, have cosine ~0).
+  double min_cosine = -1.0;
+};
+
+struct GuardResult {
+  int contributors = 0;  // K
+  std::vector<UpdateIncident> incidents;  // every member's drop or clip, in member order
+};
+
+// In place on this member's x[n] (zeros when dropped, scaled when clipped or when others were
+// dropped). Every member of `group` calls it with its own Δ and tag; throws Timeout/PeerLost
+// (the group's) with x unchanged.
+GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts);
+
+}  // namespace atl

@@ -1,0 +1,144 @@
+// Helpers of the elastic-island tests through `atoll launch` (elastic_test.cc, trust_test.cc):
+// finding a worker process under the launcher, reading a run's hashes and events, and the
+// launch arguments of a short 3-island run on the micro model with fast fault settings.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cli/cli_util.h"
+
+namespace atl::testing {
+
+using Clock = std::chrono::steady_clock;
+
+// Polls `cond` every 20 ms for at most `seconds`, while `alive()`.
+template <class Cond, class Alive>
+inline bool wait_until(Cond&& cond, double seconds, Alive&& alive) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end && alive()) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+// The `atoll worker ... --island I` process under the launcher (its child).
+inline pid_t worker_pid(pid_t launcher, int island) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(entry.path() / "cmdline");
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    const std::string stat = read_file(entry.path() / "stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == launcher && cmdline.find(" worker ") != std::string::npos &&
+        cmdline.find("--island " + std::to_string(island) + " ") != std::string::npos)
+      return pid_t(std::stol(name));
+  }
+  return -1;
+}
+
+inline char process_state(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos ? '?' : stat[close + 2];
+}
+
+struct RunView {
+  std::map<int64_t, std::map<int, std::string>> theta, momentum;  // outer step -> island -> hash
+  std::map<std::string, std::vector<nlohmann::json>> events;
+  size_t count(const std::string& kind) const { return events.count(kind) ? events.at(kind).size() : 0; }
+};
+
+inline RunView read_run(const std::string& run) {
+  RunView v;
+  if (fs::exists(run + "/metrics.jsonl"))
+    for (const auto& r : read_jsonl(run + "/metrics.jsonl"))
+      if (r.contains("theta_hash")) {
+        v.theta[r["outer_step"].get<int64_t>()][r["island"].get<int>()] = r["theta_hash"];
+        v.momentum[r["outer_step"].get<int64_t>()][r["island"].get<int>()] = r.value("momentum_hash", "");
+      }
+  if (fs::exists(run + "/events.jsonl"))
+    for (const auto& e : read_jsonl(run + "/events.jsonl")) v.events[e["event"].get<std::string>()].push_back(e);
+  return v;
+}
+
+inline int64_t newest_outer_step(const std::string& run) {
+  try {
+    const RunView v = read_run(run);
+    return v.theta.empty() ? 0 : v.theta.rbegin()->first;
+  } catch (const std::exception&) {  // a line being written
+    return 0;
+  }
+}
+
+class ElasticLaunch : public CliTest {
+ protected:
+  static constexpr int64_t kSteps = 1200, kH = 4;
+  std::vector<std::string> args(const std::string& run, const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> a = {
+        "launch", "--islands", "3", "--config", world().config(), "--run-dir", run, "--stop-grace", "1",
+        "--set", "train.steps=" + std::to_string(kSteps), "--set", "diloco.inner_steps=" + std::to_string(kH),
+        "--set", "train.eval_every=0", "--set", "checkpoint.every=400", "--set", "optim.warmup_steps=0",
+        "--set", "fault.heartbeat_s=0.2", "--set", "fault.heartbeat_ttl_s=1", "--set", "fault.timeout_s=4",
+        "--set", "fault.restart_backoff_s=0.2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // Every outer step: one θ hash and one momentum hash over the islands that logged it.
+  static void expect_agreement(const RunView& v, int64_t last_outer_step = kSteps / kH) {
+    ASSERT_FALSE(v.theta.empty());
+    for (const auto& [step, by_island] : v.theta) {
+      std::set<std::string> t, m;
+      for (const auto& [i, h] : by_island) t.insert(h), m.insert(v.momentum.at(step).at(i));
+      EXPECT_EQ(t.size(), 1u) << "outer step " << step;
+      EXPECT_EQ(m.size(), 1u) << "outer step " << step;
+    }
+    EXPECT_EQ(v.theta.rbegin()->first, last_outer_step) << "every outer step, each once (a retry keeps its number)";
+  }
+
+  // Starts the run with island `island` stopping itself (SIGSTOP) at the first ring message of
+  // outer step 3; returns that worker's pid once it is stopped, -1 if it never was.
+  pid_t launch_until_stopped(std::unique_ptr<Background>& b, const std::string& run, int island,
+                             const std::vector<std::string>& extra = {}) {
+    child_env().push_back("ATOLL_FAULT=hang:island=" + std::to_string(island) + ":outer_step=3:ring_chunk=1");
+    b = std::make_unique<Background>(args(run, extra), dir("launch"));
+    child_env().pop_back();
+    pid_t pid = -1;
+    const bool stopped = wait_until([&] { return (pid = worker_pid(b->pid(), island)) > 0 && process_state(pid) == 'T'; },
+                                    60, [&] { return b->running(); });
+    return stopped ? pid : -1;
+  }
+
+  ::testing::AssertionResult ends_with_exit_0(Background& b) const {
+    const int status = b.wait();
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "wait status " << status << "\n" << read_file(dir("launch") + ".err");
+  }
+
+  // The outer steps logged by `count` islands.
+  static std::vector<int64_t> steps_with(const RunView& v, size_t count) {
+    std::vector<int64_t> s;
+    for (const auto& [step, by_island] : v.theta)
+      if (by_island.size() == count) s.push_back(step);
+    return s;
+  }
+};
+
+}  // namespace atl::testing
