@@ -63,6 +63,10 @@ class Tokenizer {
   std::string path_;
 };
 
+// Cuts a document into the sentences the trainer takes: pieces of at most its sentence limit
+// (16 KiB), cut after a line break where there is one, else at a UTF-8 character boundary.
+void split_sentences(std::string_view doc, std::vector<std::string_view>& out);
+
 // A tokenizer's fingerprint: FNV-1a 64 (corpus.h) of its model file's bytes, as 16 hex digits,
 // so that data and models made with different tokenizers can be told apart. Throws DataError
 // if the file cannot be read.
