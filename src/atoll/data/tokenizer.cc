@@ -246,6 +246,8 @@ std::string Tokenizer::piece(int32_t id) const {
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
+int Tokenizer::unk_id() const { return sp_->unk_id(); }
+int Tokenizer::pad_id() const { return sp_->pad_id(); }
 
 std::string tokenizer_fingerprint(const std::string& model_path) {
   std::ifstream in(model_path, std::ios::binary);

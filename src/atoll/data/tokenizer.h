@@ -55,6 +55,8 @@ class Tokenizer {
   int vocab_size() const;  // V
   int bos_id() const;
   int eos_id() const;
+  int unk_id() const;
+  int pad_id() const;  // -1: none
   const std::string& path() const { return path_; }
 
  private:
