@@ -202,10 +202,16 @@ TEST_F(BadPrepare, BinaryFile) {
   EXPECT_TRUE(fails_clearly(r, {dir("texts/program"), "not UTF-8", "byte"}));
 }
 
-TEST_F(BadPrepare, BadJsonlLine) {
-  write_file(dir("docs.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n");
-  const RunResult r = prepare({dir("docs.jsonl")}, dir("out"));
-  EXPECT_TRUE(fails_clearly(r, {dir("docs.jsonl") + ":2", "\"text\""}));
+// A bad JSONL line among good ones is skipped with a line naming the file, the line and the
+// problem, and counted in meta.json: one broken record must not stop a prepare of gigabytes.
+TEST_F(BadPrepare, BadJsonlLineIsSkippedAndNamed) {
+  write_file(dir("docs.jsonl"), "{\"text\": \"one\"}\n{\"body\": \"two\"}\n{\"text\": \"three\"}\n");
+  const RunResult r = run_atoll({"data", "prepare", "--input", dir("docs.jsonl"), "--out", dir("out"), "--vocab-size", "384"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find(dir("docs.jsonl") + ":2: no string field \"text\"; line skipped"), std::string::npos) << r.err;
+  const auto meta = nlohmann::json::parse(read_file(dir("out/meta.json")));
+  EXPECT_EQ(meta["skipped"]["lines"]["no string field \"text\""], 1);
+  EXPECT_EQ(meta["documents"], 2);
 }
 
 TEST_F(BadPrepare, OutputFolderHoldsOtherFiles) {

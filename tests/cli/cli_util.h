@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,7 @@ inline std::vector<std::string> split_lines(const std::string& text) {
 struct RunResult {
   int exit_code = -1;  // -1 when killed by a signal (or timed out)
   bool timed_out = false;
+  int64_t peak_rss_kb = 0;  // the child's peak resident set (getrusage's ru_maxrss, from wait4)
   std::string out, err;
   std::string command;  // for failure messages
 
@@ -175,9 +177,11 @@ inline RunResult run_atoll(const std::vector<std::string>& args, double timeout_
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  struct rusage usage {};
+  while (::wait4(pid, &status, 0, &usage) < 0 && errno == EINTR) {
   }
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.peak_rss_kb = usage.ru_maxrss;
   return r;
 }
 

@@ -333,6 +333,34 @@ void check_export(const std::string& run, const std::string& out, bool tied) {
   EXPECT_TRUE(fs::exists(out + "/tokenizer.model"));
 }
 
+// The export says how atoll tokenizes (no BOS, no EOS, no leading space) and its special ids,
+// as SentencePiece itself reads them from the model (Python's binding, when installed).
+TEST_F(Commands, ExportTellsToolsHowAtollTokenizes) {
+  const RunResult r = run_atoll({"export", "--checkpoint", base_run(), "--format", "hf", "--out", dir("hf")});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const json tc = json::parse(read_file(dir("hf/tokenizer_config.json")));
+  EXPECT_EQ(tc["add_bos_token"], false);
+  EXPECT_EQ(tc["add_eos_token"], false);
+  EXPECT_EQ(tc["add_prefix_space"], false);
+  EXPECT_EQ(tc["bos_token"], "<s>");
+  EXPECT_EQ(tc["eos_token"], "</s>");
+  EXPECT_EQ(tc["unk_token"], "<unk>");
+  EXPECT_TRUE(tc["pad_token"].is_null());
+  const json cfg = json::parse(read_file(dir("hf/config.json")));
+  if (std::system("/usr/bin/python3 -c 'import sentencepiece' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-sentencepiece";
+  const std::string cmd = "/usr/bin/python3 -c \"import sentencepiece as s; p = s.SentencePieceProcessor(model_file='" +
+                          dir("hf/tokenizer.model") + "'); print(p.bos_id(), p.eos_id(), p.pad_id())\"";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  int bos = -9, eos = -9, pad = -9;
+  EXPECT_EQ(std::fscanf(f, "%d %d %d", &bos, &eos, &pad), 3);
+  ::pclose(f);
+  EXPECT_EQ(cfg["bos_token_id"], bos);
+  EXPECT_EQ(cfg["eos_token_id"], eos);
+  EXPECT_EQ(pad, -1);
+  EXPECT_TRUE(cfg["pad_token_id"].is_null());
+}
+
 TEST_F(Commands, ExportUntiedModel) {
   check_export(base_run(), dir("hf"), /*tied=*/false);
   // A previous export may be replaced by a new one; the files the user added to it are kept.
@@ -342,8 +370,8 @@ TEST_F(Commands, ExportUntiedModel) {
   EXPECT_EQ(again.exit_code, 0) << again.describe();
   EXPECT_EQ(read_file(dir("hf/README.md")), "# my model\n");
   EXPECT_EQ(read_file(dir("hf/generation_config.json")), "{\"temperature\": 0.7}\n");
-  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "atoll-export.json",
-                                   "README.md", "generation_config.json"}),
+  EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json",
+                                   "atoll-export.json", "README.md", "generation_config.json"}),
             [&] {
               std::set<std::string> names;
               for (const auto& e : fs::directory_iterator(dir("hf"))) names.insert(e.path().filename().string());

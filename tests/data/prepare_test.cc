@@ -67,8 +67,9 @@ TEST(Prepare, EndToEndShardsLoadAndDecodeToTheCorpus) {
   EXPECT_EQ(r.documents, 400);
   EXPECT_GT(r.train_shards.size(), 1u);  // several shards of at most 2000 tokens
   ASSERT_EQ(r.val_shards.size(), 1u);
-  EXPECT_GE(r.val_tokens, static_cast<int64_t>(0.05 * (r.train_tokens + r.val_tokens)));
-  EXPECT_LT(r.val_tokens, r.train_tokens / 5);
+  // Documents are held out by a hash of their text: about 5% of 400 documents, 20 +- 2 sigma.
+  EXPECT_GE(r.val_tokens, static_cast<int64_t>(0.02 * (r.train_tokens + r.val_tokens)));
+  EXPECT_LT(r.val_tokens, r.train_tokens / 8);
   for (const auto& s : r.train_shards) EXPECT_LE(ShardView(s).size(), 2000);
 
   // Every document comes back exactly once, from training or validation.

@@ -197,21 +197,56 @@ std::string hf_mixtral_config_json(const ModelConfig& m) {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// transformers' LlamaTokenizer settings for a SentencePiece model as atoll uses it.
+std::string hf_tokenizer_config_json(const ModelConfig& m, const HfSpecialTokens& t) {
+  auto piece = [](int id, const std::string& p) { return id >= 0 ? nlohmann::ordered_json(p) : nlohmann::ordered_json(); };
+  const nlohmann::ordered_json j = {
+      {"tokenizer_class", "LlamaTokenizer"},
+      {"add_bos_token", false},
+      {"add_eos_token", false},
+      {"add_prefix_space", false},
+      {"legacy", false},
+      {"bos_token", piece(t.bos, t.bos_piece)},
+      {"eos_token", piece(t.eos, t.eos_piece)},
+      {"unk_token", piece(t.unk, t.unk_piece)},
+      {"pad_token", piece(t.pad, t.pad_piece)},
+      {"model_max_length", m.seq_len},
+      {"clean_up_tokenization_spaces", false},
+      {"spaces_between_special_tokens", false},
+  };
+  return j.dump(2) + "\n";
+}
+
+std::string with_special_ids(const std::string& config_json, const HfSpecialTokens& t) {
+  auto j = nlohmann::ordered_json::parse(config_json);
+  auto id = [](int v) { return v >= 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+  j["bos_token_id"] = id(t.bos);
+  j["eos_token_id"] = id(t.eos);
+  j["pad_token_id"] = id(t.pad);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
 void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params,
-               const std::string& tokenizer_path) {
+               const std::string& tokenizer_path, const HfSpecialTokens& special) {
   ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(m).total()) << "layout does not match the model config";
   ATOLL_CHECK_EQ(layout.find("head") == nullptr, m.tie_embeddings) << "layout and model.tie_embeddings disagree";
-  // Mixtral's rotary embedding turns every entry of a head; a partial one would export a
-  // different model under the same tensors.
-  if (m.partial_rotary_factor != 1.0)
-    throw Error("cannot export model.partial_rotary_factor = " + std::to_string(m.partial_rotary_factor) +
-                " as Mixtral: transformers' Mixtral rotates every entry of each head (fix: train with "
-                "model.partial_rotary_factor = 1.0 to export as Mixtral)");
   fs::path final_dir = fs::absolute(out_dir).lexically_normal();
   if (!final_dir.has_filename()) final_dir = final_dir.parent_path();  // "out/" -> "out"
   std::vector<std::string> written = {"model.safetensors", "config.json"};
   if (!tokenizer_path.empty()) written.push_back("tokenizer.model");
   const HfArchitecture arch = hf_architecture(m);  // refuses a mix neither architecture expresses
+  // Mixtral's rotary embedding turns every entry of a head; a partial one would export a
+  // different model under the same tensors (ZAYA1's config carries partial_rotary_factor).
+  if (arch != HfArchitecture::kZaya && m.partial_rotary_factor != 1.0)
+    throw Error("cannot export model.partial_rotary_factor = " + std::to_string(m.partial_rotary_factor) +
+                " as Mixtral: transformers' Mixtral rotates every entry of each head (fix: train with "
+                "model.partial_rotary_factor = 1.0 to export as Mixtral)");
+  const bool special_ids = !tokenizer_path.empty() && special.given();
+  if (special_ids) written.push_back("tokenizer_config.json");
   const std::vector<std::string> keep = users_files(final_dir, written);
   std::vector<TensorToWrite> tensors;
   std::vector<HfValues> zaya;  // ZAYA1's tensors are copies (its experts are re-packed)
@@ -233,7 +268,10 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
   try {
     // transformers refuses safetensors files whose metadata lacks a known "format".
     write_safetensors((tmp / "model.safetensors").string(), tensors, {.metadata = {{"format", "pt"}}});
-    write_text_file((tmp / "config.json").string(), config_json, /*sync=*/true);
+    write_text_file((tmp / "config.json").string(), special_ids ? with_special_ids(config_json, special) : config_json,
+                    /*sync=*/true);
+    if (special_ids)
+      write_text_file((tmp / "tokenizer_config.json").string(), hf_tokenizer_config_json(m, special), /*sync=*/true);
     if (!tokenizer_path.empty()) {
       std::error_code ec;
       fs::copy_file(tokenizer_path, tmp / "tokenizer.model", ec);

@@ -39,7 +39,18 @@ std::string hf_mixtral_config_json(const ModelConfig& m);
 // other file (a README.md, a generation_config.json the user added) is kept. Refused with
 // IoError, naming the files: any other non-empty folder, and an earlier export holding a file
 // atoll did not write under a name this export writes. `params` is laid out by `layout`.
+//
+// With `special` (the tokenizer's special pieces, read by the caller from tokenizer.model) it
+// also writes tokenizer_config.json, saying how atoll tokenizes: no BOS or EOS added to a text,
+// no leading space (SentencePiece's add_dummy_prefix is off), so that tools that read it
+// (transformers, llama.cpp's converter) give atoll's ids exactly; and config.json gets the
+// special ids (bos_token_id, eos_token_id, pad_token_id).
+struct HfSpecialTokens {
+  int bos = -1, eos = -1, unk = -1, pad = -1;  // ids, -1 = the tokenizer has none
+  std::string bos_piece{}, eos_piece{}, unk_piece{}, pad_piece{};
+  bool given() const { return bos >= 0 || eos >= 0 || unk >= 0; }
+};
 void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params,
-               const std::string& tokenizer_path = "");
+               const std::string& tokenizer_path = "", const HfSpecialTokens& special = {});
 
 }  // namespace atl

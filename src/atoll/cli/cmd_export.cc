@@ -5,6 +5,7 @@
 #include "atoll/ckpt/export_hf.h"
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
+#include "atoll/data/tokenizer.h"
 
 namespace atl::cli {
 
@@ -24,9 +25,18 @@ Runner add_export(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
     const std::string tok = run_tokenizer(cm.dir);
-    export_hf(f->out, cm.config.model, cm.layout, cm.params.data(), tok);
+    HfSpecialTokens special;
+    if (!tok.empty()) {
+      const Tokenizer t = Tokenizer::load(tok);
+      special = {.bos = t.bos_id(), .eos = t.eos_id(), .unk = t.unk_id(), .pad = t.pad_id()};
+      if (special.bos >= 0) special.bos_piece = t.piece(special.bos);
+      if (special.eos >= 0) special.eos_piece = t.piece(special.eos);
+      if (special.unk >= 0) special.unk_piece = t.piece(special.unk);
+      if (special.pad >= 0) special.pad_piece = t.piece(special.pad);
+    }
+    export_hf(f->out, cm.config.model, cm.layout, cm.params.data(), tok, special);
     std::printf("exported %s to %s (config.json, model.safetensors%s; atoll-export.json lists them)\n",
-                cm.dir.c_str(), f->out.c_str(), tok.empty() ? "" : ", tokenizer.model");
+                cm.dir.c_str(), f->out.c_str(), tok.empty() ? "" : ", tokenizer.model, tokenizer_config.json");
     return 0;
   };
 }

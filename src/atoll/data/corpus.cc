@@ -12,6 +12,8 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/data/byte_source.h"
+#include "atoll/data/document_stream.h"
 
 namespace atl {
 
@@ -48,120 +50,6 @@ size_t utf8_len(const unsigned char* p, size_t n) {
     if (p[i] < 0x80 || p[i] > 0xBF) return 0;
   }
   return len;
-}
-
-// Refuses binary files (NUL or invalid UTF-8 in the first KiB; a sequence cut by the KiB
-// boundary is fine) and replaces later invalid bytes with U+FFFD.
-void check_text(const std::string& path, std::string& bytes) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t n = bytes.size();
-  const size_t sniff = std::min(n, kSniffBytes);
-  for (size_t i = 0; i < sniff;) {
-    const size_t len = p[i] == 0 ? 0 : utf8_len(p + i, n - i);
-    if (len == 0) {
-      throw DataError("input " + path + " is not UTF-8 text (" +
-                      (p[i] == 0 ? std::string("NUL byte") : "invalid UTF-8") + " at byte " + std::to_string(i) +
-                      "); fix: remove it from the inputs or convert it to "
-                      "UTF-8 (e.g. iconv -t UTF-8)");
-    }
-    i += len;
-  }
-  std::string clean;
-  size_t bad = 0, done = 0;
-  for (size_t i = 0; i < n;) {
-    const size_t len = utf8_len(p + i, n - i);
-    if (len > 0) {
-      i += len;
-      continue;
-    }
-    clean.append(bytes, done, i - done).append("\xEF\xBF\xBD");
-    ++bad;
-    done = ++i;
-  }
-  if (bad == 0) return;
-  clean.append(bytes, done, std::string::npos);
-  bytes = std::move(clean);
-  log_warn("input " + path + ": replaced " + std::to_string(bad) + " invalid UTF-8 byte(s) with U+FFFD");
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read input " + path + ": " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw IoError("error while reading input " + path);
-  return bytes;
-}
-
-// The file's extension in lower case (".jsonl" for "x.JSONL"): formats follow the extension
-// whatever its case.
-std::string lower_extension(const fs::path& p) {
-  std::string ext = p.extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext;
-}
-
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
-
-std::vector<std::string> split_jsonl(const std::string& path, const std::string& bytes) {
-  std::vector<std::string> docs;
-  size_t pos = 0;
-  for (int64_t line_no = 1; pos < bytes.size(); ++line_no) {
-    size_t end = bytes.find('\n', pos);
-    if (end == std::string::npos) end = bytes.size();
-    const std::string_view line(bytes.data() + pos, end - pos);
-    pos = end + 1;
-    if (is_blank(line)) continue;
-    const auto where = path + ":" + std::to_string(line_no);
-    nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (obj.is_discarded()) {
-      throw DataError(where +
-                      ": not valid JSON; fix: each line of a .jsonl input must be one "
-                      "JSON object such as {\"text\": \"...\"}");
-    }
-    const auto it = obj.is_object() ? obj.find("text") : obj.end();
-    if (!obj.is_object() || it == obj.end() || !it->is_string()) {
-      throw DataError(where +
-                      ": no string field \"text\"; fix: each line of a .jsonl input "
-                      "must be a JSON object such as {\"text\": \"...\"}");
-    }
-    std::string text = it->get<std::string>();
-    if (!is_blank(text)) docs.push_back(std::move(text));
-  }
-  return docs;
-}
-
-// Splits at lines holding only `%` (tolerating a CR) when the file has any; otherwise the
-// whole file is one document. The newline that ends a fortune's last line is dropped.
-std::vector<std::string> split_text(const std::string& bytes) {
-  std::vector<std::string> docs;
-  std::string cur;
-  bool fortune = false;
-  size_t pos = 0;
-  while (pos < bytes.size()) {
-    size_t end = bytes.find('\n', pos);
-    const size_t next = end == std::string::npos ? bytes.size() : end + 1;
-    if (end == std::string::npos) end = bytes.size();
-    const std::string_view line(bytes.data() + pos, end - pos);
-    if (line == "%" || line == "%\r") {
-      fortune = true;
-      if (!cur.empty() && cur.back() == '\n') cur.pop_back();
-      if (!is_blank(cur)) docs.push_back(std::move(cur));
-      cur.clear();
-    } else {
-      cur.append(bytes, pos, next - pos);
-    }
-    pos = next;
-  }
-  if (fortune && !cur.empty() && cur.back() == '\n') cur.pop_back();
-  if (!is_blank(cur)) docs.push_back(std::move(cur));
-  return docs;
-}
-
-std::vector<std::string> split_documents(const std::string& path, std::string& bytes) {
-  if (bytes.starts_with("\xEF\xBB\xBF")) bytes.erase(0, 3);  // UTF-8 byte order mark
-  check_text(path, bytes);
-  if (lower_extension(path) == ".jsonl") return split_jsonl(path, bytes);
-  return split_text(bytes);
 }
 
 // Files under a folder, sorted, minus hidden entries and strfile indexes.
@@ -217,22 +105,97 @@ std::vector<std::string> list_corpus_files(const std::vector<std::string>& input
   return files;
 }
 
+void check_text_file(const std::string& file) {
+  auto source = open_byte_source(file);
+  std::string head(kSniffBytes + 3, '\0');
+  size_t n = 0;
+  while (n < head.size()) {
+    const size_t got = source->read(head.data() + n, head.size() - n);
+    if (got == 0) break;
+    n += got;
+  }
+  head.resize(n);
+  if (head.starts_with("\xEF\xBB\xBF")) head.erase(0, 3);  // UTF-8 byte order mark
+  const auto* p = reinterpret_cast<const unsigned char*>(head.data());
+  const size_t sniff = std::min(head.size(), kSniffBytes);
+  for (size_t i = 0; i < sniff;) {
+    // 3 bytes past the KiB are read, so a sequence starting in it is whole unless the file ends.
+    const size_t len = p[i] == 0 ? 0 : utf8_len(p + i, head.size() - i);
+    if (len == 0) {
+      throw DataError("input " + file + " is not UTF-8 text (" +
+                      (p[i] == 0 ? std::string("NUL byte") : "invalid UTF-8") + " at byte " + std::to_string(i) +
+                      "); fix: remove it from the inputs or convert it to UTF-8 (e.g. iconv -t UTF-8)");
+    }
+    i += len;
+  }
+}
+
+int64_t replace_invalid_utf8(std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n && p[i] < 0x80) ++i;  // fast path: ASCII
+  std::string clean;
+  int64_t bad = 0;
+  size_t done = 0;
+  while (i < n) {
+    const size_t len = utf8_len(p + i, n - i);
+    if (len > 0) {
+      i += len;
+      continue;
+    }
+    clean.append(text, done, i - done).append("\xEF\xBF\xBD");
+    ++bad;
+    done = ++i;
+  }
+  if (bad == 0) return 0;
+  clean.append(text, done, std::string::npos);
+  text = std::move(clean);
+  return bad;
+}
+
 std::vector<std::string> read_documents(const std::string& file) {
-  std::string bytes = read_bytes(file);
-  return split_documents(file, bytes);
+  check_text_file(file);
+  DocumentStream stream({file});
+  std::vector<std::string> docs;
+  std::vector<RawItem> items;
+  std::string doc;
+  while (stream.next_batch(kPieceBytes, items)) {
+    for (RawItem& item : items) {
+      const int64_t line = item.line;
+      const bool ends = item.ends_document;
+      ItemText t = item_text(std::move(item));
+      if (!t.problem.empty()) {
+        throw DataError(file + ":" + std::to_string(line) + ": " + t.problem +
+                        "; fix: each line of a .jsonl input must be one JSON object such as {\"text\": \"...\"}");
+      }
+      if (t.replaced_bytes > 0)
+        log_warn("input " + file + ": replaced " + std::to_string(t.replaced_bytes) + " invalid UTF-8 byte(s) with U+FFFD");
+      doc += t.text;
+      if (ends && !doc.empty()) docs.push_back(std::move(doc));
+      if (ends) doc.clear();
+    }
+    items.clear();
+  }
+  return docs;
 }
 
 Corpus read_corpus(const std::vector<std::string>& inputs) {
   Corpus corpus;
   corpus.fingerprint = kFnvOffset;
   for (const std::string& file : list_corpus_files(inputs)) {
-    std::string bytes = read_bytes(file);
-    const uint64_t size = bytes.size();
+    check_text_file(file);
+    auto source = open_byte_source(file);
+    std::string chunk(1 << 16, '\0');
+    uint64_t size = 0;
+    while (const size_t got = source->read(chunk.data(), chunk.size())) {
+      corpus.fingerprint = fnv1a64(std::string_view(chunk.data(), got), corpus.fingerprint);
+      size += got;
+    }
     corpus.fingerprint =
         fnv1a64(std::string_view(reinterpret_cast<const char*>(&size), sizeof(size)), corpus.fingerprint);
-    corpus.fingerprint = fnv1a64(bytes, corpus.fingerprint);
     corpus.bytes += static_cast<int64_t>(size);
-    for (std::string& doc : split_documents(file, bytes)) corpus.docs.push_back(std::move(doc));
+    for (std::string& doc : read_documents(file)) corpus.docs.push_back(std::move(doc));
     corpus.files.push_back(file);
   }
   if (corpus.docs.empty()) {

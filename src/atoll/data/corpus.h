@@ -1,16 +1,13 @@
-// Gathering a text corpus: inputs (files, folders, JSONL) -> a list of documents.
+// Gathering a text corpus: which files the inputs name, checks that they hold text, and (for
+// small corpora: tests, tools) all their documents in memory. `atoll data prepare` streams
+// instead (document_stream.h, which describes the formats).
 //
-// Formats, decided per file (extensions in any case: x.JSONL is JSONL):
-//   *.jsonl   one JSON object per line with a string field "text"; blank lines are skipped.
-//   fortune   a text file with lines holding only `%` (the `fortune` format, strfile(1)):
-//             each stretch between such lines is a document.
-//   text      any other file: the whole file is one document.
 // Folders are walked recursively in sorted path order (so the document order, and with it
 // the tokenizer and the shards, is the same on every machine). While walking, hidden entries
 // are skipped, as are strfile index files (`x.dat` beside `x`); files reached twice (the
 // `x.u8 -> x` symlinks of Debian's fortunes, or an input named twice) are read once.
-// Text must be UTF-8: a file with a NUL byte or invalid UTF-8 in its first KiB is refused as
-// binary; stray invalid bytes later on are replaced with U+FFFD (and logged).
+// Text must be UTF-8: a file with a NUL byte or invalid UTF-8 in its first KiB (after
+// decompression) is refused as binary; stray invalid bytes later on are replaced with U+FFFD.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +20,8 @@ namespace atl {
 struct Corpus {
   std::vector<std::string> docs;   // non-empty documents, in file order
   std::vector<std::string> files;  // the files read, in order
-  int64_t bytes = 0;               // total size of the files read
-  // Content fingerprint: FNV-1a 64 over every file's size and bytes, in order. Names are left
+  int64_t bytes = 0;               // total decoded size of the files read
+  // Content fingerprint: FNV-1a 64 over every file's bytes and size, in order. Names are left
   // out, so the same files reached by other paths give the same fingerprint.
   uint64_t fingerprint = 0;
 };
@@ -36,11 +33,20 @@ std::vector<std::string> default_corpus_paths();
 // a path that does not exist.
 std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs);
 
-// The documents of one file (format chosen by name and content, as above). Throws DataError
-// for a binary file or a bad JSONL line (naming file and line), IoError if unreadable.
+// Refuses a file that is not text (see above), naming it and the first bad byte. Reads at
+// most its first KiB (decompressed).
+void check_text_file(const std::string& file);
+
+// Replaces each byte that does not start or continue a valid UTF-8 sequence (RFC 3629: no
+// overlong forms, surrogates or code points above U+10FFFF) with U+FFFD; returns how many.
+int64_t replace_invalid_utf8(std::string& text);
+
+// The documents of one file, strictly: throws DataError for a binary file or a bad JSONL
+// line (naming file and line), IoError if unreadable.
 std::vector<std::string> read_documents(const std::string& file);
 
-// All documents of all inputs. Throws DataError when the inputs hold no text at all.
+// All documents of all inputs, strictly as read_documents. Throws DataError when the inputs
+// hold no text at all.
 Corpus read_corpus(const std::vector<std::string>& inputs);
 
 // 64-bit FNV-1a, continued from `h` (use kFnvOffset to start).

@@ -63,16 +63,29 @@ DataLoader::DataLoader(const std::string& path, const std::string& split, const 
   ATOLL_CHECK_GT(T_, 0) << "seq_len";
   ATOLL_CHECK(opt_.n_workers >= 1 && opt_.worker >= 0 && opt_.worker < opt_.n_workers)
       << "worker " << opt_.worker << " of " << opt_.n_workers;
+  // A shard shorter than one window (the last, partial shard of a stream, say) gives none; only
+  // shards that give no window at all are an error.
+  std::string short_shard;
+  int64_t short_tokens = 0;
   for (const std::string& p : find_shards(path, split)) {
     ShardView shard(p);
     if (shard.size() < T_ + 1) {
-      throw DataError("token shard " + p + " holds " + std::to_string(shard.size()) +
-                      " tokens, fewer than seq_len+1 = " + std::to_string(T_ + 1) +
-                      "; fix: use a smaller model.seq_len or more data");
+      if (short_shard.empty()) {
+        short_shard = p;
+        short_tokens = shard.size();
+      }
+      log_warn("token shard " + p + " holds " + std::to_string(shard.size()) + " tokens, fewer than seq_len+1 = " +
+               std::to_string(T_ + 1) + ": not read");
+      continue;
     }
     first_window_.push_back(n_windows_);
     n_windows_ += (shard.size() - 1) / T_;
     shards_.push_back(std::move(shard));
+  }
+  if (n_windows_ == 0) {
+    throw DataError("token shard " + short_shard + " holds " + std::to_string(short_tokens) +
+                    " tokens, fewer than seq_len+1 = " + std::to_string(T_ + 1) +
+                    "; fix: use a smaller model.seq_len or more data");
   }
   first_window_.push_back(n_windows_);
   ATOLL_CHECK_LE(n_windows_, int64_t{std::numeric_limits<uint32_t>::max()}) << "windows";

@@ -1,13 +1,17 @@
 #include "atoll/data/prepare.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -17,123 +21,77 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
-#include "atoll/core/rng.h"
 #include "atoll/data/corpus.h"
+#include "atoll/data/document_stream.h"
 #include "atoll/data/shard.h"
+#include "atoll/data/shard_writer.h"
 #include "atoll/data/tokenizer.h"
+#include "atoll/data/tokenizer_sample.h"
 
 namespace atl {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char* kFormat = "atoll-data-1";
-// The meta.json fields that decide whether a folder holds "the same dataset".
-constexpr const char* kIdentityKeys[] = {
-    "format", "fingerprint", "requested_vocab_size", "val_fraction", "shard_tokens", "min_val_tokens", "seed"};
+constexpr const char* kFormat = "atoll-data-2";
+// The meta.json / progress.json fields that decide whether a folder holds "the same dataset".
+constexpr const char* kIdentityKeys[] = {"format",         "fingerprint",    "requested_vocab_size",
+                                         "given_tokenizer", "sample_bytes",   "val_fraction",
+                                         "shard_tokens",   "min_val_tokens", "seed"};
+// Memory, measured (docs/data.md): SentencePiece's BPE trainer peaks at about this many bytes
+// per byte of its training text, and a process of atoll's libraries starts at about kBaseMb.
+constexpr int64_t kTrainerBytesPerSampleByte = 16;
+constexpr int64_t kBaseMb = 24;
+constexpr int kMaxWarningsPerKind = 10;  // then only counted
+constexpr double kProgressEverySeconds = 10.0;
 
-// Writes a stream of a known length as equal shards `<prefix>_000000.bin`, ... of at most
-// shard_tokens each, holding at most one shard in memory.
-class ShardSink {
- public:
-  ShardSink(fs::path dir, std::string prefix, int64_t total, int64_t shard_tokens, int32_t version)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), total_(total), version_(version) {
-    n_shards_ = (total + shard_tokens - 1) / shard_tokens;
+std::string hex64(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+
+// The inputs' fingerprint without reading them: size and modification time of every file, in
+// order (names left out: the same files reached by other paths give the same fingerprint).
+std::string stat_fingerprint(const std::vector<std::string>& files) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const auto& f : files) {
+    struct stat s {};
+    if (::stat(f.c_str(), &s) != 0) throw DataError("input " + f + " vanished while preparing; fix: keep the inputs in place");
+    const int64_t v[3] = {static_cast<int64_t>(s.st_size), static_cast<int64_t>(s.st_mtim.tv_sec),
+                          static_cast<int64_t>(s.st_mtim.tv_nsec)};
+    XXH3_64bits_update(st, v, sizeof v);
   }
-  void push(std::span<const int32_t> tokens) {
-    while (!tokens.empty()) {
-      const int64_t room = shard_end(index_) - written_ - static_cast<int64_t>(buf_.size());
-      const size_t n = std::min(tokens.size(), static_cast<size_t>(room));
-      buf_.insert(buf_.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
-      tokens = tokens.subspan(n);
-      if (written_ + static_cast<int64_t>(buf_.size()) == shard_end(index_)) flush();
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return hex64(h);
+}
+
+void write_json(const fs::path& path, const json& j) { write_file_atomic(path.string(), j.dump(2) + "\n", /*sync=*/true); }
+
+std::optional<json> read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return json();  // present but unreadable
+  return j;
+}
+
+// Throws unless `have` (a meta.json or progress.json) has the identity `want`.
+void check_identity(const fs::path& file, const json& have, const json& want) {
+  for (const char* key : kIdentityKeys) {
+    const json a = have.contains(key) ? have[key] : json(), b = want.contains(key) ? want[key] : json();
+    if (a != b) {
+      throw DataError("output folder " + file.parent_path().string() + " holds a different dataset (" +
+                      file.filename().string() + " " + key + " is " + (a.is_null() ? "missing" : a.dump()) +
+                      ", this one has " + (b.is_null() ? "none" : b.dump()) +
+                      "); fix: choose another --out or delete the folder");
     }
   }
-  std::vector<std::string> finish() {
-    ATOLL_CHECK_EQ(index_, n_shards_) << prefix_ << " stream ended early";
-    return names_;
-  }
-
- private:
-  int64_t shard_end(int64_t i) const { return total_ * (i + 1) / n_shards_; }
-  void flush() {
-    char name[64];
-    std::snprintf(name, sizeof(name), "%s_%06lld.bin", prefix_.c_str(), static_cast<long long>(index_));
-    write_shard((dir_ / name).string(), buf_, version_);
-    names_.push_back(name);
-    written_ += static_cast<int64_t>(buf_.size());
-    buf_.clear();
-    ++index_;
-  }
-  fs::path dir_;
-  std::string prefix_;
-  int64_t total_, n_shards_ = 0, index_ = 0, written_ = 0;
-  int32_t version_;
-  std::vector<int32_t> buf_;
-  std::vector<std::string> names_;
-};
-
-// Encodes every document on all cores; each result lands at its document's index, so the
-// output does not depend on the thread count. Each document is followed by </s>.
-std::vector<std::vector<int32_t>> encode_all(const Tokenizer& tok, const std::vector<std::string>& docs) {
-  std::vector<std::vector<int32_t>> out(docs.size());
-  const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < n_threads; ++t) {
-    threads.emplace_back([&, t] {
-      for (size_t i = t; i < docs.size(); i += n_threads) {
-        out[i] = tok.encode(docs[i]);
-        out[i].push_back(tok.eos_id());
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  return out;
-}
-
-struct Split {
-  std::vector<bool> is_val;  // per document
-  int64_t tail = 0;          // tokens cut from the end of the training stream instead
-};
-
-Split choose_validation(const std::vector<std::vector<int32_t>>& docs, const PrepareOptions& o) {
-  Split split{std::vector<bool>(docs.size(), false), 0};
-  int64_t total = 0;
-  for (const auto& d : docs) total += static_cast<int64_t>(d.size());
-  if (o.val_fraction <= 0.0) return split;
-  const int64_t cap = total / 2;
-  const int64_t target = std::min(
-      cap, std::max(static_cast<int64_t>(std::ceil(o.val_fraction * static_cast<double>(total))), o.min_val_tokens));
-  std::vector<size_t> perm(docs.size());
-  for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
-  Rng rng(o.seed);
-  for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.below(i)]);
-  int64_t val = 0;
-  size_t val_docs = 0;
-  for (size_t i : perm) {
-    if (val >= target || val_docs + 1 >= docs.size()) break;
-    const auto len = static_cast<int64_t>(docs[i].size());
-    if (val + len > cap) continue;  // too big: would starve training
-    split.is_val[i] = true;
-    val += len;
-    ++val_docs;
-  }
-  if (val == 0) split.tail = target;  // no document fits: cut the stream's tail
-  return split;
-}
-
-json identity_of(const Corpus& corpus, const PrepareOptions& o) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(corpus.fingerprint));
-  return json{{"format", kFormat},
-              {"fingerprint", hex},
-              {"requested_vocab_size", o.vocab_size},
-              {"val_fraction", o.val_fraction},
-              {"shard_tokens", o.shard_tokens},
-              {"min_val_tokens", o.min_val_tokens},
-              {"seed", o.seed}};
 }
 
 PrepareResult result_from_meta(const fs::path& dir, const json& meta) {
@@ -149,103 +107,11 @@ PrepareResult result_from_meta(const fs::path& dir, const json& meta) {
   return r;
 }
 
-// The dataset already in `dir`, if it is this one; throws if `dir` holds anything else.
-std::optional<PrepareResult> existing_dataset(const fs::path& dir, const json& identity) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) return {};
-  const fs::path meta_path = dir / "meta.json";
-  json meta;
-  std::ifstream in(meta_path);
-  if (in) meta = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!in || !meta.is_object()) {
-    throw DataError("output folder " + dir.string() +
-                    " is not empty and holds no dataset "
-                    "(no valid meta.json); fix: choose another --out or empty it");
-  }
-  for (const char* key : kIdentityKeys) {
-    if (!meta.contains(key) || meta[key] != identity[key]) {
-      throw DataError("output folder " + dir.string() + " holds a different dataset (meta.json " + key + " is " +
-                      (meta.contains(key) ? meta[key].dump() : "missing") + ", this one has " + identity[key].dump() +
-                      "); fix: choose another --out "
-                      "or delete the folder");
-    }
-  }
-  PrepareResult r = result_from_meta(dir, meta);
-  for (const auto& p : r.train_shards) {
-    if (!fs::exists(p))
-      throw DataError("dataset " + dir.string() + " lacks " + p + "; fix: delete the folder and prepare again");
-  }
-  r.reused = true;
-  return r;
-}
-
-void write_json(const fs::path& path, const json& j) {
-  FileWriter out(path.string());  // an IoError names the path and the reason ("disk full")
-  const std::string text = j.dump(2) + "\n";
-  out.write(text.data(), text.size());
-  out.close();
-}
-
-// Builds the whole dataset in `tmp`; returns its meta.json.
-json build_dataset(const Corpus& corpus, const PrepareOptions& o, const fs::path& tmp, json meta) {
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
-  const fs::path model_path = tmp / "tokenizer.model";
-  Tokenizer::train(corpus.docs, o.vocab_size, model_path.string());
-  const Tokenizer tok = Tokenizer::load(model_path.string());
-  log_info("prepare: tokenizer trained, vocab " + std::to_string(tok.vocab_size()) + " in " +
-           std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
-
-  t0 = Clock::now();
-  const auto docs = encode_all(tok, corpus.docs);
-  const Split split = choose_validation(docs, o);
-  int64_t train_total = 0, val_total = 0, val_docs = 0;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    (split.is_val[i] ? val_total : train_total) += static_cast<int64_t>(docs[i].size());
-    val_docs += split.is_val[i];
-  }
-  train_total -= split.tail;
-  val_total += split.tail;
-  const int32_t version = shard_version_for_vocab(tok.vocab_size());
-  ShardSink train(tmp, "train", train_total, o.shard_tokens, version);
-  ShardSink val(tmp, "val", val_total, o.shard_tokens, version);
-  int64_t routed = 0;  // training-stream tokens so far; past train_total they are the tail
-  for (size_t i = 0; i < docs.size(); ++i) {
-    std::span<const int32_t> d(docs[i]);
-    if (split.is_val[i]) {
-      val.push(d);
-      continue;
-    }
-    const size_t to_train = static_cast<size_t>(std::clamp<int64_t>(train_total - routed, 0, d.size()));
-    train.push(d.first(to_train));
-    val.push(d.subspan(to_train));
-    routed += static_cast<int64_t>(d.size());
-  }
-  meta["vocab_size"] = tok.vocab_size();
-  meta["bos_id"] = tok.bos_id();
-  meta["eos_id"] = tok.eos_id();
-  meta["separator"] = "eos after every document";
-  meta["shard_version"] = version;
-  meta["documents"] = corpus.docs.size();
-  meta["val_documents"] = val_docs;
-  meta["val_tail_tokens"] = split.tail;
-  meta["train_tokens"] = train_total;
-  meta["val_tokens"] = val_total;
-  meta["train_shards"] = train.finish();
-  meta["val_shards"] = val.finish();
-  meta["tokenizer"] = "tokenizer.model";
-  meta["tokenizer_fingerprint"] = tokenizer_fingerprint(model_path.string());
-  write_json(tmp / "meta.json", meta);
-  log_info("prepare: " + std::to_string(train_total) + " train + " + std::to_string(val_total) +
-           " val tokens encoded and written in " +
-           std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
-  return meta;
-}
-
-// Refuses a vocabulary the tokenizer trainer cannot build for this corpus, before the
-// (long) training starts, naming where the size came from and the minimum.
-void check_vocab_size(const Corpus& corpus, const PrepareOptions& o, const std::vector<std::string>& inputs) {
-  const int need = Tokenizer::min_vocab_size(corpus.docs);
+// Refuses a vocabulary the tokenizer trainer cannot build for this sample, before the (long)
+// training starts, naming where the size came from and the minimum.
+void check_vocab_size(const std::vector<std::string>& sample, const PrepareOptions& o,
+                      const std::vector<std::string>& inputs) {
+  const int need = Tokenizer::min_vocab_size(sample);
   if (o.vocab_size >= need) return;
   const bool flag = o.vocab_key.starts_with("--");
   const std::string set = flag ? "pass " + o.vocab_key + " " : "set " + o.vocab_key + " to ";
@@ -255,6 +121,294 @@ void check_vocab_size(const Corpus& corpus, const PrepareOptions& o, const std::
                   " is too small for a tokenizer of " + names + ": it needs at least " + std::to_string(need) +
                   " (3 special pieces, 256 byte pieces and " + std::to_string(need - 259) +
                   " characters of their own); fix: " + set + std::to_string(need) + " or more");
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads (dynamic: items differ in size) while the
+// calling thread runs `meanwhile`.
+template <class Fn, class Meanwhile>
+void parallel_for(int threads, size_t n, Fn&& fn, Meanwhile&& meanwhile) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      try {
+        for (size_t i = next++; i < n; i = next++) fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(error_mu);
+        if (!error) error = std::current_exception();
+        next = n;
+      }
+    });
+  }
+  try {
+    meanwhile();
+  } catch (...) {
+    for (auto& th : pool) th.join();
+    throw;
+  }
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// The warnings about bad input: the first few of each kind in full, then counts.
+class InputReport {
+ public:
+  explicit InputReport(const std::vector<std::string>& files) : files_(files) {}
+  void bad_line(uint32_t file, int64_t line, const std::string& problem) {
+    const int64_t n = ++counts_[problem];
+    if (n <= kMaxWarningsPerKind)
+      log_warn(files_[file] + ":" + std::to_string(line) + ": " + problem + "; line skipped" +
+               (n == kMaxWarningsPerKind ? " (further lines like it are only counted)" : ""));
+  }
+  void replaced(uint32_t file, int64_t line, int64_t bytes) {
+    replaced_ += bytes;
+    if (++replaced_items_ <= kMaxWarningsPerKind)
+      log_warn(files_[file] + ":" + std::to_string(line) + ": " + std::to_string(bytes) +
+               " invalid UTF-8 byte(s) replaced with U+FFFD");
+  }
+  void finish(const DocumentStream& stream) {
+    for (const auto& f : stream.empty_files()) log_warn("input " + f + " is empty; skipped");
+    for (const auto& f : stream.truncated_files())
+      log_warn("input " + f + ": the compressed stream is cut short (truncated file); kept the documents before the cut");
+  }
+  json summary(const DocumentStream& stream) const {
+    json lines = json::object();
+    int64_t total = 0;
+    for (const auto& [problem, n] : counts_) {
+      lines[problem] = n;
+      total += n;
+    }
+    if (total > 0) log_warn("prepare: skipped " + std::to_string(total) + " bad JSONL line(s): " + lines.dump());
+    return json{{"lines", lines},
+                {"invalid_utf8_bytes", replaced_},
+                {"empty_files", stream.empty_files()},
+                {"truncated_files", stream.truncated_files()}};
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  std::map<std::string, int64_t> counts_;
+  int64_t replaced_ = 0, replaced_items_ = 0;
+};
+
+// A progress line every kProgressEverySeconds: bytes read, tokens written, speed, ETA.
+class Progress {
+ public:
+  Progress(std::string what, int64_t total_bytes) : what_(std::move(what)), total_(total_bytes) {}
+  void update(int64_t bytes, int64_t tokens, bool last = false) {
+    const auto now = Clock::now();
+    if (!last && std::chrono::duration<double>(now - shown_).count() < kProgressEverySeconds) return;
+    shown_ = now;
+    const double s = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
+    const double mbs = static_cast<double>(bytes) / 1e6 / s;
+    const double eta = bytes > 0 ? s * static_cast<double>(total_ - bytes) / static_cast<double>(bytes) : 0.0;
+    char line[256];
+    std::snprintf(line, sizeof line, "%s: %.1f / %.1f MB read, %.2f M tokens, %.1f MB/s, %s %.0f s", what_.c_str(),
+                  bytes / 1e6, total_ / 1e6, tokens / 1e6, mbs, last ? "took" : "ETA", last ? s : eta);
+    log_info(line);
+  }
+
+ private:
+  std::string what_;
+  int64_t total_;
+  Clock::time_point start_ = Clock::now(), shown_ = Clock::now();
+};
+
+int64_t total_size(const std::vector<std::string>& files) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& f : files) n += static_cast<int64_t>(fs::file_size(f, ec));
+  return n;
+}
+
+int thread_count(const PrepareOptions& o) {
+  return o.threads > 0 ? o.threads : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
+}
+
+// Bytes of input per batch: two batches (one being encoded, the next being read) and their
+// tokens must fit the budget beside the process itself.
+size_t batch_bytes(const PrepareOptions& o) {
+  const int64_t mb = std::clamp<int64_t>((o.memory_mb - kBaseMb) / 8, 1, 256);
+  return static_cast<size_t>(mb) << 20;
+}
+
+// The tokenizer's sample size: asked for, or kDefaultSampleMb, within what the budget leaves
+// for the trainer.
+int64_t sample_bytes(const PrepareOptions& o) {
+  const int64_t fits = std::max<int64_t>(1 << 20, ((o.memory_mb - kBaseMb) << 20) / kTrainerBytesPerSampleByte);
+  const int64_t want = (o.tokenizer_sample_mb > 0 ? o.tokenizer_sample_mb : kDefaultSampleMb) << 20;
+  if (o.tokenizer_sample_mb > 0 && want > fits) {
+    throw DataError("--tokenizer-sample-mb " + std::to_string(o.tokenizer_sample_mb) + " does not fit --memory-mb " +
+                    std::to_string(o.memory_mb) + " (the trainer needs about " +
+                    std::to_string(kTrainerBytesPerSampleByte) + " bytes per sample byte); fix: at most " +
+                    std::to_string(fits >> 20) + ", or raise --memory-mb");
+  }
+  return std::min(want, fits);
+}
+
+// Pass 1: the tokenizer's training sample.
+std::vector<std::string> draw_sample(const std::vector<std::string>& files, const PrepareOptions& o, int64_t budget) {
+  SentenceSample sample(budget, o.seed);
+  DocumentStream stream(files);
+  Progress progress("prepare: tokenizer sample", total_size(files));
+  std::vector<RawItem> batch, next;
+  std::vector<ItemText> texts;
+  stream.next_batch(batch_bytes(o), batch);
+  while (!batch.empty()) {
+    texts.assign(batch.size(), {});
+    next.clear();
+    parallel_for(
+        thread_count(o), batch.size(), [&](size_t i) { texts[i] = item_text(std::move(batch[i])); },
+        [&] { stream.next_batch(batch_bytes(o), next); });
+    for (size_t i = 0; i < batch.size(); ++i) sample.add(batch[i].ordinal, texts[i].text);
+    std::swap(batch, next);
+    progress.update(stream.disk_bytes(), 0);
+  }
+  log_info("prepare: tokenizer sample of " + std::to_string(sample.bytes() >> 20) + " MB from " +
+           std::to_string(sample.seen_bytes() >> 20) + " MB (" + std::to_string(sample.seen_sentences()) +
+           " sentences), seed " + std::to_string(o.seed));
+  return sample.take();
+}
+
+bool held_out(uint64_t document_key, const PrepareOptions& o) {
+  if (o.val_fraction <= 0.0) return false;
+  const uint64_t h = XXH3_64bits_withSeed(&document_key, sizeof document_key, o.seed);
+  return static_cast<double>(h) < o.val_fraction * 0x1.0p64;
+}
+
+// One item's tokens, computed on a worker thread.
+struct Encoded {
+  std::vector<int32_t> tokens;
+  std::string problem;
+  int64_t replaced = 0;
+  int split = -1;  // 0 train, 1 validation, -1 nothing (bad line, blank text)
+  bool document = false;  // ends a (non-blank) document
+};
+
+// The tokens of a document piece: encoded in kPieceBytes pieces cut at line breaks, so the
+// encoder's working memory stays small on huge documents (decoding gives the text back).
+void encode_text(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out) {
+  while (!text.empty()) {
+    size_t cut = text.size();
+    if (cut > kPieceBytes) {
+      cut = text.rfind('\n', kPieceBytes - 1);
+      cut = cut == std::string_view::npos ? kPieceBytes : cut + 1;
+      while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+      if (cut == 0) cut = text.size();
+    }
+    const std::vector<int32_t> ids = tok.encode(text.substr(0, cut));
+    out.insert(out.end(), ids.begin(), ids.end());
+    text.remove_prefix(cut);
+  }
+}
+
+struct Streams {
+  ShardStreamWriter* of[2];
+};
+
+Encoded encode_item(RawItem&& item, const Tokenizer& tok, const PrepareOptions& o, const Streams& s) {
+  Encoded e;
+  const bool is_text = item.kind == RawItem::kText;
+  const bool ends = item.ends_document;
+  const int64_t ordinal = item.ordinal;
+  const uint64_t text_key = item.document_key;
+  ItemText t = item_text(std::move(item));
+  e.problem = std::move(t.problem);
+  e.replaced = t.replaced_bytes;
+  if (!e.problem.empty() || (!is_text && t.text.empty())) return e;
+  const uint64_t key = is_text ? text_key : XXH3_64bits(t.text.data(), t.text.size());
+  e.split = held_out(key, o) ? 1 : 0;
+  e.document = ends;
+  if (!s.of[e.split]->needs(ordinal)) return e;  // in finished shards already
+  encode_text(tok, t.text, e.tokens);
+  if (ends) e.tokens.push_back(tok.eos_id());
+  return e;
+}
+
+struct Pass2Result {
+  int64_t documents = 0, val_documents = 0, tail = 0;
+  json skipped;
+};
+
+// Pass 2: every document encoded, in corpus order, into the two streams.
+Pass2Result encode_corpus(const std::vector<std::string>& files, const Tokenizer& tok, const PrepareOptions& o,
+                          ShardStreamWriter& train, ShardStreamWriter& val) {
+  const Streams streams{{&train, &val}};
+  DocumentStream stream(files);
+  InputReport report(stream.files());
+  Progress progress("prepare: encoding", total_size(files));
+  Pass2Result r;
+  std::vector<RawItem> batch, next;
+  std::vector<Encoded> encoded;
+  std::vector<int64_t> ordinals;
+  stream.next_batch(batch_bytes(o), batch);
+  while (!batch.empty()) {
+    encoded.assign(batch.size(), {});
+    ordinals.resize(batch.size());
+    std::vector<std::pair<uint32_t, int64_t>> where(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ordinals[i] = batch[i].ordinal;
+      where[i] = {batch[i].file, batch[i].line};
+    }
+    next.clear();
+    parallel_for(
+        thread_count(o), batch.size(), [&](size_t i) { encoded[i] = encode_item(std::move(batch[i]), tok, o, streams); },
+        [&] { stream.next_batch(batch_bytes(o), next); });
+    for (size_t i = 0; i < encoded.size(); ++i) {
+      Encoded& e = encoded[i];
+      if (!e.problem.empty()) report.bad_line(where[i].first, where[i].second, e.problem);
+      if (e.replaced > 0) report.replaced(where[i].first, where[i].second, e.replaced);
+      if (e.split < 0) continue;
+      r.documents += e.document;
+      r.val_documents += e.document && e.split == 1;
+      ShardStreamWriter& w = *streams.of[e.split];
+      if (!w.needs(ordinals[i])) continue;
+      const int64_t skip = w.skip(ordinals[i]);
+      ATOLL_CHECK_LE(skip, static_cast<int64_t>(e.tokens.size())) << "resume point inside item " << ordinals[i];
+      w.push(ordinals[i], skip, std::span<const int32_t>(e.tokens).subspan(static_cast<size_t>(skip)));
+      e.tokens = {};
+    }
+    std::swap(batch, next);
+    progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens());
+  }
+  progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens(), /*last=*/true);
+  report.finish(stream);
+  r.skipped = report.summary(stream);
+  return r;
+}
+
+json progress_json(const json& identity, const std::string& tokenizer_fp, const ShardStreamWriter* train,
+                   const ShardStreamWriter* val) {
+  json p = identity;
+  p["tokenizer_fingerprint"] = tokenizer_fp;
+  auto stream = [](const ShardStreamWriter* w) {
+    if (w == nullptr) return json{{"shards", json::array()}, {"item", 0}, {"tokens", 0}};
+    return json{{"shards", w->shards()}, {"item", w->point().item}, {"tokens", w->point().tokens}};
+  };
+  p["train"] = stream(train);
+  p["val"] = stream(val);
+  return p;
+}
+
+// Where a stream stood in progress.json; its shards must all be there.
+ShardStreamWriter::Options resume_options(const fs::path& dir, const json& progress, const std::string& split) {
+  ShardStreamWriter::Options w;
+  const json& s = progress.at(split);
+  w.done = s.at("shards").get<std::vector<ShardRecord>>();
+  w.resume = {s.at("item").get<int64_t>(), s.at("tokens").get<int64_t>()};
+  for (const auto& rec : w.done) {
+    std::error_code ec;
+    const auto size = fs::file_size(dir / rec.name, ec);
+    const bool sized = size == static_cast<uintmax_t>(kShardHeaderBytes + rec.tokens * 2) ||
+                       size == static_cast<uintmax_t>(kShardHeaderBytes + rec.tokens * 4);
+    if (ec || !sized) {
+      throw DataError("unfinished dataset " + dir.string() + ": shard " + rec.name +
+                      " listed in progress.json is missing or damaged; fix: delete the folder and prepare again");
+    }
+  }
+  return w;
 }
 
 }  // namespace
@@ -272,7 +426,8 @@ TokenizerFingerprint dataset_tokenizer_fingerprint(const std::string& data_path)
 }
 
 PrepareResult prepare_data(const PrepareOptions& o) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   if (o.out_dir.empty()) throw DataError("data prepare: no output folder; fix: pass --out DIR");
   ATOLL_CHECK_GT(o.shard_tokens, 0) << "shard_tokens";
   ATOLL_CHECK(o.val_fraction >= 0.0 && o.val_fraction < 1.0) << "val_fraction " << o.val_fraction;
@@ -280,45 +435,168 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   if (out.filename().empty()) out = out.parent_path();  // "dir/" -> "dir"
 
   const std::vector<std::string> inputs = o.inputs.empty() ? default_corpus_paths() : o.inputs;
-  const Corpus corpus = read_corpus(inputs);
-  log_info("prepare: " + std::to_string(corpus.files.size()) + " files, " + std::to_string(corpus.docs.size()) +
-           " documents, " + std::to_string(corpus.bytes) + " bytes");
-  json meta = identity_of(corpus, o);
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  if (auto r = existing_dataset(out, meta)) {
-    log_info("prepare: " + out.string() + " already holds this dataset; reusing it");
-    r->seconds = elapsed();
-    return *r;
+  const std::vector<std::string> files = list_corpus_files(inputs);
+  for (const auto& f : files) check_text_file(f);  // a binary file is refused before any work
+  const int64_t sample_budget = o.tokenizer.empty() ? sample_bytes(o) : 0;
+  json identity{{"format", kFormat},
+                {"fingerprint", stat_fingerprint(files)},
+                {"val_fraction", o.val_fraction},
+                {"shard_tokens", o.shard_tokens},
+                {"min_val_tokens", o.min_val_tokens},
+                {"seed", o.seed}};
+  if (o.tokenizer.empty()) {
+    identity["requested_vocab_size"] = o.vocab_size;
+    identity["sample_bytes"] = sample_budget;
+  } else {
+    identity["given_tokenizer"] = tokenizer_fingerprint(o.tokenizer);  // throws if unreadable
   }
-  check_vocab_size(corpus, o, inputs);
-  meta["inputs"] = inputs;
-  meta["files"] = corpus.files.size();
-  meta["bytes"] = corpus.bytes;
 
-  // Build beside the target (same filesystem, so the final rename is atomic); the pid keeps
-  // concurrent prepares of the same folder apart.
-  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
+  // What the folder holds already: this dataset (reuse it), this dataset unfinished (resume),
+  // nothing, or something else (refused).
+  std::optional<json> progress;
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp, ec);
-  if (ec) throw IoError("cannot create " + tmp.string() + ": " + ec.message() + "; fix: check --out");
-  try {
-    meta = build_dataset(corpus, o, tmp, meta);
-    fs::rename(tmp, out, ec);  // replaces an empty folder, fails on a non-empty one
-    if (ec) {
-      // Another prepare may have finished first: fine if it made the same dataset.
-      if (auto r = existing_dataset(out, identity_of(corpus, o))) {
-        fs::remove_all(tmp, ec);
-        r->seconds = elapsed();
-        return *r;
-      }
-      throw IoError("cannot rename " + tmp.string() + " to " + out.string() + ": " + ec.message());
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    if (auto meta = read_json(out / "meta.json")) {
+      check_identity(out / "meta.json", *meta, identity);
+      PrepareResult r = result_from_meta(out, *meta);
+      for (const auto& p : r.train_shards)
+        if (!fs::exists(p)) throw DataError("dataset " + out.string() + " lacks " + p + "; fix: delete the folder and prepare again");
+      log_info("prepare: " + out.string() + " already holds this dataset; reusing it");
+      r.reused = true;
+      r.seconds = elapsed();
+      return r;
     }
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
+    progress = read_json(out / "progress.json");
+    if (!progress) {
+      throw DataError("output folder " + out.string() +
+                      " is not empty and holds no dataset (no valid meta.json); fix: choose another --out or empty it");
+    }
+    check_identity(out / "progress.json", *progress, identity);
   }
+
+  const fs::path model_path = out / "tokenizer.model";
+  const bool created = !fs::exists(out, ec);
+  const bool resumed = progress.has_value();
+  if (!progress) {
+    std::vector<std::string> sample;
+    if (o.tokenizer.empty()) {
+      sample = draw_sample(files, o, sample_budget);
+      if (sample.empty()) {
+        std::string names;
+        for (const auto& in : inputs) names += (names.empty() ? "" : ", ") + in;
+        throw DataError("no text found in the inputs (" + names + "; " + std::to_string(files.size()) +
+                        " file(s)); fix: pass files or folders that hold text (plain, fortune or .jsonl with a \"text\" field)");
+      }
+      check_vocab_size(sample, o, inputs);
+    }
+    fs::create_directories(out, ec);
+    if (ec) throw IoError("cannot create " + out.string() + ": " + ec.message() + "; fix: check --out");
+    try {
+      if (o.tokenizer.empty()) {
+        const auto t0 = Clock::now();
+        Tokenizer::train(sample, o.vocab_size, model_path.string());
+        log_info("prepare: tokenizer trained in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
+      } else {
+        Tokenizer::load(o.tokenizer);  // refuses a file that is no SentencePiece model
+        std::ifstream in(o.tokenizer, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        write_file_atomic(model_path.string(), bytes, /*sync=*/true);
+      }
+      progress = progress_json(identity, tokenizer_fingerprint(model_path.string()), nullptr, nullptr);
+      write_json(out / "progress.json", *progress);
+    } catch (...) {
+      if (created) fs::remove_all(out, ec);
+      throw;
+    }
+  } else {
+    log_info("prepare: resuming the unfinished dataset in " + out.string());
+    if (!fs::exists(model_path) || tokenizer_fingerprint(model_path.string()) != progress->value("tokenizer_fingerprint", ""))
+      throw DataError("unfinished dataset " + out.string() +
+                      ": tokenizer.model is missing or differs from progress.json; fix: delete the folder and prepare again");
+    for (const auto& e : fs::directory_iterator(out))  // partial shards of the interrupted run
+      if (e.path().extension() == ".tmp") fs::remove(e.path(), ec);
+  }
+
+  const Tokenizer tok = Tokenizer::load(model_path.string());
+  const int32_t version = shard_version_for_vocab(tok.vocab_size());
+  const std::string tokenizer_fp = progress->at("tokenizer_fingerprint").get<std::string>();
+  std::unique_ptr<ShardStreamWriter> train, val;
+  bool finishing = false;
+  auto save_progress = [&] {
+    if (!finishing) write_json(out / "progress.json", progress_json(identity, tokenizer_fp, train.get(), val.get()));
+  };
+  for (const char* split : {"train", "val"}) {
+    ShardStreamWriter::Options w = resume_options(out, *progress, split);
+    w.dir = out.string();
+    w.prefix = split;
+    w.shard_tokens = o.shard_tokens;
+    w.version = version;
+    w.on_shard = [&, split] {
+      save_progress();
+      const auto& done = (std::string(split) == "train" ? train : val)->shards();
+      log_info("prepare: " + done.back().name + " written (" + std::to_string(done.back().tokens) + " tokens)");
+      if (o.on_shard) o.on_shard(done.back().name);
+    };
+    (std::string(split) == "train" ? train : val) = std::make_unique<ShardStreamWriter>(std::move(w));
+  }
+  const auto t0 = Clock::now();
+  Pass2Result p = encode_corpus(files, tok, o, *train, *val);
+  if (p.documents == 0) {
+    throw DataError("no text found in the inputs (" + std::to_string(files.size()) +
+                    " file(s)); fix: pass files or folders that hold text (plain, fortune or .jsonl with a \"text\" field)");
+  }
+
+  // A small corpus: make sure both streams hold something (see prepare.h).
+  finishing = true;
+  if (o.val_fraction > 0.0) {
+    if (train->total_tokens() == 0 && val->shards().empty()) {
+      const auto all = val->take_tail(val->open_tokens());
+      train->push(0, 0, all);
+    }
+    // Too little held out (a corpus of a few documents): top validation up to its share.
+    const int64_t total = train->total_tokens() + val->total_tokens();
+    const int64_t share = std::max(static_cast<int64_t>(std::ceil(o.val_fraction * static_cast<double>(total))), o.min_val_tokens);
+    const int64_t need = val->total_tokens() < o.min_val_tokens ? share - val->total_tokens() : 0;
+    if (need > 0) {
+      p.tail = std::min({need, train->total_tokens() / 2, train->open_tokens()});
+      const auto tail = train->take_tail(p.tail);
+      val->push(0, 0, tail);
+    }
+  }
+  train->finish();
+  val->finish();
+
+  json meta = identity;
+  meta["inputs"] = inputs;
+  meta["files"] = files.size();
+  meta["bytes"] = total_size(files);
+  meta["vocab_size"] = tok.vocab_size();
+  meta["bos_id"] = tok.bos_id();
+  meta["eos_id"] = tok.eos_id();
+  meta["separator"] = "eos after every document";
+  meta["shard_version"] = version;
+  meta["documents"] = p.documents;
+  meta["val_documents"] = p.val_documents;
+  meta["val_tail_tokens"] = p.tail;
+  meta["train_tokens"] = train->total_tokens();
+  meta["val_tokens"] = val->total_tokens();
+  meta["manifest"] = json{{"train", train->shards()}, {"val", val->shards()}};
+  json names = json::array();
+  for (const auto& s : train->shards()) names.push_back(s.name);
+  meta["train_shards"] = names;
+  names = json::array();
+  for (const auto& s : val->shards()) names.push_back(s.name);
+  meta["val_shards"] = names;
+  meta["skipped"] = p.skipped;
+  meta["tokenizer"] = "tokenizer.model";
+  meta["tokenizer_fingerprint"] = tokenizer_fp;
+  write_json(out / "meta.json", meta);
+  fs::remove(out / "progress.json", ec);
+  log_info("prepare: " + std::to_string(train->total_tokens()) + " train + " + std::to_string(val->total_tokens()) +
+           " val tokens encoded and written in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
+
   PrepareResult r = result_from_meta(out, meta);
+  r.resumed = resumed;
   r.seconds = elapsed();
   log_info("prepare: dataset ready in " + out.string() + " (" + std::to_string(r.seconds) + " s)");
   return r;

@@ -30,8 +30,9 @@ constexpr size_t kMaxTrainSentences = 2'000'000;
 constexpr double kCharacterCoverage = 0.9995;
 constexpr int kSpecialPieces = 3, kBytePieces = 256;  // <unk> <s> </s>; <0x00>..<0xFF>
 
-// Splits a document into pieces of at most kMaxSentenceBytes.
-void cut_document(std::string_view doc, std::vector<std::string_view>& out) {
+}  // namespace
+
+void split_sentences(std::string_view doc, std::vector<std::string_view>& out) {
   while (doc.size() > kMaxSentenceBytes) {
     size_t cut = doc.rfind('\n', kMaxSentenceBytes - 1);
     if (cut == std::string_view::npos || cut == 0) {
@@ -45,6 +46,8 @@ void cut_document(std::string_view doc, std::vector<std::string_view>& out) {
   }
   if (!doc.empty()) out.push_back(doc);
 }
+
+namespace {
 
 // Feeds in-memory sentences to the trainer without copying the corpus.
 class SentenceList : public sentencepiece::SentenceIterator {
@@ -72,7 +75,7 @@ class SentenceList : public sentencepiece::SentenceIterator {
 // kMaxTrainSentences, an evenly spaced subset.
 std::vector<std::string_view> training_sentences(const std::vector<std::string>& docs) {
   std::vector<std::string_view> sentences;
-  for (const std::string& d : docs) cut_document(d, sentences);
+  for (const std::string& d : docs) split_sentences(d, sentences);
   if (sentences.size() > kMaxTrainSentences) {
     std::vector<std::string_view> subset(kMaxTrainSentences);
     for (size_t i = 0; i < kMaxTrainSentences; ++i) subset[i] = sentences[i * sentences.size() / kMaxTrainSentences];
@@ -243,6 +246,8 @@ std::string Tokenizer::piece(int32_t id) const {
 int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 int Tokenizer::bos_id() const { return sp_->bos_id(); }
 int Tokenizer::eos_id() const { return sp_->eos_id(); }
+int Tokenizer::unk_id() const { return sp_->unk_id(); }
+int Tokenizer::pad_id() const { return sp_->pad_id(); }
 
 std::string tokenizer_fingerprint(const std::string& model_path) {
   std::ifstream in(model_path, std::ios::binary);

@@ -55,6 +55,8 @@ class Tokenizer {
   int vocab_size() const;  // V
   int bos_id() const;
   int eos_id() const;
+  int unk_id() const;
+  int pad_id() const;  // -1: none
   const std::string& path() const { return path_; }
 
  private:
@@ -62,6 +64,10 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
 };
+
+// Cuts a document into the sentences the trainer takes: pieces of at most its sentence limit
+// (16 KiB), cut after a line break where there is one, else at a UTF-8 character boundary.
+void split_sentences(std::string_view doc, std::vector<std::string_view>& out);
 
 // A tokenizer's fingerprint: FNV-1a 64 (corpus.h) of its model file's bytes, as 16 hex digits,
 // so that data and models made with different tokenizers can be told apart. Throws DataError

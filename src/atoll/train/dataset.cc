@@ -79,10 +79,12 @@ DatasetInfo resolve_dataset(const Config& cfg) {
   const bool given = !cfg.data.dir.empty();
   info.dir = given ? cfg.data.dir : cache_dir_for(cfg, vocab);
   const bool ready = fs::exists(info.dir + "/meta.json") || (given && fs::is_regular_file(info.dir));
-  const bool holds_files = fs::is_directory(info.dir) && !fs::is_empty(info.dir);
+  // An unfinished prepare (progress.json) is resumed below, never read as shards made elsewhere.
+  const bool unfinished = fs::exists(info.dir + "/progress.json");
+  const bool holds_files = fs::is_directory(info.dir) && !fs::is_empty(info.dir) && !unfinished;
   // A data.dir with nothing in it is prepared only from inputs the user named: filling it with
   // the built-in corpus would train on text nobody asked for (a typo, or data deleted since).
-  if (given && !ready && !holds_files && cfg.data.input.empty())
+  if (given && !ready && !holds_files && !unfinished && cfg.data.input.empty())
     throw DataError("data.dir = \"" + info.dir + "\" " + (fs::exists(info.dir) ? "is empty" : "does not exist") +
                     " and data.input names nothing to prepare there; fix: point data.dir at prepared shards (`atoll "
                     "data prepare --input ... --out " + info.dir + "`), set data.input to prepare it there, or leave "
