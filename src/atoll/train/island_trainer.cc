@@ -362,7 +362,7 @@ struct Worker {
   // committer through the store; the temporary directory is named after the run id, which every
   // worker of this launch shares.
   void make_checkpointer(const std::string& run_dir) {
-    parts = std::make_unique<StorePartExchange>(opts.store_url, opts.run_id, timeout);
+    parts = std::make_unique<StorePartExchange>(opts.store_url, opts.store_password, opts.run_id, timeout);
     uint64_t token = 1469598103934665603ull;  // FNV-1a of the run id
     for (unsigned char c : opts.run_id) token = (token ^ c) * 1099511628211ull;
     checkpointer = std::make_unique<Checkpointer>(

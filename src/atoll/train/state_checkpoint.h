@@ -71,7 +71,9 @@ class PartExchange {
 // of its own (the background threads use it while the training thread uses the store too).
 class StorePartExchange final : public PartExchange {
  public:
-  StorePartExchange(const std::string& url, const std::string& run_id, std::chrono::milliseconds timeout);
+  // `password`: the store's ("" = the URL's, or none), as the worker's own connection has it.
+  StorePartExchange(const std::string& url, const std::string& password, const std::string& run_id,
+                    std::chrono::milliseconds timeout);
   ~StorePartExchange() override;
   void put(int64_t step, int writer, const nlohmann::json& part) override;
   std::optional<std::vector<nlohmann::json>> collect(int64_t step, const std::vector<int>& writers) override;

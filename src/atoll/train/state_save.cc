@@ -77,9 +77,10 @@ json assemble_state(const Snapshot& s, const std::map<int, json>& values) {
 
 }  // namespace
 
-StorePartExchange::StorePartExchange(const std::string& url, const std::string& run_id,
+StorePartExchange::StorePartExchange(const std::string& url, const std::string& password, const std::string& run_id,
                                      std::chrono::milliseconds timeout)
-    : store_(std::make_unique<Store>(StoreOptions{.url = url, .run_id = run_id, .timeout = timeout})) {}
+    : store_(std::make_unique<Store>(
+          StoreOptions{.url = url, .password = password, .run_id = run_id, .timeout = timeout})) {}
 
 StorePartExchange::~StorePartExchange() = default;
 
