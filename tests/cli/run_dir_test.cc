@@ -145,6 +145,17 @@ TEST_F(RunDirTest, ResumeUsesTheRunsOwnConfig) {
   const auto rows = read_jsonl(run + "/metrics.jsonl");
   ASSERT_EQ(rows.size(), 6u);
   EXPECT_EQ(load_config(run + "/config.toml").train.steps, 6);
+  // The softmax router's expert loads, every layer, on every step (Model::topk_choice_counts).
+  const int layers = load_config(run + "/config.toml").model.n_layers;
+  for (const auto& row : rows) {
+    ASSERT_TRUE(row.contains("load_entropy")) << row.dump();
+    ASSERT_EQ(row["load_layer"].size(), size_t(layers)) << row.dump();
+    for (int l = 0; l < layers; ++l) {
+      EXPECT_GT(row["load_entropy"][l].get<double>(), 0.0) << row.dump();
+      EXPECT_LE(row["load_entropy"][l].get<double>(), 1.0 + 1e-12) << row.dump();
+      EXPECT_LE(row["load_min"][l].get<double>(), row["load_max"][l].get<double>()) << row.dump();
+    }
+  }
   // The safe change is named in the log and in the resume event.
   EXPECT_NE(r.err.find("train.steps"), std::string::npos) << r.err;
   const auto resumed = events(run, "resume");

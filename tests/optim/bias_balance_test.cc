@@ -86,6 +86,19 @@ TEST(BiasBalance, LoadStatisticsLeaveTheSkipClassOut) {
   EXPECT_NEAR(load.entropy, -(0.75 * std::log(0.75) + 0.25 * std::log(0.25)) / std::log(2.0), 1e-6);
 }
 
+// A softmax router's load from its slot counts: the same statistics, no skip class.
+TEST(BiasBalance, LoadFromCountsOfASoftmaxRouter) {
+  const std::vector<double> counts = {6, 2, 0, 0};
+  const RouterLoad load = router_load_from_counts(3, counts.data(), counts.size());
+  EXPECT_EQ(load.layer, 3);
+  EXPECT_DOUBLE_EQ(load.max_load, 0.75);
+  EXPECT_DOUBLE_EQ(load.min_load, 0.0);
+  EXPECT_DOUBLE_EQ(load.skip_share, 0.0);
+  EXPECT_NEAR(load.entropy, -(0.75 * std::log(0.75) + 0.25 * std::log(0.25)) / std::log(4.0), 1e-12);
+  const std::vector<double> none(4, 0.0);
+  EXPECT_EQ(router_load_from_counts(0, none.data(), 4).entropy, 0.0) << "no slot taken: nothing to measure";
+}
+
 // The gradient norm leaves the balanced rows' slots out, and without such rows is what it was.
 TEST(BiasBalance, GradientNormLeavesTheLoadsOut) {
   std::vector<float> g = {3.0f, 0.5f, 0.5f, 4.0f};

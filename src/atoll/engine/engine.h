@@ -120,6 +120,9 @@ class Engine {
   virtual bool has_island_mean() const { return false; }
   virtual void join_island(const IslandLink& link) { (void)link; }
   virtual void island_grad_mean() {}
+  // Model::topk_choice_counts of this worker's training passes since zero_grads ([L*E]; empty
+  // where the engine does not count them: the GPU).
+  virtual std::vector<double> topk_choice_counts() const { return {}; }
 
   // For `atoll bench`: the device's matrix-multiply peak in train.precision's input type, the
   // time of each phase since reset_phase_times() (seconds, by name; empty where not measured),

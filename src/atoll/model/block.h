@@ -47,6 +47,8 @@ class Block {
   // Links this block's router to the previous block's (ZAYA1's depth averaging reads the
   // previous router's state; RouterPart::link_previous). The model calls it once per block > 0.
   void link_previous(Block& prev) { router_->link_previous(*prev.router_); }
+  // The experts the router chose in the last forward [N,K].
+  const int32_t* router_choice() const { return router_->topk_idx(); }
 
   void start_decode(int max_len) { attention_->start_decode(max_len); }
   // x[C] (in place) for the token at position pos.

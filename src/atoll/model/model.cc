@@ -93,6 +93,7 @@ void Model<T>::init_params(uint64_t seed) {
 template <typename T>
 void Model<T>::zero_grads() {
   std::fill(grads_.begin(), grads_.end(), T(0));
+  choice_counts_.assign(size_t(cfg_.n_layers) * cfg_.n_experts, 0.0);
 }
 
 template <typename T>
@@ -130,6 +131,15 @@ void Model<T>::use_block_weights(PartContext<T>& c, int l) {
 }
 
 template <typename T>
+void Model<T>::count_choices(int l, int N) {
+  const size_t E = cfg_.n_experts;
+  if (choice_counts_.size() != cfg_.n_layers * E) choice_counts_.assign(cfg_.n_layers * E, 0.0);
+  const int32_t* idx = s_->blocks[l].router_choice();
+  double* counts = choice_counts_.data() + size_t(l) * E;
+  for (size_t i = 0; i < size_t(N) * cfg_.top_k; ++i) counts[idx[i]] += 1;
+}
+
+template <typename T>
 LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale) {
   ATOLL_CHECK(B >= 1 && B <= max_batch_) << "batch of " << B << " sequences, model sized for " << max_batch_;
   State& S = *s_;
@@ -152,6 +162,7 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
     const RouterLosses r = S.blocks[l].forward(S.x[l + 1].data(), S.x[l].data(), c);
     loss.aux += r.aux;
     loss.z += r.z;
+    if (backward && cfg_.router_at(l) == "topk") count_choices(l, N);
   }
   loss.ce = head_and_loss(targets, B, backward, loss_scale) / N;
   if (!backward) return loss;
@@ -202,9 +213,14 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
 double flops_per_token(const ModelConfig& m) {
   const double C = m.dim, QD = double(m.n_heads) * m.head_dim, KVD = double(m.n_kv_heads) * m.head_dim;
   const double attn = 2 * C * QD + 2 * C * KVD;
-  double active = m.n_layers * (attn + C * m.n_experts + m.top_k * 3.0 * C * m.expert_hidden);
-  for (int l = 0; l < m.n_layers; ++l)  // CCA's two convolutions over [q|k], per token
-    if (m.attention_at(l) == "cca") active += (QD + KVD) * (m.cca_time0 + double(m.head_dim) * m.cca_time1);
+  const double R = m.router_hidden_size;
+  double active = m.n_layers * (attn + m.top_k * 3.0 * C * m.expert_hidden);
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (m.attention_at(l) == "cca")  // CCA's two convolutions over [q|k], per token
+      active += (QD + KVD) * (m.cca_time0 + double(m.head_dim) * m.cca_time1);
+    // the zaya router's down projection and MLP over E + 1 classes; the softmax router's one product
+    active += m.router_at(l) == "zaya" ? C * R + 2 * R * R + R * (m.n_experts + 1.0) : C * m.n_experts;
+  }
   return 6.0 * (active + double(m.vocab_size) * C) + 12.0 * m.n_layers * m.seq_len * QD;
 }
 

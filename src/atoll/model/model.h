@@ -47,6 +47,10 @@ class Model {
   // Rng(seed), norm gains 1, buffers 0.
   void init_params(uint64_t seed);
   void zero_grads();
+  // Slots each expert took in the training passes since zero_grads(), [L*E], for the layers
+  // with the softmax top-k router (the zaya router counts its own, in its balancing row's
+  // gradient slot: optim/bias_balance.h); other layers' entries stay 0. For the load metrics.
+  const std::vector<double>& topk_choice_counts() const { return choice_counts_; }
 
   // inputs, targets [B,T] (B <= max_batch). Gradients of loss_scale * (ce + aux + z) are
   // accumulated (+=) into grads(), so micro-batches sum; pass loss_scale = 1/micro-batches.
@@ -62,6 +66,7 @@ class Model {
   LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
   PartContext<T> context(int B, double loss_scale);
   void use_block_weights(PartContext<T>& c, int l);
+  void count_choices(int layer, int N);  // adds layer's router choices to choice_counts_
   double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale);
 
   ModelConfig cfg_;
@@ -69,6 +74,7 @@ class Model {
   int max_batch_;
   Precision precision_;
   std::vector<T> params_, grads_;
+  std::vector<double> choice_counts_;  // [L*E] topk_choice_counts()
   std::unique_ptr<State> s_;
   PhaseTimes times_;
 };
@@ -79,7 +85,8 @@ extern template class Model<double>;
 // Training FLOPs per token, the formula of the PyTorch reference benchmark that atoll is
 // measured against (bench/vs_pytorch.sh): 6 * (active matrix parameters + V*C head) +
 // 12 * L * T * (NH*HD) for attention, counting the full T×T matrix as PyTorch's eager
-// attention computes it; used for GFLOP/s and MFU so the two sides' figures compare.
+// attention computes it (plus what the peer lacks: CCA's convolutions, the zaya router's MLP);
+// used for GFLOP/s and MFU so the two sides' figures compare.
 double flops_per_token(const ModelConfig& m);
 
 }  // namespace atl

@@ -20,6 +20,18 @@ std::vector<double> expert_shares(const float* g, size_t classes) {
   return p;
 }
 
+// entropy H(p)/ln E, max and min of the expert shares p (none: left at 0).
+RouterLoad with_shares(RouterLoad load, const std::vector<double>& p) {
+  if (p.empty()) return load;
+  double h = 0;
+  for (double x : p)
+    if (x > 0) h -= x * std::log(x);
+  load.entropy = p.size() > 1 ? h / std::log(double(p.size())) : 1.0;
+  load.max_load = *std::max_element(p.begin(), p.end());
+  load.min_load = *std::min_element(p.begin(), p.end());
+  return load;
+}
+
 }  // namespace
 
 std::vector<const ParamEntry*> balanced_rows(const ParamLayout& layout) {
@@ -41,15 +53,16 @@ RouterLoad router_load(const float* grads, const ParamEntry& row) {
   double all = 0;
   for (size_t e = 0; e < row.numel; ++e) all += g[e];
   if (all > 0) load.skip_share = g[row.numel - 1] / all;
-  const std::vector<double> p = expert_shares(g, row.numel);
-  if (p.empty()) return load;
-  double h = 0;
-  for (double x : p)
-    if (x > 0) h -= x * std::log(x);
-  load.entropy = p.size() > 1 ? h / std::log(double(p.size())) : 1.0;
-  load.max_load = *std::max_element(p.begin(), p.end());
-  load.min_load = *std::min_element(p.begin(), p.end());
-  return load;
+  return with_shares(load, expert_shares(g, row.numel));
+}
+
+RouterLoad router_load_from_counts(int layer, const double* counts, size_t experts) {
+  double all = 0;
+  for (size_t e = 0; e < experts; ++e) all += counts[e];
+  std::vector<double> p;
+  if (all > 0)
+    for (size_t e = 0; e < experts; ++e) p.push_back(counts[e] / all);
+  return with_shares(RouterLoad{.layer = layer}, p);
 }
 
 void balance_biases(float* params, float* m, float* v, const float* grads, const ParamLayout& layout, int64_t t,

@@ -51,6 +51,8 @@ struct RouterLoad {
   double skip_share = 0;  // share of all slots that chose the skip class
 };
 RouterLoad router_load(const float* grads, const ParamEntry& row);
+// The same figures from per-expert slot counts[E] (the softmax router's choices; no skip class).
+RouterLoad router_load_from_counts(int layer, const double* counts, size_t experts);
 
 // One balancing step after the optimizer's step t (t >= 1) on every balanced row: params, m and
 // v are updated in place from grads (see above). `opt` gives lr, betas and eps; its weight decay

@@ -19,13 +19,22 @@ namespace {
   throw Error(who + ": " + what);
 }
 
-// Each zaya router's expert load this step, from the loads it left in the gradient slots of its
-// balancing biases (optim/bias_balance.h), read on the host copy.
-void add_router_loads(StepRow& row, Engine& engine, const std::vector<const ParamEntry*>& rows) {
-  if (rows.empty()) return;
-  engine.to_host(kGrads);
-  for (const ParamEntry* r : rows) {
-    const RouterLoad load = router_load(engine.host().grads, *r);
+// Each router's expert load this step, in layer order: a zaya router's from the loads it left in
+// the gradient slots of its balancing biases (optim/bias_balance.h; island-wide, read on the host
+// copy), a softmax router's from this worker's choices (Engine::topk_choice_counts).
+void add_router_loads(StepRow& row, Engine& engine, const ModelConfig& m, const std::vector<const ParamEntry*>& rows) {
+  const std::vector<double> counts = engine.topk_choice_counts();
+  if (!rows.empty()) engine.to_host(kGrads);
+  auto balanced = rows.begin();
+  for (int l = 0; l < m.n_layers; ++l) {
+    RouterLoad load;
+    if (balanced != rows.end() && (*balanced)->layer == l) {
+      load = router_load(engine.host().grads, **balanced++);
+    } else if (m.router_at(l) == "topk" && !counts.empty()) {
+      load = router_load_from_counts(l, counts.data() + size_t(l) * m.n_experts, m.n_experts);
+    } else {
+      continue;
+    }
     row.load_layer.push_back(load.layer), row.load_entropy.push_back(load.entropy);
     row.load_max.push_back(load.max_load), row.load_min.push_back(load.min_load);
     row.load_skip.push_back(load.skip_share);
@@ -63,7 +72,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
     row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
     engine.optimizer_step(row.lr);
-    add_router_loads(row, engine, balanced);
+    add_router_loads(row, engine, cfg.model, balanced);
     ++loop.step;
     loop.tokens += int64_t(batch) * T * opts.workers;
     clocks.compute_s += (t1 - t0) + (now_s() - t2);
