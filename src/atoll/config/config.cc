@@ -41,7 +41,7 @@ constexpr Bounds at_least(double lo) { return {lo, kNoLimit}; }           // [lo
 
 // Every key, declared once, with the values it can mean. `v.num(key, field, help, bounds)` for
 // numbers, `v.str(key, field, help, {choices})`, `v.flag(...)` for booleans, `v.list(...)` for
-// lists.
+// lists, `v.mix(...)` for a data mixture and `v.phases(...)` for a schedule of them.
 template <class V>
 void visit_config(Config& c, V&& v) {
   auto& m = c.model;
@@ -131,6 +131,12 @@ void visit_config(Config& c, V&& v) {
   v.str("data.dir", d.dir, "folder of prepared shards (empty = cache folder derived from the input)", {});
   v.num("data.vocab_size", d.vocab_size, "tokenizer vocabulary (0 = model.vocab_size; else at least 260)", closed(0, 1 << 24));
   v.num("data.val_fraction", d.val_fraction, "fraction of the corpus held out for validation", closed(0.0, 0.5));
+  v.mix("data.mix", d.mix,
+        "prepared datasets drawn from in proportion to their weights, e.g. [{dir = \"web\", weight = 0.7}, {dir = "
+        "\"code\", weight = 0.3}]; instead of data.input and data.dir; one tokenizer for all");
+  v.phases("data.phases", d.phases,
+           "mixtures that change within the run: [{at_tokens = 0, mix = [...]}, {at_tokens = 2000000, mix = [...]}], "
+           "at_tokens counting every worker's tokens, the first 0, increasing; instead of data.mix");
 
   auto& g = c.diloco;
   v.num("diloco.inner_steps", g.inner_steps, "H: inner steps between outer synchronisations", closed(1, kInt64Max));
@@ -249,6 +255,12 @@ struct KeyLister {
   void list(const char* k, std::vector<std::string>& f, const char* help) {
     keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "strings"});
   }
+  void mix(const char* k, std::vector<MixSource>& f, const char* help) {
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {dir = string, weight > 0}"});
+  }
+  void phases(const char* k, std::vector<DataPhase>& f, const char* help) {
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {at_tokens >= 0, mix = [...]}"});
+  }
 };
 
 // Reads declared keys out of a parsed TOML table, with type and range checks.
@@ -262,8 +274,8 @@ struct Reader {
     auto* t = root[sec].as_table();
     return t ? t->get(name) : nullptr;
   }
-  [[noreturn]] void fail(const char* key, const std::string& problem, const std::string& fix) const {
-    auto it = overridden.find(key);  // a value from --set is blamed on --set, not on the file
+  [[noreturn]] void fail(const std::string& key, const std::string& problem, const std::string& fix) const {
+    auto it = overridden.find(key.substr(0, key.find('[')));  // a value from --set is blamed on --set, not on the file
     throw ConfigError((it == overridden.end() ? origin : "--set " + it->second) + ": " + key + ": " + problem +
                       "; fix: " + fix);
   }
@@ -328,6 +340,69 @@ struct Reader {
       field.push_back(s->get());
     }
   }
+  // An empty list (as config_to_toml writes the default) means no mixture.
+  static bool empty_list(const toml::node* n) { return n && n->as_array() && n->as_array()->empty(); }
+  void mix(const char* key, std::vector<MixSource>& field, const char*) {
+    const toml::node* n = find(key);
+    if (n && !empty_list(n)) field = read_mix(key, *n);
+  }
+  void phases(const char* key, std::vector<DataPhase>& field, const char*) {
+    const toml::node* n = find(key);
+    if (!n || empty_list(n)) return;
+    const std::string example = std::string("write e.g. ") + key +
+                                " = [{at_tokens = 0, mix = [{dir = \"web\", weight = 1}]}, {at_tokens = 2000000, mix = "
+                                "[{dir = \"web\", weight = 0.5}, {dir = \"code\", weight = 0.5}]}]";
+    auto* a = n->as_array();
+    if (!a || a->empty()) fail(key, "expected a non-empty list of tables, got " + node_repr(*n), example);
+    field.clear();
+    for (size_t i = 0; i < a->size(); ++i) {
+      const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
+      auto* t = a->get(i)->as_table();
+      if (!t) fail(at, "expected a table {at_tokens = ..., mix = [...]}, got " + node_repr(*a->get(i)), example);
+      for (auto& [name, _] : *t)
+        if (name.str() != "at_tokens" && name.str() != "mix")
+          fail(at + "." + std::string(name.str()), "unknown key", "a phase holds at_tokens and mix");
+      DataPhase phase;
+      auto* tokens = t->get("at_tokens") ? t->get("at_tokens")->as_integer() : nullptr;
+      if (!tokens || tokens->get() < 0) fail(at + ".at_tokens", "expected a whole number >= 0", example);
+      phase.at_tokens = tokens->get();
+      if (i == 0 && phase.at_tokens != 0) fail(at + ".at_tokens", "the first phase must start at 0", "set it to 0");
+      if (i > 0 && phase.at_tokens <= field.back().at_tokens)
+        fail(at + ".at_tokens", "phases must start at increasing token counts", "order the phases by at_tokens");
+      if (!t->get("mix")) fail(at + ".mix", "missing", example);
+      phase.mix = read_mix(at + ".mix", *t->get("mix"));
+      field.push_back(std::move(phase));
+    }
+  }
+  // A list of {dir, weight} tables; `key` names it in errors (data.mix, data.phases[1].mix).
+  std::vector<MixSource> read_mix(const std::string& key, const toml::node& n) const {
+    const std::string example = "write e.g. " + key + " = [{dir = \"data/web\", weight = 0.7}, {dir = \"data/code\", weight = 0.3}]";
+    auto* a = n.as_array();
+    if (!a || a->empty()) fail(key, "expected a non-empty list of tables, got " + node_repr(n), example);
+    std::vector<MixSource> mix;
+    for (size_t i = 0; i < a->size(); ++i) {
+      const std::string at = key + "[" + std::to_string(i) + "]";
+      auto* t = a->get(i)->as_table();
+      if (!t) fail(at, "expected a table {dir = ..., weight = ...}, got " + node_repr(*a->get(i)), example);
+      for (auto& [name, _] : *t)
+        if (name.str() != "dir" && name.str() != "weight")
+          fail(at + "." + std::string(name.str()), "unknown key", "a mixture entry holds dir and weight");
+      auto* dir = t->get("dir") ? t->get("dir")->as_string() : nullptr;
+      if (!dir || dir->get().empty()) fail(at + ".dir", "expected the folder of a prepared dataset", example);
+      const toml::node* w = t->get("weight");
+      const double weight = !w                         ? 1.0
+                            : w->as_integer()          ? double(w->as_integer()->get())
+                            : w->as_floating_point()   ? w->as_floating_point()->get()
+                                                       : std::nan("");
+      if (!(std::isfinite(weight) && weight > 0))
+        fail(at + ".weight", "weight " + (w ? node_repr(*w) : std::string("?")) + " is not a number > 0",
+             "give every dataset a positive weight, or leave it out of the mixture");
+      for (const MixSource& s : mix)
+        if (s.dir == dir->get()) fail(at + ".dir", "\"" + s.dir + "\" is listed twice", "list each dataset once");
+      mix.push_back({dir->get(), weight});
+    }
+    return mix;
+  }
 };
 
 // Writes every key as TOML, section by section in declaration order.
@@ -352,6 +427,19 @@ struct Writer {
   void list(const char* k, std::vector<std::string>& f, const char*) {
     std::string s = "[";
     for (size_t i = 0; i < f.size(); ++i) s += (i ? ", " : "") + quote(f[i]);
+    key(k, s + "]");
+  }
+  static std::string mix_text(const std::vector<MixSource>& f) {
+    std::string s = "[";
+    for (size_t i = 0; i < f.size(); ++i)
+      s += (i ? ", " : "") + std::string("{dir = ") + quote(f[i].dir) + ", weight = " + fmt_double(f[i].weight) + "}";
+    return s + "]";
+  }
+  void mix(const char* k, std::vector<MixSource>& f, const char*) { key(k, mix_text(f)); }
+  void phases(const char* k, std::vector<DataPhase>& f, const char*) {
+    std::string s = "[";
+    for (size_t i = 0; i < f.size(); ++i)
+      s += (i ? ", " : "") + std::string("{at_tokens = ") + std::to_string(f[i].at_tokens) + ", mix = " + mix_text(f[i].mix) + "}";
     key(k, s + "]");
   }
 };
@@ -532,6 +620,20 @@ void validate_config(const Config& c, const std::string& origin) {
          "fix: lower optim.weight_decay or optim.lr so that their product is below 1");
   if (c.data.vocab_size > m.vocab_size)
     fail("data.vocab_size (" + std::to_string(c.data.vocab_size) + ") exceeds model.vocab_size (" + std::to_string(m.vocab_size) + "); fix: lower data.vocab_size or raise model.vocab_size");
+  // A mixture names its prepared datasets itself: data.input or data.dir beside it would be ignored.
+  const char* mixing = !c.data.phases.empty() ? "data.phases" : !c.data.mix.empty() ? "data.mix" : nullptr;
+  if (!c.data.phases.empty() && !c.data.mix.empty())
+    fail("data.mix and data.phases are both set; fix: put the mixture in data.phases[0].mix and remove data.mix");
+  if (mixing && (!c.data.input.empty() || !c.data.dir.empty()))
+    fail(std::string(mixing) + " is set together with " + (c.data.dir.empty() ? "data.input" : "data.dir") +
+         "; fix: prepare each dataset with `atoll data prepare` and list it in " + mixing +
+         ", then remove data.input and data.dir");
+}
+
+std::vector<DataPhase> data_phases(const DataConfig& d) {
+  if (!d.phases.empty()) return d.phases;
+  if (!d.mix.empty()) return {DataPhase{.at_tokens = 0, .mix = d.mix}};
+  return {};
 }
 
 std::string config_to_toml(const Config& cfg) {
