@@ -104,6 +104,12 @@ TEST_F(DataMixTrain, PhasesAreLoggedAndExactAcrossResume) {
   }
   const auto a = metrics(dir_ / "full"), b = metrics(dir_ / "resumed");
   ASSERT_EQ(a.size(), 12u);
+  // Validation: in phase 0 only ds0 is evaluated; in phase 1 both, val_loss their mean weighted
+  // 0.5/0.5 by the phase.
+  EXPECT_EQ(a.at(5)["val_losses"].size(), 1u) << a.at(5);
+  const json v10 = a.at(10)["val_losses"];
+  ASSERT_EQ(v10.size(), 2u) << a.at(10);
+  EXPECT_NEAR(a.at(10)["val_loss"].get<double>(), 0.5 * v10[ds(0)].get<double>() + 0.5 * v10[ds(1)].get<double>(), 1e-6);
   for (const auto& [step, row] : a) {
     ASSERT_TRUE(b.count(step)) << "step " << step;
     EXPECT_EQ(row["loss"], b.at(step)["loss"]) << "step " << step;
