@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "atoll/config/data_mix.h"
+#include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
 
 namespace atl {
@@ -176,16 +178,6 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, dot), key.substr(dot + 1)};
 }
 
-std::string fmt_double(double x) {
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  // Shortest text that reads back to the same double (1e-06, not 9.9999999999999995e-07).
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof buf, x);
-  std::string r(buf, res.ptr);
-  if (r.find_first_of(".eEn") == std::string::npos) r += ".0";
-  return r;
-}
-
 // A bound as help and errors write it: 0.001, 1e+06, 4096 (no trailing ".0").
 std::string bound_text(double x, bool integral) {
   if (integral) return std::to_string(int64_t(x));
@@ -200,26 +192,6 @@ std::string bounds_text(const Bounds& b, bool integral) {
   if (unbounded) return (b.lo_open ? "> " : ">= ") + bound_text(b.lo, integral);
   return (b.lo_open ? "(" : "[") + bound_text(b.lo, integral) + ", " + bound_text(b.hi, integral) +
          (b.hi_open ? ")" : "]");
-}
-
-std::string quote(const std::string& s) {
-  std::string r = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') r += '\\';
-    r += ch;
-  }
-  return r + "\"";
-}
-
-std::string node_repr(const toml::node& n) {
-  std::ostringstream s;
-  n.visit([&](auto&& v) {
-    if constexpr (toml::is_string<decltype(v)>) s << quote(v.get());
-    else if constexpr (toml::is_value<decltype(v)>) s << v.get();
-    else if constexpr (toml::is_array<decltype(v)>) s << "a list";
-    else s << "a table";
-  });
-  return s.str();
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -340,68 +312,14 @@ struct Reader {
       field.push_back(s->get());
     }
   }
-  // An empty list (as config_to_toml writes the default) means no mixture.
-  static bool empty_list(const toml::node* n) { return n && n->as_array() && n->as_array()->empty(); }
   void mix(const char* key, std::vector<MixSource>& field, const char*) {
-    const toml::node* n = find(key);
-    if (n && !empty_list(n)) field = read_mix(key, *n);
+    if (const toml::node* n = find(key)) field = read_data_mix(*n, key, fail_fn());
   }
   void phases(const char* key, std::vector<DataPhase>& field, const char*) {
-    const toml::node* n = find(key);
-    if (!n || empty_list(n)) return;
-    const std::string example = std::string("write e.g. ") + key +
-                                " = [{at_tokens = 0, mix = [{dir = \"web\", weight = 1}]}, {at_tokens = 2000000, mix = "
-                                "[{dir = \"web\", weight = 0.5}, {dir = \"code\", weight = 0.5}]}]";
-    auto* a = n->as_array();
-    if (!a || a->empty()) fail(key, "expected a non-empty list of tables, got " + node_repr(*n), example);
-    field.clear();
-    for (size_t i = 0; i < a->size(); ++i) {
-      const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
-      auto* t = a->get(i)->as_table();
-      if (!t) fail(at, "expected a table {at_tokens = ..., mix = [...]}, got " + node_repr(*a->get(i)), example);
-      for (auto& [name, _] : *t)
-        if (name.str() != "at_tokens" && name.str() != "mix")
-          fail(at + "." + std::string(name.str()), "unknown key", "a phase holds at_tokens and mix");
-      DataPhase phase;
-      auto* tokens = t->get("at_tokens") ? t->get("at_tokens")->as_integer() : nullptr;
-      if (!tokens || tokens->get() < 0) fail(at + ".at_tokens", "expected a whole number >= 0", example);
-      phase.at_tokens = tokens->get();
-      if (i == 0 && phase.at_tokens != 0) fail(at + ".at_tokens", "the first phase must start at 0", "set it to 0");
-      if (i > 0 && phase.at_tokens <= field.back().at_tokens)
-        fail(at + ".at_tokens", "phases must start at increasing token counts", "order the phases by at_tokens");
-      if (!t->get("mix")) fail(at + ".mix", "missing", example);
-      phase.mix = read_mix(at + ".mix", *t->get("mix"));
-      field.push_back(std::move(phase));
-    }
+    if (const toml::node* n = find(key)) field = read_data_phases(*n, key, fail_fn());
   }
-  // A list of {dir, weight} tables; `key` names it in errors (data.mix, data.phases[1].mix).
-  std::vector<MixSource> read_mix(const std::string& key, const toml::node& n) const {
-    const std::string example = "write e.g. " + key + " = [{dir = \"data/web\", weight = 0.7}, {dir = \"data/code\", weight = 0.3}]";
-    auto* a = n.as_array();
-    if (!a || a->empty()) fail(key, "expected a non-empty list of tables, got " + node_repr(n), example);
-    std::vector<MixSource> mix;
-    for (size_t i = 0; i < a->size(); ++i) {
-      const std::string at = key + "[" + std::to_string(i) + "]";
-      auto* t = a->get(i)->as_table();
-      if (!t) fail(at, "expected a table {dir = ..., weight = ...}, got " + node_repr(*a->get(i)), example);
-      for (auto& [name, _] : *t)
-        if (name.str() != "dir" && name.str() != "weight")
-          fail(at + "." + std::string(name.str()), "unknown key", "a mixture entry holds dir and weight");
-      auto* dir = t->get("dir") ? t->get("dir")->as_string() : nullptr;
-      if (!dir || dir->get().empty()) fail(at + ".dir", "expected the folder of a prepared dataset", example);
-      const toml::node* w = t->get("weight");
-      const double weight = !w                         ? 1.0
-                            : w->as_integer()          ? double(w->as_integer()->get())
-                            : w->as_floating_point()   ? w->as_floating_point()->get()
-                                                       : std::nan("");
-      if (!(std::isfinite(weight) && weight > 0))
-        fail(at + ".weight", "weight " + (w ? node_repr(*w) : std::string("?")) + " is not a number > 0",
-             "give every dataset a positive weight, or leave it out of the mixture");
-      for (const MixSource& s : mix)
-        if (s.dir == dir->get()) fail(at + ".dir", "\"" + s.dir + "\" is listed twice", "list each dataset once");
-      mix.push_back({dir->get(), weight});
-    }
-    return mix;
+  ConfigFail fail_fn() const {
+    return [this](const std::string& key, const std::string& problem, const std::string& fix) { fail(key, problem, fix); };
   }
 };
 
@@ -429,19 +347,8 @@ struct Writer {
     for (size_t i = 0; i < f.size(); ++i) s += (i ? ", " : "") + quote(f[i]);
     key(k, s + "]");
   }
-  static std::string mix_text(const std::vector<MixSource>& f) {
-    std::string s = "[";
-    for (size_t i = 0; i < f.size(); ++i)
-      s += (i ? ", " : "") + std::string("{dir = ") + quote(f[i].dir) + ", weight = " + fmt_double(f[i].weight) + "}";
-    return s + "]";
-  }
-  void mix(const char* k, std::vector<MixSource>& f, const char*) { key(k, mix_text(f)); }
-  void phases(const char* k, std::vector<DataPhase>& f, const char*) {
-    std::string s = "[";
-    for (size_t i = 0; i < f.size(); ++i)
-      s += (i ? ", " : "") + std::string("{at_tokens = ") + std::to_string(f[i].at_tokens) + ", mix = " + mix_text(f[i].mix) + "}";
-    key(k, s + "]");
-  }
+  void mix(const char* k, std::vector<MixSource>& f, const char*) { key(k, data_mix_toml(f)); }
+  void phases(const char* k, std::vector<DataPhase>& f, const char*) { key(k, data_phases_toml(f)); }
 };
 
 std::set<std::string> known_keys() {
@@ -630,11 +537,6 @@ void validate_config(const Config& c, const std::string& origin) {
          ", then remove data.input and data.dir");
 }
 
-std::vector<DataPhase> data_phases(const DataConfig& d) {
-  if (!d.phases.empty()) return d.phases;
-  if (!d.mix.empty()) return {DataPhase{.at_tokens = 0, .mix = d.mix}};
-  return {};
-}
 
 std::string config_to_toml(const Config& cfg) {
   Config c = cfg;
