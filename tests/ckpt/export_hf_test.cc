@@ -205,6 +205,43 @@ TEST(ExportHf, TheRecordListsAtollsFilesAndOldExportsAreRecognised) {
   EXPECT_TRUE(fs::exists(dir / "hf/atoll-export.json"));
 }
 
+// With the tokenizer's special ids, generation_config.json gets them too: written when absent,
+// merged into the user's (their settings kept), and a user's file that is not a JSON object is
+// refused with the export left as it was.
+TEST(ExportHf, GenerationConfigGetsTheSpecialIds) {
+  ScratchDir dir;
+  std::ofstream(dir / "tokenizer.model") << "pieces";
+  const ModelConfig m = testing::small_model(false);
+  const ParamLayout layout = ParamLayout::build(m);
+  const std::vector<float> params = testing::pattern(layout.total(), 3);
+  const HfSpecialTokens special{.bos = 1, .eos = 2, .unk = 0, .bos_piece = "<s>", .eos_piece = "</s>", .unk_piece = "<unk>"};
+  export_hf(dir / "hf", m, layout, params.data(), dir / "tokenizer.model", special);
+  auto gen = nlohmann::json::parse(read_text_file(dir / "hf/generation_config.json"));
+  EXPECT_EQ(gen, nlohmann::json::parse(R"({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": null})"));
+  const auto record = nlohmann::json::parse(read_text_file(dir / "hf/atoll-export.json"));
+  EXPECT_TRUE(record["files"].get<std::set<std::string>>().count("generation_config.json"));
+
+  // The user's own settings, in a folder exported before (or beside a record that does not list it).
+  std::ofstream(dir / "hf/generation_config.json") << R"({"temperature": 0.7, "eos_token_id": 99})";
+  export_hf(dir / "hf", m, layout, params.data(), dir / "tokenizer.model", special);
+  gen = nlohmann::json::parse(read_text_file(dir / "hf/generation_config.json"));
+  EXPECT_EQ(gen["temperature"], 0.7);
+  EXPECT_EQ(gen["eos_token_id"], 2) << "the ids are the tokenizer's";
+  EXPECT_EQ(gen["bos_token_id"], 1);
+
+  std::ofstream(dir / "hf/generation_config.json") << "[1, 2";
+  const std::string config_before = read_text_file(dir / "hf/config.json");
+  try {
+    export_hf(dir / "hf", m, layout, params.data(), dir / "tokenizer.model", special);
+    ADD_FAILURE() << "a broken generation_config.json was accepted";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(testing::has(e.what(), "generation_config.json")) << e.what();
+    EXPECT_TRUE(testing::has(e.what(), "fix")) << e.what();
+  }
+  EXPECT_EQ(read_text_file(dir / "hf/generation_config.json"), "[1, 2");
+  EXPECT_EQ(read_text_file(dir / "hf/config.json"), config_before);
+}
+
 // A file under a name the export writes that atoll did not write there is never replaced.
 TEST(ExportHf, RefusesToReplaceAFileAtollDidNotWrite) {
   ScratchDir dir;

@@ -347,6 +347,10 @@ TEST_F(Commands, ExportTellsToolsHowAtollTokenizes) {
   EXPECT_EQ(tc["unk_token"], "<unk>");
   EXPECT_TRUE(tc["pad_token"].is_null());
   const json cfg = json::parse(read_file(dir("hf/config.json")));
+  // generation_config.json carries the same ids (transformers' generate() reads them there).
+  const json gen = json::parse(read_file(dir("hf/generation_config.json")));
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) EXPECT_EQ(gen[key], cfg[key]) << key;
+  EXPECT_TRUE(cfg["eos_token_id"].is_number());
   if (std::system("/usr/bin/python3 -c 'import sentencepiece' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-sentencepiece";
   const std::string cmd = "/usr/bin/python3 -c \"import sentencepiece as s; p = s.SentencePieceProcessor(model_file='" +
                           dir("hf/tokenizer.model") + "'); print(p.bos_id(), p.eos_id(), p.pad_id())\"";
@@ -369,7 +373,10 @@ TEST_F(Commands, ExportUntiedModel) {
   const RunResult again = run_atoll({"export", "--checkpoint", base_run(), "--format", "hf", "--out", dir("hf")});
   EXPECT_EQ(again.exit_code, 0) << again.describe();
   EXPECT_EQ(read_file(dir("hf/README.md")), "# my model\n");
-  EXPECT_EQ(read_file(dir("hf/generation_config.json")), "{\"temperature\": 0.7}\n");
+  // The user's generation_config.json keeps its settings and gains the special ids.
+  const json gen = json::parse(read_file(dir("hf/generation_config.json")));
+  EXPECT_EQ(gen["temperature"], 0.7);
+  EXPECT_EQ(gen["eos_token_id"], json::parse(read_file(dir("hf/config.json")))["eos_token_id"]);
   EXPECT_EQ(std::set<std::string>({"config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json",
                                    "atoll-export.json", "README.md", "generation_config.json"}),
             [&] {

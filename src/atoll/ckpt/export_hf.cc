@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -57,6 +58,7 @@ std::string hf_name_of(const ParamEntry& e) {
 // The export's record of the files atoll wrote into it (kExportRecord itself aside): what a
 // later export may replace. Every other file in the folder is the user's and is kept.
 constexpr const char* kExportRecord = "atoll-export.json";
+constexpr const char* kGenerationConfig = "generation_config.json";
 constexpr const char* kRecordFormat = "atoll-export-1";
 // What exports made before the record existed wrote.
 const std::set<std::string> kLegacyExportFiles = {"config.json", "model.safetensors", "tokenizer.model"};
@@ -228,6 +230,26 @@ std::string with_special_ids(const std::string& config_json, const HfSpecialToke
   return j.dump(2) + "\n";
 }
 
+// generation_config.json: the special ids, written into the export's existing one when there is
+// one (the user's sampling settings kept, the ids replaced), else on their own. Its other keys
+// belong to the user, so it is merged rather than replaced, and is never a clash.
+std::string merged_generation_config(const fs::path& existing, const HfSpecialTokens& t) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  std::error_code ec;
+  if (fs::exists(existing, ec)) {
+    std::ifstream f(existing);
+    j = nlohmann::ordered_json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object())
+      throw IoError(existing.string() + " is not a JSON object, so the export cannot add the special token ids to it "
+                    "(fix: correct or remove the file)");
+  }
+  auto id = [](int v) { return v >= 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+  j["bos_token_id"] = id(t.bos);
+  j["eos_token_id"] = id(t.eos);
+  j["pad_token_id"] = id(t.pad);
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayout& layout, const float* params,
@@ -247,7 +269,14 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
                 "model.partial_rotary_factor = 1.0 to export as Mixtral)");
   const bool special_ids = !tokenizer_path.empty() && special.given();
   if (special_ids) written.push_back("tokenizer_config.json");
-  const std::vector<std::string> keep = users_files(final_dir, written);
+  std::vector<std::string> keep = users_files(final_dir, written);
+  // generation_config.json is merged (merged_generation_config), not carried over or refused.
+  std::string generation_config;
+  if (special_ids) {
+    generation_config = merged_generation_config(final_dir / kGenerationConfig, special);
+    std::erase(keep, std::string(kGenerationConfig));
+    written.push_back(kGenerationConfig);
+  }
   std::vector<TensorToWrite> tensors;
   std::vector<HfValues> zaya;  // ZAYA1's tensors are copies (its experts are re-packed)
   if (arch == HfArchitecture::kZaya) {
@@ -270,8 +299,10 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
     write_safetensors((tmp / "model.safetensors").string(), tensors, {.metadata = {{"format", "pt"}}});
     write_text_file((tmp / "config.json").string(), special_ids ? with_special_ids(config_json, special) : config_json,
                     /*sync=*/true);
-    if (special_ids)
+    if (special_ids) {
       write_text_file((tmp / "tokenizer_config.json").string(), hf_tokenizer_config_json(m, special), /*sync=*/true);
+      write_text_file((tmp / kGenerationConfig).string(), generation_config, /*sync=*/true);
+    }
     if (!tokenizer_path.empty()) {
       std::error_code ec;
       fs::copy_file(tokenizer_path, tmp / "tokenizer.model", ec);

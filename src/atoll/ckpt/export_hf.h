@@ -36,15 +36,17 @@ std::string hf_mixtral_config_json(const ModelConfig& m);
 // or an error leaves the old folder as it was. `out_dir` may be missing, empty, or an earlier
 // export (its atoll-export.json; or, from before that record, config.json naming
 // MixtralForCausalLM beside model.safetensors): atoll's files in it are replaced and every
-// other file (a README.md, a generation_config.json the user added) is kept. Refused with
+// other file (a README.md the user added) is kept. Refused with
 // IoError, naming the files: any other non-empty folder, and an earlier export holding a file
 // atoll did not write under a name this export writes. `params` is laid out by `layout`.
 //
 // With `special` (the tokenizer's special pieces, read by the caller from tokenizer.model) it
 // also writes tokenizer_config.json, saying how atoll tokenizes: no BOS or EOS added to a text,
 // no leading space (SentencePiece's add_dummy_prefix is off), so that tools that read it
-// (transformers, llama.cpp's converter) give atoll's ids exactly; and config.json gets the
-// special ids (bos_token_id, eos_token_id, pad_token_id).
+// (transformers, llama.cpp's converter) give atoll's ids exactly; and config.json and
+// generation_config.json get the special ids (bos_token_id, eos_token_id, pad_token_id). A
+// generation_config.json already in `out_dir` (the user's sampling settings) keeps its other keys:
+// only the ids are set in it; one that is not a JSON object is refused with IoError.
 struct HfSpecialTokens {
   int bos = -1, eos = -1, unk = -1, pad = -1;  // ids, -1 = the tokenizer has none
   std::string bos_piece{}, eos_piece{}, unk_piece{}, pad_piece{};

@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "atoll/config/data_mix.h"
+#include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
 
 namespace atl {
@@ -41,7 +43,7 @@ constexpr Bounds at_least(double lo) { return {lo, kNoLimit}; }           // [lo
 
 // Every key, declared once, with the values it can mean. `v.num(key, field, help, bounds)` for
 // numbers, `v.str(key, field, help, {choices})`, `v.flag(...)` for booleans, `v.list(...)` for
-// lists.
+// lists, `v.mix(...)` for a data mixture and `v.phases(...)` for a schedule of them.
 template <class V>
 void visit_config(Config& c, V&& v) {
   auto& m = c.model;
@@ -131,6 +133,12 @@ void visit_config(Config& c, V&& v) {
   v.str("data.dir", d.dir, "folder of prepared shards (empty = cache folder derived from the input)", {});
   v.num("data.vocab_size", d.vocab_size, "tokenizer vocabulary (0 = model.vocab_size; else at least 260)", closed(0, 1 << 24));
   v.num("data.val_fraction", d.val_fraction, "fraction of the corpus held out for validation", closed(0.0, 0.5));
+  v.mix("data.mix", d.mix,
+        "prepared datasets drawn from in proportion to their weights, e.g. [{dir = \"web\", weight = 0.7}, {dir = "
+        "\"code\", weight = 0.3}]; instead of data.input and data.dir; one tokenizer for all");
+  v.phases("data.phases", d.phases,
+           "mixtures that change within the run: [{at_tokens = 0, mix = [...]}, {at_tokens = 2000000, mix = [...]}], "
+           "at_tokens counting every worker's tokens, the first 0, increasing; instead of data.mix");
 
   auto& g = c.diloco;
   v.num("diloco.inner_steps", g.inner_steps, "H: inner steps between outer synchronisations", closed(1, kInt64Max));
@@ -170,16 +178,6 @@ std::pair<std::string, std::string> split_key(const std::string& key) {
   return {key.substr(0, dot), key.substr(dot + 1)};
 }
 
-std::string fmt_double(double x) {
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  // Shortest text that reads back to the same double (1e-06, not 9.9999999999999995e-07).
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof buf, x);
-  std::string r(buf, res.ptr);
-  if (r.find_first_of(".eEn") == std::string::npos) r += ".0";
-  return r;
-}
-
 // A bound as help and errors write it: 0.001, 1e+06, 4096 (no trailing ".0").
 std::string bound_text(double x, bool integral) {
   if (integral) return std::to_string(int64_t(x));
@@ -194,26 +192,6 @@ std::string bounds_text(const Bounds& b, bool integral) {
   if (unbounded) return (b.lo_open ? "> " : ">= ") + bound_text(b.lo, integral);
   return (b.lo_open ? "(" : "[") + bound_text(b.lo, integral) + ", " + bound_text(b.hi, integral) +
          (b.hi_open ? ")" : "]");
-}
-
-std::string quote(const std::string& s) {
-  std::string r = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') r += '\\';
-    r += ch;
-  }
-  return r + "\"";
-}
-
-std::string node_repr(const toml::node& n) {
-  std::ostringstream s;
-  n.visit([&](auto&& v) {
-    if constexpr (toml::is_string<decltype(v)>) s << quote(v.get());
-    else if constexpr (toml::is_value<decltype(v)>) s << v.get();
-    else if constexpr (toml::is_array<decltype(v)>) s << "a list";
-    else s << "a table";
-  });
-  return s.str();
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -249,6 +227,12 @@ struct KeyLister {
   void list(const char* k, std::vector<std::string>& f, const char* help) {
     keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "strings"});
   }
+  void mix(const char* k, std::vector<MixSource>& f, const char* help) {
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {dir = string, weight > 0}"});
+  }
+  void phases(const char* k, std::vector<DataPhase>& f, const char* help) {
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {at_tokens >= 0, mix = [...]}"});
+  }
 };
 
 // Reads declared keys out of a parsed TOML table, with type and range checks.
@@ -262,8 +246,8 @@ struct Reader {
     auto* t = root[sec].as_table();
     return t ? t->get(name) : nullptr;
   }
-  [[noreturn]] void fail(const char* key, const std::string& problem, const std::string& fix) const {
-    auto it = overridden.find(key);  // a value from --set is blamed on --set, not on the file
+  [[noreturn]] void fail(const std::string& key, const std::string& problem, const std::string& fix) const {
+    auto it = overridden.find(key.substr(0, key.find('[')));  // a value from --set is blamed on --set, not on the file
     throw ConfigError((it == overridden.end() ? origin : "--set " + it->second) + ": " + key + ": " + problem +
                       "; fix: " + fix);
   }
@@ -328,6 +312,15 @@ struct Reader {
       field.push_back(s->get());
     }
   }
+  void mix(const char* key, std::vector<MixSource>& field, const char*) {
+    if (const toml::node* n = find(key)) field = read_data_mix(*n, key, fail_fn());
+  }
+  void phases(const char* key, std::vector<DataPhase>& field, const char*) {
+    if (const toml::node* n = find(key)) field = read_data_phases(*n, key, fail_fn());
+  }
+  ConfigFail fail_fn() const {
+    return [this](const std::string& key, const std::string& problem, const std::string& fix) { fail(key, problem, fix); };
+  }
 };
 
 // Writes every key as TOML, section by section in declaration order.
@@ -354,6 +347,8 @@ struct Writer {
     for (size_t i = 0; i < f.size(); ++i) s += (i ? ", " : "") + quote(f[i]);
     key(k, s + "]");
   }
+  void mix(const char* k, std::vector<MixSource>& f, const char*) { key(k, data_mix_toml(f)); }
+  void phases(const char* k, std::vector<DataPhase>& f, const char*) { key(k, data_phases_toml(f)); }
 };
 
 std::set<std::string> known_keys() {
@@ -532,7 +527,16 @@ void validate_config(const Config& c, const std::string& origin) {
          "fix: lower optim.weight_decay or optim.lr so that their product is below 1");
   if (c.data.vocab_size > m.vocab_size)
     fail("data.vocab_size (" + std::to_string(c.data.vocab_size) + ") exceeds model.vocab_size (" + std::to_string(m.vocab_size) + "); fix: lower data.vocab_size or raise model.vocab_size");
+  // A mixture names its prepared datasets itself: data.input or data.dir beside it would be ignored.
+  const char* mixing = !c.data.phases.empty() ? "data.phases" : !c.data.mix.empty() ? "data.mix" : nullptr;
+  if (!c.data.phases.empty() && !c.data.mix.empty())
+    fail("data.mix and data.phases are both set; fix: put the mixture in data.phases[0].mix and remove data.mix");
+  if (mixing && (!c.data.input.empty() || !c.data.dir.empty()))
+    fail(std::string(mixing) + " is set together with " + (c.data.dir.empty() ? "data.input" : "data.dir") +
+         "; fix: prepare each dataset with `atoll data prepare` and list it in " + mixing +
+         ", then remove data.input and data.dir");
 }
+
 
 std::string config_to_toml(const Config& cfg) {
   Config c = cfg;

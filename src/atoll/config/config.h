@@ -47,12 +47,33 @@ struct OptimConfig {
   double bias_balance_lr = 1e-3;
 };
 
+// One prepared dataset of a mixture and its share (weights are relative: 0.7 and 0.3, or 7 and 3).
+struct MixSource {
+  std::string dir;
+  double weight = 1.0;
+  bool operator==(const MixSource&) const = default;
+};
+
+// From `at_tokens` tokens trained on (every worker's), the run draws from `mix`. A phase is a
+// table so that later settings per phase (seq_len) fit beside the mixture.
+struct DataPhase {
+  int64_t at_tokens = 0;
+  std::vector<MixSource> mix;
+  bool operator==(const DataPhase&) const = default;
+};
+
 struct DataConfig {
   std::vector<std::string> input;  // text files, folders or JSONL; empty = built-in corpus
   std::string dir;                 // prepared shards; empty = a cache folder per input
   int vocab_size = 0;              // tokenizer vocabulary; 0 = model.vocab_size
   double val_fraction = 0.02;
+  std::vector<MixSource> mix;      // several prepared datasets with weights (data/mixture_loader.h)
+  std::vector<DataPhase> phases;   // mixtures that change at token counts; the first at 0
 };
+
+// The phases a run draws from: data.phases, else data.mix as one phase, else empty (one dataset,
+// data.dir or the cache folder).
+std::vector<DataPhase> data_phases(const DataConfig& d);
 
 struct DilocoConfig {
   int64_t inner_steps = 100;  // H

@@ -95,17 +95,12 @@ DataLoader::DataLoader(const std::string& path, const std::string& split, const 
                     " tokens, none left for worker " + std::to_string(opt_.worker) + " of " +
                     std::to_string(opt_.n_workers) + "; fix: use fewer workers, a smaller seq_len or more data");
   }
-  if (opt_.prefetch) thread_ = std::thread([this] { prefetch_loop(); });
+  prefetch_ = std::make_unique<BatchPrefetcher<Pos>>(
+      [this](const Pos& from, int B, int32_t* inputs, int32_t* targets) { return fill(from, B, inputs, targets); }, T_,
+      opt_.prefetch);
 }
 
-DataLoader::~DataLoader() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+DataLoader::~DataLoader() = default;
 
 std::shared_ptr<const std::vector<uint32_t>> DataLoader::order(int64_t epoch) const {
   std::lock_guard<std::mutex> lk(order_mu_);
@@ -150,65 +145,16 @@ DataLoader::Pos DataLoader::fill(Pos pos, int B, int32_t* inputs, int32_t* targe
   return pos;
 }
 
-void DataLoader::prefetch_loop() {
-  std::unique_lock<std::mutex> lk(mu_);
-  while (true) {
-    cv_.wait(lk, [&] { return stop_ || has_request_; });
-    if (stop_) return;
-    has_request_ = false;
-    busy_ = true;
-    const size_t n = static_cast<size_t>(job_.B) * T_;
-    job_.inputs.resize(n);
-    job_.targets.resize(n);
-    lk.unlock();
-    bool ok = true;
-    Pos end;
-    try {
-      end = fill(job_.start, job_.B, job_.inputs.data(), job_.targets.data());
-    } catch (...) {
-      ok = false;  // the synchronous path will redo it and report the error
-    }
-    lk.lock();
-    job_.end = end;
-    has_result_ = ok;
-    busy_ = false;
-    cv_.notify_all();
-  }
-}
-
-void DataLoader::start_prefetch(Pos pos, int B) {
-  job_.start = pos;
-  job_.B = B;
-  has_result_ = false;
-  has_request_ = true;
-  cv_.notify_all();
-}
-
-void DataLoader::drop_prefetch() {
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !busy_ && !has_request_; });
-  has_result_ = false;
-}
-
 void DataLoader::next_batch(int B, int32_t* inputs, int32_t* targets) {
+  pos_ = prefetch_->next(pos_, B, inputs, targets);
+}
+
+Cursor DataLoader::read_at(const Cursor& from, int B, int32_t* inputs, int32_t* targets) const {
   ATOLL_CHECK_GT(B, 0) << "batch size";
-  if (!opt_.prefetch) {
-    pos_ = fill(pos_, B, inputs, targets);
-    return;
-  }
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !busy_ && !has_request_; });
-  if (has_result_ && job_.start == pos_ && job_.B == B) {
-    const size_t n = static_cast<size_t>(B) * T_;
-    std::copy_n(job_.inputs.data(), n, inputs);
-    std::copy_n(job_.targets.data(), n, targets);
-    pos_ = job_.end;
-  } else {
-    // No usable prefetch (first call, or the batch size changed): fill it here. The thread is
-    // idle, so nothing else touches the loader meanwhile.
-    pos_ = fill(pos_, B, inputs, targets);
-  }
-  start_prefetch(pos_, B);
+  const Pos end = fill({from.epoch, from.position}, B, inputs, targets);
+  Cursor c = from;
+  c.epoch = end.epoch, c.position = end.position;
+  return c;
 }
 
 Cursor DataLoader::cursor() const {
@@ -231,7 +177,7 @@ void DataLoader::set_cursor(const Cursor& c) {
                     "model.seq_len and train.seed");
   }
   ATOLL_CHECK(c.epoch >= 0 && c.position >= 0) << c.epoch << " " << c.position;
-  drop_prefetch();
+  prefetch_->drop();
   Pos pos{c.epoch, c.position};
   if (c.n_workers != opt_.n_workers) {
     // Same share of the epoch: the saved worker had taken about position * n_old windows of
@@ -245,7 +191,7 @@ void DataLoader::set_cursor(const Cursor& c) {
 }
 
 void DataLoader::reset() {
-  drop_prefetch();
+  prefetch_->drop();
   pos_ = Pos{};
 }
 

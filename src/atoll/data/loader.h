@@ -14,19 +14,18 @@
 //
 // The state is a Cursor (epoch, position in this worker's slice), so a loader restored with
 // set_cursor yields exactly the batches the original would have, whatever the batch sizes.
-// A background thread prepares the next batch of the last requested size; batches are a pure
-// function of (cursor, size), so a prefetched batch is used only when both still match.
+// Batches are a pure function of (cursor, size), so a background thread prepares the next one
+// (batch_prefetcher.h).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "atoll/data/batch_prefetcher.h"
 #include "atoll/data/shard.h"
 
 namespace atl {
@@ -70,6 +69,9 @@ class DataLoader {
   // Fills the next B windows: inputs[B, T] and targets[B, T] (overwritten). B may change
   // from call to call (a batch-size ramp).
   void next_batch(int B, int32_t* inputs, int32_t* targets);
+  // The B windows that follow `from` (a cursor of this stream), without moving this loader:
+  // returns the cursor after them. Safe from any thread (MixtureLoader reads its sources so).
+  Cursor read_at(const Cursor& from, int B, int32_t* inputs, int32_t* targets) const;
 
   Cursor cursor() const;
   // Continues from a saved cursor. Throws DataError if it belongs to another stream (other
@@ -93,18 +95,9 @@ class DataLoader {
     int64_t position = 0;
     bool operator==(const Pos&) const = default;
   };
-  struct Batch {
-    Pos start, end;
-    int B = 0;
-    std::vector<int32_t> inputs, targets;
-  };
-
   Pos fill(Pos pos, int B, int32_t* inputs, int32_t* targets) const;
   void read_window(int64_t window, int32_t* inputs, int32_t* targets) const;
   std::shared_ptr<const std::vector<uint32_t>> order(int64_t epoch) const;
-  void prefetch_loop();
-  void start_prefetch(Pos pos, int B);  // caller holds mu_
-  void drop_prefetch();
 
   LoaderOptions opt_;
   int T_ = 0;
@@ -118,15 +111,7 @@ class DataLoader {
   mutable std::mutex order_mu_;
   mutable std::vector<std::pair<int64_t, std::shared_ptr<const std::vector<uint32_t>>>> orders_;
 
-  // Prefetch state, guarded by mu_: at most one request in flight, one result kept.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool busy_ = false;  // the thread is filling `job_`
-  bool has_request_ = false;
-  bool has_result_ = false;
-  Batch job_;
-  std::thread thread_;
+  std::unique_ptr<BatchPrefetcher<Pos>> prefetch_;  // last: its thread reads the members above
 };
 
 }  // namespace atl

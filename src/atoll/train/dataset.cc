@@ -71,9 +71,65 @@ void check_shard_headers(const std::string& path) {
                     "`, or point data.dir at a folder of shards or a single .bin file");
 }
 
+struct MixEntry {
+  std::string key;  // data.mix[1].dir, data.phases[2].mix[0].dir
+  std::string dir;
+};
+
+// Each dataset of data.mix / data.phases once, with the key that first names it.
+std::vector<MixEntry> mix_entries(const DataConfig& d) {
+  std::vector<MixEntry> out;
+  auto add = [&](const std::string& prefix, const std::vector<MixSource>& mix) {
+    for (size_t i = 0; i < mix.size(); ++i) {
+      bool seen = false;
+      for (const MixEntry& e : out) seen = seen || e.dir == mix[i].dir;
+      if (!seen) out.push_back({prefix + "[" + std::to_string(i) + "].dir", mix[i].dir});
+    }
+  };
+  add("data.mix", d.mix);
+  for (size_t p = 0; p < d.phases.size(); ++p) add("data.phases[" + std::to_string(p) + "].mix", d.phases[p].mix);
+  return out;
+}
+
+// A mixture reads datasets prepared beforehand, all with one tokenizer (the model has one
+// embedding table): every one must hold meta.json, and their tokenizers and vocabularies agree.
+DatasetInfo resolve_mixture(const Config& cfg) {
+  DatasetInfo info;
+  std::string first_key, first_fp;
+  for (const MixEntry& e : mix_entries(cfg.data)) {
+    const std::string meta_path = e.dir + "/meta.json";
+    std::ifstream f(meta_path);
+    const auto meta = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+    if (!meta.is_object())
+      throw DataError(e.key + " = \"" + e.dir + "\": " +
+                      (fs::exists(e.dir) ? meta_path + " is missing or unreadable: not a prepared dataset"
+                                         : std::string("the folder does not exist")) +
+                      "; fix: run `atoll data prepare --input ... --out " + e.dir + "` or correct the path");
+    const std::string fp = meta.value("tokenizer_fingerprint", "");
+    const int vocab = meta.value("vocab_size", 0);
+    if (info.dir.empty()) {
+      info.dir = e.dir, info.vocab_size = vocab, first_key = e.key, first_fp = fp;
+    } else if (fp != first_fp || vocab != info.vocab_size) {
+      throw DataError(e.key + " = \"" + e.dir + "\": its tokenizer (" + meta_path + ": vocab_size " +
+                      std::to_string(vocab) + ", tokenizer_fingerprint " + (fp.empty() ? "none" : fp) + ") differs from " +
+                      first_key + " = \"" + info.dir + "\" (vocab_size " + std::to_string(info.vocab_size) +
+                      ", tokenizer_fingerprint " + (first_fp.empty() ? "none" : first_fp) +
+                      "); fix: prepare every dataset of the mixture with one tokenizer (`atoll data prepare --tokenizer " +
+                      info.dir + "/tokenizer.model ...`)");
+    }
+    if (vocab > cfg.model.vocab_size)
+      throw DataError(meta_path + ": the tokenizer has " + std::to_string(vocab) + " tokens but model.vocab_size is " +
+                      std::to_string(cfg.model.vocab_size) + "; fix: set model.vocab_size >= " + std::to_string(vocab));
+    check_shard_headers(e.dir);
+  }
+  if (fs::exists(info.dir + "/tokenizer.model")) info.tokenizer_path = info.dir + "/tokenizer.model";
+  return info;
+}
+
 }  // namespace
 
 DatasetInfo resolve_dataset(const Config& cfg) {
+  if (!data_phases(cfg.data).empty()) return resolve_mixture(cfg);
   const int vocab = cfg.data.vocab_size ? cfg.data.vocab_size : cfg.model.vocab_size;
   DatasetInfo info;
   const bool given = !cfg.data.dir.empty();

@@ -83,8 +83,10 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     const double dt = now_s() - t0;
     row.tokens_per_s = double(batch) * T * opts.workers / dt;
     const bool last = loop.step == cfg.train.steps;
-    if (opts.evaluates() && loop.val_data && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
+    if (opts.evaluates() && loop.has_val() && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
       row.val_loss = result.final_val_loss = loop.validate();
+      for (size_t i = 0; loop.train_data.mixes() && i < loop.val_losses.size(); ++i)
+        if (!std::isnan(loop.val_losses[i])) row.val_losses[loop.train_data.dirs()[i]] = loop.val_losses[i];
       if (opts.progress) {
         char buf[96];
         std::snprintf(buf, sizeof buf, "step %ld: val_loss %.4f", long(loop.step), *row.val_loss);

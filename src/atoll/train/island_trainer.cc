@@ -415,6 +415,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   std::filesystem::create_directories(run_dir);
   // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
   JsonlWriter events(run_dir + "/events.jsonl");
+  // Every worker enters the same phases at the same step; worker 0 reports them.
+  if (w == 0) loop.on_data_phase = [&events](const nlohmann::json& f) { events.write(event_row("data_phase", f)); };
   Worker wk{.cfg = cfg, .opts = opts, .who = who, .timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)),
             .loop = loop, .events = events};
   if (resume) {  // before any peer waits on us: a refused checkpoint ends this worker at once

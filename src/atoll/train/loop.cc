@@ -1,12 +1,20 @@
 #include "atoll/train/loop.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace atl {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The phases a run draws from: the config's mixture, or data_dir alone.
+std::vector<DataPhase> phases_of(const Config& c, const std::string& data_dir) {
+  std::vector<DataPhase> phases = data_phases(c.data);
+  if (phases.empty()) phases.push_back({.at_tokens = 0, .mix = {{.dir = data_dir, .weight = 1.0}}});
+  return phases;
+}
 
 bool has_val_split(const std::string& dir) {
   if (!fs::is_directory(dir)) return true;  // a single .bin file serves both
@@ -19,16 +27,18 @@ bool has_val_split(const std::string& dir) {
 
 Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts)
     : cfg(c),
-      train_data(data_dir, "train",
+      train_data(phases_of(c, data_dir), "train",
                  {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed), .worker = opts.worker,
                   .n_workers = opts.n_workers}),
       in(size_t(micro_batch(c.train)) * c.model.seq_len),
       tg(size_t(micro_batch(c.train)) * c.model.seq_len) {
   train_data.check_vocab(c.model.vocab_size);
-  if (has_val_split(data_dir)) {
-    val_data = std::make_unique<DataLoader>(data_dir, "val",
-                                            LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
-    val_data->check_vocab(c.model.vocab_size);
+  for (const std::string& dir : train_data.dirs()) {
+    val_data.emplace_back();
+    if (!has_val_split(dir)) continue;
+    val_data.back() = std::make_unique<DataLoader>(dir, "val",
+                                                   LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
+    val_data.back()->check_vocab(c.model.vocab_size);
   }
   engine = make_engine(c, {.device_index = opts.device_index});
 }
@@ -37,6 +47,12 @@ LossParts Loop::gradients(int batch) {
   const int mb = micro_batch(cfg.train);
   const int n_micro = batch / mb;
   engine->zero_grads();
+  if (const int p = train_data.enter_phase(tokens); p >= 0 && on_data_phase) {
+    const DataPhase& phase = train_data.phases()[size_t(p)];
+    nlohmann::json mix = nlohmann::json::array();
+    for (const MixSource& s : phase.mix) mix.push_back({{"dir", s.dir}, {"weight", s.weight}});
+    on_data_phase({{"phase", p}, {"at_tokens", phase.at_tokens}, {"tokens", tokens}, {"step", step}, {"mix", mix}});
+  }
   LossParts loss;
   for (int i = 0; i < n_micro; ++i) {
     train_data.next_batch(mb, in.data(), tg.data());
@@ -46,19 +62,40 @@ LossParts Loop::gradients(int batch) {
   return loss;
 }
 
+bool Loop::has_val() const {
+  return std::any_of(val_data.begin(), val_data.end(), [](const auto& v) { return v != nullptr; });
+}
+
 double Loop::validate() {
   const int mb = micro_batch(cfg.train), T = cfg.model.seq_len;
-  const int64_t windows = std::min<int64_t>(int64_t(cfg.train.eval_batches) * mb, val_data->n_windows());
   std::vector<int32_t> x(size_t(mb) * T), y(size_t(mb) * T);
-  val_data->reset();
-  double sum = 0;
-  for (int64_t done = 0; done < windows;) {
-    const int b = int(std::min<int64_t>(mb, windows - done));
-    val_data->next_batch(b, x.data(), y.data());
-    sum += engine->forward(x.data(), y.data(), b).ce * b;
-    done += b;
+  // One dataset's mean loss over its first eval_batches micro-batches.
+  auto loss_of = [&](DataLoader& val) {
+    const int64_t windows = std::min<int64_t>(int64_t(cfg.train.eval_batches) * mb, val.n_windows());
+    val.reset();
+    double sum = 0;
+    for (int64_t done = 0; done < windows;) {
+      const int b = int(std::min<int64_t>(mb, windows - done));
+      val.next_batch(b, x.data(), y.data());
+      sum += engine->forward(x.data(), y.data(), b).ce * b;
+      done += b;
+    }
+    return sum / double(windows);
+  };
+  // Datasets outside the current phase are not measured; if none inside it has a validation
+  // split, every dataset that has one counts alike.
+  std::vector<double> share = train_data.shares();
+  bool any = false;
+  for (size_t i = 0; i < val_data.size(); ++i) any = any || (val_data[i] && share[i] > 0);
+  if (!any) share.assign(share.size(), 1.0);
+  val_losses.assign(val_data.size(), std::nan(""));
+  double sum = 0, weight = 0;
+  for (size_t i = 0; i < val_data.size(); ++i) {
+    if (!val_data[i] || share[i] == 0) continue;
+    val_losses[i] = loss_of(*val_data[i]);
+    sum += share[i] * val_losses[i], weight += share[i];
   }
-  return sum / double(windows);
+  return sum / weight;
 }
 
 }  // namespace atl

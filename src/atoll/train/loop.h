@@ -6,13 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "atoll/config/config.h"
-#include "atoll/data/loader.h"
+#include "atoll/data/mixture_loader.h"
 #include "atoll/engine/engine.h"
 
 namespace atl {
@@ -23,12 +24,17 @@ struct LoopOptions {
 };
 
 struct Loop {
-  // The data first (its errors name the file and the fix), then the engine (make_engine).
+  // The data first (its errors name the file and the fix), then the engine (make_engine). The
+  // data is `data_dir`, or the datasets of data.mix / data.phases when the config has them.
   Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts = {});
 
   const Config& cfg;
-  DataLoader train_data;
-  std::unique_ptr<DataLoader> val_data;  // absent when the data has no validation split
+  MixtureLoader train_data;
+  // Each dataset's validation split, as train_data.dirs() (null: that dataset has none).
+  std::vector<std::unique_ptr<DataLoader>> val_data;
+  std::vector<double> val_losses;  // each dataset's loss at the last validate() (NaN: not measured)
+  // Called with the data_phase event's fields when a phase of data.phases starts.
+  std::function<void(const nlohmann::json&)> on_data_phase;
   std::unique_ptr<Engine> engine;
   int64_t step = 0, tokens = 0;
   std::vector<int32_t> in, tg;  // [micro_batch, T] inputs and targets
@@ -36,8 +42,10 @@ struct Loop {
   // zero grads, then forward/backward over batch / micro_batch micro-batches of the next
   // `batch` training windows: the gradients hold the batch mean. Returns the mean loss.
   LossParts gradients(int batch);
-  // Mean cross-entropy over the first train.eval_batches micro-batches of the validation split
-  // (val_data must exist), where the step runs.
+  bool has_val() const;
+  // Mean cross-entropy over the first train.eval_batches micro-batches of each dataset's
+  // validation split (one must exist), where the step runs; for a mixture, the mean of the
+  // datasets' losses weighted by the current phase's shares.
   double validate();
 };
 

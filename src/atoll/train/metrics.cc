@@ -20,6 +20,7 @@ nlohmann::json to_json(const StepRow& r) {
     if (field) row[key] = *field;
   };
   put("val_loss", r.val_loss);
+  if (!r.val_losses.empty()) row["val_losses"] = r.val_losses;
   put("island", r.island);
   put("rank", r.rank);
   put("comm_bytes", r.comm_bytes);

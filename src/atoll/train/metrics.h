@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,6 +40,7 @@ struct StepRow {
   int batch_size = 0;
   double tokens_per_s = 0, time_s = 0;
   std::optional<double> val_loss{};
+  std::map<std::string, double> val_losses{};  // a mixture's: each evaluated dataset's (dir -> loss)
 
   std::optional<int> island{}, rank{};
   std::optional<uint64_t> comm_bytes{};

@@ -55,16 +55,9 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                .set = [=](const json& v) { engine().set_optimizer_steps(v.get<int64_t>()); },
                .check = integer_check});
   r.push_back({.name = "loaders", .type = J, .owner = "loader", .division = D::kPerWorker,
-               .what = "the training data cursor", .get = [s] { return json(s->loop.train_data.cursor()); },
-               .set = [s](const json& v) { s->loop.train_data.set_cursor(v.get<Cursor>()); },
-               .check = [](const json& v) -> std::string {
-                 try {
-                   (void)v.get<Cursor>();
-                   return "";
-                 } catch (const json::exception& e) {
-                   return std::string("is not a data cursor (") + e.what() + ")";
-                 }
-               }});
+               .what = "the training data cursor", .get = [s] { return s->loop.train_data.cursor_json(); },
+               .set = [s](const json& v) { s->loop.train_data.set_cursor_json(v); },
+               .check = [](const json& v) { return MixtureLoader::cursor_json_problem(v); }});
   if (!diloco) return r;
   r.push_back({.name = "diloco_theta", .type = T, .owner = "diloco", .division = D::kRun,
                .what = "DiLoCo's global parameters θ", .data = [s] { return s->diloco->theta().data(); },

@@ -114,6 +114,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   }
   JsonlWriter events(rd.path + "/events.jsonl");
   record_resume(events, rd, loop.step);
+  loop.on_data_phase = [&events](const nlohmann::json& fields) { events.write(event_row("data_phase", fields)); };
   if (!rd.checkpoint.empty()) {
     if (!opts.quiet) log_info("resumed " + rd.checkpoint + " at step " + std::to_string(loop.step));
   } else {

@@ -1,0 +1,82 @@
+// data.mix and data.phases: parsed from inline tables and [[data.mix]] arrays, written back, and
+// every bad value refused with the file, the key and the fix.
+#include <gtest/gtest.h>
+
+#include "atoll/config/config.h"
+#include "atoll/core/errors.h"
+
+namespace atl {
+namespace {
+
+std::string error_of(const std::string& text, std::vector<std::string> overrides = {}) {
+  try {
+    parse_config(text, "mix.toml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DataMix, ParsesAndRoundTrips) {
+  const Config c = parse_config("[data]\nmix = [{dir = \"web\", weight = 0.7}, {dir = \"code\", weight = 3}]\n", "m.toml");
+  ASSERT_EQ(c.data.mix.size(), 2u);
+  EXPECT_EQ(c.data.mix[0], (MixSource{"web", 0.7}));
+  EXPECT_EQ(c.data.mix[1], (MixSource{"code", 3.0}));
+  EXPECT_EQ(parse_config(config_to_toml(c), "round-trip").data.mix, c.data.mix);
+  ASSERT_EQ(data_phases(c.data).size(), 1u);
+  EXPECT_EQ(data_phases(c.data)[0].mix, c.data.mix);
+
+  // TOML's array-of-tables form, and weight left out (1).
+  const Config t = parse_config("[[data.mix]]\ndir = \"a\"\n[[data.mix]]\ndir = \"b\"\nweight = 2\n", "t.toml");
+  EXPECT_EQ(t.data.mix, (std::vector<MixSource>{{"a", 1.0}, {"b", 2.0}}));
+
+  const Config p = parse_config(
+      "[data]\nphases = [{at_tokens = 0, mix = [{dir = \"web\"}]}, {at_tokens = 2000000, mix = [{dir = \"web\", weight = "
+      "1}, {dir = \"code\", weight = 1}]}]\n",
+      "p.toml");
+  ASSERT_EQ(p.data.phases.size(), 2u);
+  EXPECT_EQ(p.data.phases[1].at_tokens, 2000000);
+  EXPECT_EQ(parse_config(config_to_toml(p), "round-trip").data.phases, p.data.phases);
+  EXPECT_EQ(data_phases(p.data), p.data.phases);
+  EXPECT_TRUE(data_phases(Config{}.data).empty());
+  EXPECT_TRUE(parse_config("[data]\nmix = []\nphases = []\n", "empty.toml").data.mix.empty()) << "[] is no mixture";
+
+  const Config s = parse_config("", "set", {"data.mix=[{dir = \"x\", weight = 2}]"});
+  EXPECT_EQ(s.data.mix, (std::vector<MixSource>{{"x", 2.0}}));
+}
+
+TEST(DataMix, BadValuesAreNamed) {
+  struct Case {
+    std::string text, must_contain;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[data]\nmix = [{dir = \"a\", weight = 0}]\n", "data.mix[0].weight: weight 0 is not a number > 0"},
+           {"[data]\nmix = [{dir = \"a\"}, {dir = \"b\", weight = -0.5}]\n", "data.mix[1].weight"},
+           {"[data]\nmix = [{dir = \"a\", weight = \"much\"}]\n", "data.mix[0].weight"},
+           {"[data]\nmix = [{weight = 1}]\n", "data.mix[0].dir"},
+           {"[data]\nmix = [{dir = \"a\", wieght = 1}]\n", "data.mix[0].wieght: unknown key"},
+           {"[data]\nmix = [{dir = \"a\"}, {dir = \"a\"}]\n", "listed twice"},
+           {"[data]\nmix = \"a\"\n", "data.mix: expected a non-empty list"},
+           {"[data]\nmix = [{dir = \"a\"}]\ndir = \"b\"\n", "data.mix is set together with data.dir"},
+           {"[data]\nmix = [{dir = \"a\"}]\ninput = [\"x.txt\"]\n", "data.mix is set together with data.input"},
+           {"[data]\nmix = [{dir = \"a\"}]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}]\n",
+            "data.mix and data.phases are both set"},
+           {"[data]\nphases = [{at_tokens = 5, mix = [{dir = \"a\"}]}]\n", "data.phases[0].at_tokens: the first phase must start at 0"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}, {at_tokens = 0, mix = [{dir = \"b\"}]}]\n",
+            "data.phases[1].at_tokens: phases must start at increasing token counts"},
+           {"[data]\nphases = [{at_tokens = 0}]\n", "data.phases[0].mix: missing"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = -1}]}]\n", "data.phases[0].mix[0].weight"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], seq_len = 9}]\n", "data.phases[0].seq_len: unknown key"},
+       }) {
+    const std::string e = error_of(c.text);
+    EXPECT_NE(e.find("mix.toml"), std::string::npos) << c.text << "\n" << e;
+    EXPECT_NE(e.find(c.must_contain), std::string::npos) << c.text << "\n" << e;
+    EXPECT_NE(e.find("fix"), std::string::npos) << c.text << "\n" << e;
+  }
+  // From --set, the error names the --set item.
+  const std::string e = error_of("", {"data.mix=[{dir = \"a\", weight = 0}]"});
+  EXPECT_NE(e.find("--set data.mix="), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace atl
