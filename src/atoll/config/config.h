@@ -72,7 +72,7 @@ struct DilocoConfig {
 struct CheckpointConfig {
   int64_t every = 0;  // steps between checkpoints; 0 = only at the end
   int keep = 3;       // keep the newest N
-  double grace_s = 60.0;  // SIGTERM to `atoll launch` or a worker: seconds to write the final checkpoint
+  double grace_s = 60.0;  // SIGTERM to `atoll train`, `atoll launch` or a worker: seconds to write the final checkpoint
 };
 
 // Elastic islands (docs/islands.md "Faults, membership and rejoin").
