@@ -125,6 +125,8 @@ void visit_config(Config& c, V&& v) {
   v.num("optim.bias_balance_lr", o.bias_balance_lr,
         "zaya router: learning rate of the AdamW step on the balancing biases after each optimizer step",
         at_least(0.0));
+  v.flag("optim.zero1", o.zero1,
+         "ZeRO-1 inside an island: with --workers-per-island M > 1 each worker holds and steps 1/M of the optimizer state (CPU engine)");
 
   auto& d = c.data;
   v.list("data.input", d.input, "text files, folders or JSONL to train on (empty = built-in corpus)");

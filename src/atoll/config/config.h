@@ -45,6 +45,9 @@ struct OptimConfig {
   // Bias balancing of the zaya router (optim/bias_balance.h): AdamW's learning rate on the
   // balancing biases, whose gradient is each expert's load error p_e - 1/E.
   double bias_balance_lr = 1e-3;
+  // ZeRO-1 inside an island (optim/zero_shard.h): with more than one worker per island, each
+  // holds and steps 1/M of the optimizer state. Off by default: see docs/islands.md.
+  bool zero1 = false;
 };
 
 struct DataConfig {

@@ -57,5 +57,8 @@ RouterLoad router_load(const float* grads, const ParamEntry& row);
 // is not used (none). A row whose experts took no slot this step is left as it is.
 void balance_biases(float* params, float* m, float* v, const float* grads, const ParamLayout& layout, int64_t t,
                     const AdamWOptions& opt);
+// The same on these rows (offsets into the buffers given): a ZeRO-1 shard's (optim/zero_shard.h).
+void balance_biases(float* params, float* m, float* v, const float* grads, const std::vector<ParamEntry>& rows,
+                    int64_t t, const AdamWOptions& opt);
 
 }  // namespace atl
