@@ -30,8 +30,9 @@ constexpr double kLossBound = 1e-4;  // |loss(ZeRO-1) - loss(unsharded)| at M = 
 
 class Zero1 : public CliTest {
  protected:
-  RunResult launch(const std::string& run, int M, bool zero, const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> a = {"launch", "--config", world().config(), "--run-dir", run, "--islands", "1",
+  RunResult launch(const std::string& run, int M, bool zero, const std::vector<std::string>& extra = {},
+                   int N = 1) const {
+    std::vector<std::string> a = {"launch", "--config", world().config(), "--run-dir", run, "--islands", std::to_string(N),
                                   "--workers-per-island", std::to_string(M), "--set",
                                   std::string("optim.zero1=") + (zero ? "true" : "false")};
     for (const char* kv : {"train.eval_every=0", "train.steps=6", "checkpoint.every=3", "checkpoint.keep=5",
@@ -40,24 +41,24 @@ class Zero1 : public CliTest {
     a.insert(a.end(), extra.begin(), extra.end());
     return run_atoll(a, 180);
   }
-  // (rank, step) -> {loss, grad_norm}.
+  // (100 x island + rank, step) -> {loss, grad_norm}.
   using Rows = std::map<std::pair<int, int64_t>, std::pair<double, double>>;
   static Rows rows(const std::string& run) {
     Rows r;
     for (const auto& row : read_jsonl(run + "/metrics.jsonl"))
-      r[{row["rank"].get<int>(), row["step"].get<int64_t>()}] = {row["loss"].get<double>(),
+      r[{row.value("island", 0) * 100 + row["rank"].get<int>(), row["step"].get<int64_t>()}] = {row["loss"].get<double>(),
                                                                  row["grad_norm"].get<double>()};
     return r;
   }
   // The same run unsharded (plain) and with ZeRO-1 (zero), M workers: their rows, each M x 6.
   std::pair<Rows, Rows> both(const std::string& plain, const std::string& zero, int M,
-                             const std::vector<std::string>& extra) const {
-    const RunResult a = launch(plain, M, false, extra), b = launch(zero, M, true, extra);
+                             const std::vector<std::string>& extra, int N = 1) const {
+    const RunResult a = launch(plain, M, false, extra, N), b = launch(zero, M, true, extra, N);
     EXPECT_EQ(a.exit_code, 0) << a.describe();
     EXPECT_EQ(b.exit_code, 0) << b.describe();
     Rows ra = rows(plain), rb = rows(zero);
-    EXPECT_EQ(ra.size(), size_t(6 * M));
-    EXPECT_EQ(rb.size(), size_t(6 * M));
+    EXPECT_EQ(ra.size(), size_t(6 * M * N));
+    EXPECT_EQ(rb.size(), size_t(6 * M * N));
     return {ra, rb};
   }
   // A tensor kind of a checkpoint, whole, by the layout.
@@ -96,6 +97,17 @@ TEST_F(Zero1, TwoWorkersMatchTheUnshardedRunBitForBit) {
     expect_same_checkpoint(plain + "/checkpoints/step-00000003", zero + "/checkpoints/step-00000003", sets);
     expect_same_checkpoint(plain + "/checkpoints/step-00000006", zero + "/checkpoints/step-00000006", sets);
   }
+}
+
+// Two islands of two, through the data-parallel warm start (each rank averages its shard across
+// islands) and the outer steps: still the unsharded run, losses and θ bit for bit.
+TEST_F(Zero1, TwoIslandsWithAWarmStartMatchTheUnshardedRun) {
+  base_run();
+  const std::vector<std::string> extra = {"--set", "diloco.dp_warmup_steps=2", "--set", "diloco.inner_steps=2"};
+  const auto [ra, rb] = both(dir("plain"), dir("zero"), 2, extra, 2);
+  ASSERT_FALSE(HasFailure());
+  for (const auto& [key, v] : ra) EXPECT_EQ(rb.at(key).first, v.first) << "worker " << key.first << " step " << key.second;
+  expect_same_checkpoint(dir("plain") + "/checkpoints/step-00000006", dir("zero") + "/checkpoints/step-00000006");
 }
 
 TEST_F(Zero1, ThreeWorkersMatchTheUnshardedRunToRounding) {
