@@ -1,7 +1,9 @@
 // Ctrl-C (SIGINT) and SIGTERM to a real `atoll train`: the current step finishes, a checkpoint
 // of it is written, the console says where the run can resume from and the exact command, the
-// exit status is 128 + the signal and events.jsonl ends with `interrupted`; the printed command
-// resumes the run. A second signal exits at once, naming the last complete checkpoint.
+// exit status is 0 for SIGTERM (preemption: stopped as asked) and 128 + 2 for Ctrl-C, and
+// events.jsonl ends with `interrupted`; the printed command resumes the run. A second signal
+// exits at once, naming the last complete checkpoint, and so does SIGTERM with
+// checkpoint.grace_s = 0 (no time for a final checkpoint).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -30,8 +32,11 @@ class Interrupt : public CliTest {
     return a;
   }
   // Starts the run and waits for its first checkpoint: training is under way.
-  std::unique_ptr<Background> start(const std::string& run, const std::string& log) const {
-    auto b = std::make_unique<Background>(args(run), log);
+  std::unique_ptr<Background> start(const std::string& run, const std::string& log,
+                                    const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> a = args(run);
+    a.insert(a.end(), more.begin(), more.end());
+    auto b = std::make_unique<Background>(a, log);
     EXPECT_TRUE(wait_for_file(run + "/checkpoints", "latest", 60, [&] { return b->running(); }))
         << read_file(log + ".err");
     return b;
@@ -58,7 +63,7 @@ void stops_cleanly_on(int sig, const std::string& run, const std::string& log,
   const int status = b->wait();
   const std::string err = read_file(log + ".err");
   ASSERT_TRUE(WIFEXITED(status)) << "killed by the signal instead of stopping: " << status << "\n" << err;
-  EXPECT_EQ(WEXITSTATUS(status), 128 + sig) << err;
+  EXPECT_EQ(WEXITSTATUS(status), sig == SIGTERM ? 0 : 128 + sig) << err;
 
   // The last step logged has a complete checkpoint, named by `latest`.
   const auto rows = read_jsonl(run + "/metrics.jsonl");
@@ -119,6 +124,21 @@ TEST_F(Interrupt, ASecondCtrlCExitsAtOnceNamingTheLastCheckpoint) {
   EXPECT_NE(err.find("interrupted again"), std::string::npos) << err;
   EXPECT_NE(err.find("last complete checkpoint: " + run + "/checkpoints/step-"), std::string::npos) << err;
   // The named checkpoint is complete.
+  const RunResult e = run_atoll({"eval", "--checkpoint", run});
+  EXPECT_EQ(e.exit_code, 0) << e.describe();
+}
+
+TEST_F(Interrupt, SigtermWithoutGraceExitsAtOnceNamingTheLastCheckpoint) {
+  base_run();
+  const std::string run = dir("run"), log = dir("log");
+  auto b = start(run, log, {"--set", "checkpoint.grace_s=0"});
+  ::kill(b->pid(), SIGTERM);
+  const int status = b->wait();
+  const std::string err = read_file(log + ".err");
+  ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << err;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << err;
+  EXPECT_NE(err.find("checkpoint.grace_s = 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("last complete checkpoint: " + run + "/checkpoints/step-"), std::string::npos) << err;
   const RunResult e = run_atoll({"eval", "--checkpoint", run});
   EXPECT_EQ(e.exit_code, 0) << e.describe();
 }

@@ -21,6 +21,10 @@ namespace atl {
 struct PlanCopy {
   std::string kind;
   std::vector<int> holders;  // global worker indexes, at least one
+  // A copy whose entries each live on one holder only (a ZeRO-1 island's moments,
+  // optim/zero_shard.h): writers[e] writes entry e, not dealt; its bytes count first. Empty:
+  // dealt as above.
+  std::vector<int> writers{};
 };
 
 // writer[c][e]: the global worker that writes layout entry e of copy c.

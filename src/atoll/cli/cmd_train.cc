@@ -1,4 +1,5 @@
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 
 #include "atoll/cli/commands.h"
@@ -68,7 +69,9 @@ Runner add_train(CLI::App& app) {
       std::fprintf(stderr, "atoll: stopped by signal %d after step %ld; the run can resume from %s\nresume with: %s train --resume --run-dir %s\n",
                    r.stopped_by, long(r.steps), r.checkpoint.c_str(), shell_word(program_invocation_name).c_str(),
                    shell_word(r.run_dir).c_str());
-      return 128 + r.stopped_by;
+      // SIGTERM is how a preemptible machine asks a job to stop: the run did as asked, with its
+      // final checkpoint written (stop_signals.h), so it succeeded. Ctrl-C keeps the shell's 130.
+      return r.stopped_by == SIGTERM ? 0 : 128 + r.stopped_by;
     }
     if (!f->no_sample && !r.tokenizer_path.empty()) {
       std::printf("\nsample (temperature 0.8):\n%s\n",

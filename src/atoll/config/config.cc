@@ -127,6 +127,8 @@ void visit_config(Config& c, V&& v) {
   v.num("optim.bias_balance_lr", o.bias_balance_lr,
         "zaya router: learning rate of the AdamW step on the balancing biases after each optimizer step",
         at_least(0.0));
+  v.flag("optim.zero1", o.zero1,
+         "ZeRO-1 inside an island: with --workers-per-island M > 1 each worker holds and steps 1/M of the optimizer state (CPU engine)");
 
   auto& d = c.data;
   v.list("data.input", d.input, "text files, folders or JSONL to train on (empty = built-in corpus)");
@@ -157,7 +159,7 @@ void visit_config(Config& c, V&& v) {
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
   v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", closed(1, 1 << 20));
-  v.num("checkpoint.grace_s", c.checkpoint.grace_s, "seconds a run stopped by SIGTERM (to `atoll launch` or a worker) has to write its final checkpoint and exit 0", closed(0.0, 86400.0));
+  v.num("checkpoint.grace_s", c.checkpoint.grace_s, "seconds a run stopped by SIGTERM (to `atoll train`, `atoll launch` or a worker) has to write its final checkpoint and exit 0", closed(0.0, 86400.0));
 
   // Waits are counted in whole milliseconds (0 would mean "no bound" to some of them); a
   // million seconds is eleven days, far below the overflow of the count.

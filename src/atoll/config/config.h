@@ -45,6 +45,9 @@ struct OptimConfig {
   // Bias balancing of the zaya router (optim/bias_balance.h): AdamW's learning rate on the
   // balancing biases, whose gradient is each expert's load error p_e - 1/E.
   double bias_balance_lr = 1e-3;
+  // ZeRO-1 inside an island (optim/zero_shard.h): with more than one worker per island, each
+  // holds and steps 1/M of the optimizer state. Off by default: see docs/islands.md.
+  bool zero1 = false;
 };
 
 // One prepared dataset of a mixture and its share (weights are relative: 0.7 and 0.3, or 7 and 3).
@@ -93,7 +96,7 @@ struct DilocoConfig {
 struct CheckpointConfig {
   int64_t every = 0;  // steps between checkpoints; 0 = only at the end
   int keep = 3;       // keep the newest N
-  double grace_s = 60.0;  // SIGTERM to `atoll launch` or a worker: seconds to write the final checkpoint
+  double grace_s = 60.0;  // SIGTERM to `atoll train`, `atoll launch` or a worker: seconds to write the final checkpoint
 };
 
 // Elastic islands (docs/islands.md "Faults, membership and rejoin").

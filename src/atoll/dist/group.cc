@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
@@ -450,6 +451,50 @@ void ProcessGroup::allgatherv(float* data, const std::vector<size_t>& counts) {
   }
   // Gloo's ring forwards every part but the one that reaches us last: (P-1) parts per rank.
   record((total - counts[size_t((rank() + 1) % size())]) * sizeof(float), now_s() - t0);
+}
+
+void ProcessGroup::reduce_scatter_sum(float* data, const std::vector<size_t>& counts) {
+  check_usable("reduce_scatter_sum");
+  ATOLL_CHECK_EQ(counts.size(), size_t(size()));
+  const int P = size(), r = rank();
+  if (P == 1) return;
+  std::vector<size_t> offs(P + 1, 0);
+  for (int i = 0; i < P; ++i) offs[i + 1] = offs[i] + counts[i];
+  const size_t most = *std::max_element(counts.begin(), counts.end());
+  if (most == 0) return;
+  const double t0 = now_s();
+  // Two staging parts: what goes right and what comes from the left. `data` is read only, and
+  // written once at the end, so a failure leaves it unchanged.
+  std::vector<float> out(most), in(most);
+  constexpr uint64_t kSlotPrefix = 0xA8;  // top byte of its slots; Gloo's own use 0x01.., the ring 0xA7
+  const uint64_t tag = next_tag() & 0xffffff;
+  const int right = (r + 1) % P, left = (r + P - 1) % P;
+  uint64_t sent = 0;
+  try {
+    const auto& ctx = contexts_[0];
+    auto out_ub = ctx->createUnboundBuffer(out.data(), most * sizeof(float));
+    auto in_ub = ctx->createUnboundBuffer(in.data(), most * sizeof(float));
+    // At step s rank r sends its partial sum of part (r-s-1) and receives the left's of part
+    // (r-s-2), adding its own: after P-1 steps the part received is its own, summed by all.
+    const int first = (r + P - 1) % P;
+    std::copy(data + offs[first], data + offs[first + 1], out.begin());
+    for (int s = 0; s < P - 1; ++s) {
+      const int ks = (r + 2 * P - s - 1) % P, kr = (r + 2 * P - s - 2) % P;
+      const uint64_t slot = (kSlotPrefix << 56) | (tag << 32) | uint64_t(s);
+      if (counts[kr]) in_ub->recv(left, slot, 0, counts[kr] * sizeof(float));
+      if (counts[ks]) out_ub->send(right, slot, 0, counts[ks] * sizeof(float));
+      if (counts[kr] && !in_ub->waitRecv(opts_.timeout)) throw gloo::IoException("reduce-scatter receive aborted");
+      if (counts[ks] && !out_ub->waitSend(opts_.timeout)) throw gloo::IoException("reduce-scatter send aborted");
+      sent += counts[ks] * sizeof(float);
+      const float* own = data + offs[kr];
+      for (size_t i = 0; i < counts[kr]; ++i) in[i] += own[i];  // the left's partial + this rank's
+      if (s < P - 2) std::copy(in.begin(), in.begin() + counts[kr], out.begin());
+    }
+  } catch (...) {
+    fail("reduce_scatter_sum of " + std::to_string(offs[P]) + " floats");
+  }
+  std::copy(in.begin(), in.begin() + counts[r], data + offs[r]);
+  record(sent, now_s() - t0);
 }
 
 void ProcessGroup::expect_same(const std::string& what, const std::string& value) {

@@ -117,6 +117,12 @@ class ProcessGroup {
   // In place: data[sum(counts)] holds rank r's counts[r] floats at offset sum(counts[0..r));
   // every rank ends with every rank's part (its own part is sent, the others overwritten).
   void allgatherv(float* data, const std::vector<size_t>& counts);
+  // In place, the converse: data[sum(counts)] holds this rank's whole vector, and on return
+  // rank r's part (counts[r] floats at offset sum(counts[0..r))) holds the sum of every rank's
+  // part r; the other parts are left as they were. A ring of P-1 steps (each rank sends and
+  // receives one part a step), so part r is summed in ring order from rank r+1 round to r:
+  // with two ranks a + b, bit for bit Gloo's all-reduce sum (the order of two does not matter).
+  void reduce_scatter_sum(float* data, const std::vector<size_t>& counts);
   // Throws ConfigError on every rank if some rank's `value` differs from rank 0's, e.g.
   // expect_same("model config", toml) -> "rank 2's model config differs from rank 0's at ...".
   void expect_same(const std::string& what, const std::string& value);

@@ -1,10 +1,12 @@
 #include "atoll/engine/cpu_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "atoll/backend/cpu/gemm.h"
 #include "atoll/backend/cpu/gemm_bf16.h"
+#include "atoll/core/check.h"
 #include "atoll/core/rng.h"
 #include "atoll/core/timer.h"
 #include "atoll/optim/bias_balance.h"
@@ -12,7 +14,7 @@
 
 namespace atl {
 
-CpuEngine::CpuEngine(const Config& cfg) : Engine(cfg, micro_batch(cfg.train)) {}
+CpuEngine::CpuEngine(const Config& cfg, const EngineOptions& opts) : Engine(cfg, micro_batch(cfg.train), opts) {}
 
 LossParts CpuEngine::forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) {
   return host_model_.forward_backward(inputs, targets, B, loss_scale);
@@ -24,11 +26,26 @@ LossParts CpuEngine::forward(const int32_t* inputs, const int32_t* targets, int 
 
 double CpuEngine::clip_grads(double max_norm) {
   // The slots of balanced rows hold router loads, not gradients (optim/bias_balance.h).
-  return clip_grad_norm(host_model_.grads().data(), host_model_.grads().size(), max_norm,
-                        balanced_spans(host_model_.layout()));
+  if (!zero1())
+    return clip_grad_norm(host_model_.grads().data(), host_model_.grads().size(), max_norm,
+                          balanced_spans(host_model_.layout()));
+  // ZeRO-1: the island's gradients are only in this rank's shard; the squares of every shard
+  // summed over the island give the norm (the others' elements are never read again).
+  ATOLL_CHECK(zero_link_.sum) << "a ZeRO-1 engine steps only after join_zero";
+  const ZeroShard s = host_opt_.shard();
+  std::vector<std::pair<size_t, size_t>> left_out;
+  for (const auto& [offset, count] : balanced_spans(host_model_.layout()))
+    if (s.contains(offset)) left_out.emplace_back(offset - s.lo, count);
+  float* g = host_model_.grads().data() + s.lo;
+  const double norm = std::sqrt(zero_link_.sum(grad_sumsq(g, s.size(), left_out)));
+  clip_to_norm(g, s.size(), max_norm, norm);
+  return norm;
 }
 
-void CpuEngine::optimizer_step(double lr) { host_opt_.step(host_model_.params().data(), host_model_.grads().data(), lr); }
+void CpuEngine::optimizer_step(double lr) {
+  host_opt_.step(host_model_.params().data(), host_model_.grads().data(), lr);
+  if (zero1()) zero_link_.allgatherv(host_model_.params().data(), zero_sizes_);  // every shard's new values
+}
 
 PeakRate CpuEngine::matmul_peak(Precision precision) const {
   return precision == Precision::kBf16 ? measure_bf16_matmul_peak() : measure_matmul_peak();

@@ -9,7 +9,7 @@ namespace atl {
 
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(const Config& cfg);
+  explicit CpuEngine(const Config& cfg, const EngineOptions& opts = {});
 
   std::string device_name() const override { return "cpu"; }
   void zero_grads() override { host_model_.zero_grads(); }

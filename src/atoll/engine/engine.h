@@ -35,6 +35,7 @@
 #include "atoll/model/layout.h"
 #include "atoll/model/model.h"
 #include "atoll/optim/optimizer.h"
+#include "atoll/optim/zero_shard.h"
 
 namespace atl {
 
@@ -67,6 +68,31 @@ struct HostBuffers {
   float* v = nullptr;  // AdamW's second moment
 };
 
+// The moments a ZeRO-1 rank holds (optim/zero_shard.h): m[i] and v[i] are element shard.lo + i
+// of the layout. An unsharded engine's is the whole layout (m and v are host().m and v).
+struct MomentShard {
+  ZeroShard shard;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+// A ZeRO-1 rank's side of its island, set by the island worker (train/island_trainer.cc): the
+// island's sum of one double (the gradient norm's squares, one per shard), and the all-gather
+// of the parameters over the shards (sizes in rank order, ProcessGroup::allgatherv).
+struct ZeroLink {
+  std::function<double(double)> sum{};
+  std::function<void(float*, const std::vector<size_t>&)> allgatherv{};
+};
+
+struct EngineOptions {
+  // GPU index (modulo the device count) for train.device = cuda, e.g. an island worker's rank;
+  // -1: the current GPU.
+  int device_index = -1;
+  // This worker's rank in its island and the island's size: with optim.zero1 and more than one
+  // worker, the optimizer holds and steps the rank's shard only (optim/zero_shard.h).
+  int island_rank = 0, island_size = 1;
+};
+
 // The island's side of the in-island gradient mean on the device: this worker's rank and the
 // island's size, and an all-gather of one string over the island (the NCCL id's bootstrap).
 struct IslandLink {
@@ -86,9 +112,21 @@ class Engine {
   virtual ~Engine() = default;
 
   const ParamLayout& layout() const { return host_model_.layout(); }
+  // On a ZeRO-1 rank m and v are null: its moments are a shard (moments()).
   HostBuffers host() {
-    return {host_model_.params().data(), host_model_.grads().data(), host_opt_.m().data(), host_opt_.v().data()};
+    const bool whole = !host_opt_.sharded();
+    return {host_model_.params().data(), host_model_.grads().data(), whole ? host_opt_.m().data() : nullptr,
+            whole ? host_opt_.v().data() : nullptr};
   }
+  MomentShard moments() { return {host_opt_.shard(), host_opt_.m().data(), host_opt_.v().data()}; }
+  // ZeRO-1 (optim.zero1 with more than one worker in the island): the optimizer holds the
+  // moments of this rank's shard only. Then, after the island's gradients are reduce-scattered
+  // onto the shards (the island worker's part), clip_grads takes the norm over the island
+  // (ZeroLink::sum) and optimizer_step steps the shard and all-gathers the parameters, so every
+  // rank ends the step with the same parameters as an unsharded step would leave.
+  bool zero1() const { return host_opt_.sharded(); }
+  const std::vector<size_t>& zero_shard_sizes() const { return zero_sizes_; }
+  void join_zero(const ZeroLink& link) { zero_link_ = link; }
   // The parameters drawn from `seed` into the host copy (then to_device(kParams)).
   void init_params(uint64_t seed) { host_model_.init_params(seed); }
 
@@ -134,15 +172,11 @@ class Engine {
 
  protected:
   // host_batch: sequences the host model holds activations for (1 when the step runs elsewhere).
-  Engine(const Config& cfg, int host_batch);
+  Engine(const Config& cfg, int host_batch, const EngineOptions& opts = {});
   Model<float> host_model_;
+  std::vector<size_t> zero_sizes_;  // ZeRO-1: every rank's shard size, in rank order; else empty
   Optimizer host_opt_;
-};
-
-struct EngineOptions {
-  // GPU index (modulo the device count) for train.device = cuda, e.g. an island worker's rank;
-  // -1: the current GPU.
-  int device_index = -1;
+  ZeroLink zero_link_;
 };
 
 // The engine train.device names: the CPU engine, or the CUDA engine (ConfigError with the fix

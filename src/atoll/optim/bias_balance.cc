@@ -67,9 +67,17 @@ RouterLoad router_load_from_counts(int layer, const double* counts, size_t exper
 
 void balance_biases(float* params, float* m, float* v, const float* grads, const ParamLayout& layout, int64_t t,
                     const AdamWOptions& opt) {
+  std::vector<ParamEntry> rows;
+  for (const ParamEntry* row : balanced_rows(layout)) rows.push_back(*row);
+  balance_biases(params, m, v, grads, rows, t, opt);
+}
+
+void balance_biases(float* params, float* m, float* v, const float* grads, const std::vector<ParamEntry>& rows,
+                    int64_t t, const AdamWOptions& opt) {
   AdamWOptions no_decay = opt;
   no_decay.weight_decay = 0.0;
-  for (const ParamEntry* row : balanced_rows(layout)) {
+  for (const ParamEntry& r : rows) {
+    const ParamEntry* row = &r;
     const std::vector<double> p = expert_shares(grads + row->offset, row->numel);
     if (p.empty()) continue;
     const size_t E = p.size();

@@ -59,5 +59,8 @@ RouterLoad router_load_from_counts(int layer, const double* counts, size_t exper
 // is not used (none). A row whose experts took no slot this step is left as it is.
 void balance_biases(float* params, float* m, float* v, const float* grads, const ParamLayout& layout, int64_t t,
                     const AdamWOptions& opt);
+// The same on these rows (offsets into the buffers given): a ZeRO-1 shard's (optim/zero_shard.h).
+void balance_biases(float* params, float* m, float* v, const float* grads, const std::vector<ParamEntry>& rows,
+                    int64_t t, const AdamWOptions& opt);
 
 }  // namespace atl

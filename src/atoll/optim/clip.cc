@@ -24,7 +24,8 @@ static double block_sumsq(const float* g, size_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-double global_grad_norm(const float* g, size_t n) {
+// Sum of squares over n elements in fixed blocks, added in block order.
+static double sumsq_blocks(const float* g, size_t n) {
   const int64_t blocks = int64_t((n + kBlock - 1) / kBlock);
   std::vector<double> partial(blocks);  // [blocks]
 #pragma omp parallel for schedule(static) if (blocks > 1)
@@ -34,7 +35,19 @@ double global_grad_norm(const float* g, size_t n) {
   }
   double sumsq = 0.0;
   for (double p : partial) sumsq += p;
-  return std::sqrt(sumsq);
+  return sumsq;
+}
+
+double global_grad_norm(const float* g, size_t n) { return std::sqrt(sumsq_blocks(g, n)); }
+
+double grad_sumsq(const float* g, size_t n, const std::vector<std::pair<size_t, size_t>>& left_out) {
+  double sumsq = sumsq_blocks(g, n);
+  if (!std::isfinite(sumsq)) return sumsq;
+  for (const auto& [offset, count] : left_out) {
+    ATOLL_CHECK_LE(offset + count, n);
+    sumsq -= block_sumsq(g + offset, count);
+  }
+  return std::max(sumsq, 0.0);
 }
 
 double clip_grad_norm(float* g, size_t n, double max_norm, const std::vector<std::pair<size_t, size_t>>& left_out) {
@@ -48,12 +61,17 @@ double clip_grad_norm(float* g, size_t n, double max_norm, const std::vector<std
     }
     norm = std::sqrt(std::max(sumsq, 0.0));
   }
-  if (max_norm == 0.0 || !std::isfinite(norm) || norm <= max_norm) return norm;
+  clip_to_norm(g, n, max_norm, norm);
+  return norm;
+}
+
+void clip_to_norm(float* g, size_t n, double max_norm, double norm) {
+  ATOLL_CHECK_GE(max_norm, 0.0);
+  if (max_norm == 0.0 || !std::isfinite(norm) || norm <= max_norm) return;
   const float scale = float(max_norm / norm);
   const int64_t nn = int64_t(n);
 #pragma omp parallel for simd schedule(static) if (n >= kBlock)
   for (int64_t i = 0; i < nn; ++i) g[i] *= scale;
-  return norm;
 }
 
 }  // namespace atl

@@ -20,4 +20,11 @@ double global_grad_norm(const float* g, size_t n);
 double clip_grad_norm(float* g, size_t n, double max_norm,
                       const std::vector<std::pair<size_t, size_t>>& left_out = {});
 
+// The parts of clip_grad_norm for a gradient held in shards (ZeRO-1, optim/zero_shard.h): this
+// shard's sum of squares in double (blocks in order, as global_grad_norm) less the left_out
+// spans', whose sum over the shards is the squared norm; then g *= max_norm/norm when the norm
+// is finite and above max_norm (0 = off).
+double grad_sumsq(const float* g, size_t n, const std::vector<std::pair<size_t, size_t>>& left_out = {});
+void clip_to_norm(float* g, size_t n, double max_norm, double norm);
+
 }  // namespace atl

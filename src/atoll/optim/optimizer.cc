@@ -37,11 +37,21 @@ AdamWOptions adamw_options(const OptimConfig& cfg, const ParamEntry& e, double l
           .weight_decay = e.takes_weight_decay() ? cfg.weight_decay : 0.0};
 }
 
-Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout)
-    : cfg_(cfg), layout_(layout), m_(layout.total(), 0.0f), v_(layout.total(), 0.0f) {
+Optimizer::Optimizer(const OptimConfig& cfg, const ParamLayout& layout, std::optional<ZeroShard> shard)
+    : cfg_(cfg), layout_(layout), shard_(shard.value_or(ZeroShard{0, layout.total()})), sharded_(shard.has_value()),
+      m_(shard_.size(), 0.0f), v_(shard_.size(), 0.0f) {
   ATOLL_CHECK(cfg.name == "adamw" || cfg.name == "muon" || cfg.name == "sgd")
       << "unknown optim.name '" << cfg.name << "' (adamw | muon | sgd)";
-  groups_ = group_tensors(cfg, layout);
+  ATOLL_CHECK_LE(shard_.hi, layout.total());
+  // The shard's tensors, with offsets from its start: the step then runs on the shard's spans
+  // of the buffers as the unsharded step runs on the whole (a shard holds whole tensors).
+  const OptimizerGroups all = group_tensors(cfg, layout);
+  for (ParamEntry e : all.adamw)
+    if (shard_.contains(e.offset)) e.offset -= shard_.lo, groups_.adamw.push_back(e);
+  for (MuonMatrix mm : all.muon)
+    if (shard_.contains(mm.offset)) mm.offset -= shard_.lo, groups_.muon.push_back(mm);
+  for (const ParamEntry* row : balanced_rows(layout))
+    if (shard_.contains(row->offset)) balanced_.push_back(*row), balanced_.back().offset -= shard_.lo;
 }
 
 void Optimizer::set_step_count(int64_t t) {
@@ -50,10 +60,12 @@ void Optimizer::set_step_count(int64_t t) {
 }
 
 void Optimizer::step(float* params, const float* grads, double lr) {
-  step_tensors(params, grads, lr);
+  float* p = params + shard_.lo;  // the shard's spans: offsets below count from here
+  const float* g = grads + shard_.lo;
+  step_tensors(p, g, lr);
   // Bias balancing follows the step (bias_balance.h); nothing where no row is balanced.
   const AdamWOptions balance{.lr = cfg_.bias_balance_lr, .beta1 = cfg_.beta1, .beta2 = cfg_.beta2, .eps = cfg_.eps};
-  balance_biases(params, m_.data(), v_.data(), grads, layout_, t_, balance);
+  balance_biases(p, m_.data(), v_.data(), g, balanced_, t_, balance);
 }
 
 void Optimizer::step_tensors(float* params, const float* grads, double lr) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "atoll/optim/adamw.h"
 #include "atoll/optim/muon.h"
 #include "atoll/optim/sgd.h"
+#include "atoll/optim/zero_shard.h"
 
 namespace atl {
 
@@ -42,12 +44,15 @@ class Optimizer {
  public:
   // cfg.name: "adamw" (every tensor AdamW), "muon" (hidden matrices Muon, the rest AdamW) or
   // "sgd" (every tensor plain SGD, sgd.h; its time counts as adamw_s).
-  // The state buffers start at zero and the step count at 0.
-  Optimizer(const OptimConfig& cfg, const ParamLayout& layout);
+  // The state buffers start at zero and the step count at 0. `shard`: a ZeRO-1 rank's shard
+  // (zero_shard.h), whose state alone it holds and whose tensors alone it steps; by default
+  // every element.
+  Optimizer(const OptimConfig& cfg, const ParamLayout& layout, std::optional<ZeroShard> shard = std::nullopt);
 
-  // One step at learning rate lr on params [layout.total()], reading grads [layout.total()].
-  // Advances the step count first, so the first step has t = 1. Then, where the layout has
-  // balanced rows (a zaya router's balancing biases), the bias balancing step (bias_balance.h).
+  // One step at learning rate lr on params [layout.total()], reading grads [layout.total()]
+  // (only the shard's elements of either are touched). Advances the step count first, so the
+  // first step has t = 1. Then, where the shard has balanced rows (a zaya router's balancing
+  // biases), the bias balancing step (bias_balance.h).
   void step(float* params, const float* grads, double lr);
 
   // Muon's Newton-Schulz in batched bf16 products (muon.h newton_schulz_bf16); set for
@@ -57,9 +62,13 @@ class Optimizer {
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t);  // for resuming from a checkpoint
 
-  // [layout.total()]: AdamW's first moment, and Muon's momentum buffer for hidden matrices.
+  // The elements whose state this optimizer holds: [0, layout.total()) unless sharded.
+  const ZeroShard& shard() const { return shard_; }
+  bool sharded() const { return sharded_; }
+  // [shard().size()], element i for element shard().lo + i of the flat buffers: AdamW's first
+  // moment, and Muon's momentum buffer for hidden matrices.
   std::vector<float>& m() { return m_; }
-  // [layout.total()]: AdamW's second moment (zero, unused, where Muon applies).
+  // [shard().size()]: AdamW's second moment (zero, unused, where Muon applies).
   std::vector<float>& v() { return v_; }
   // The state for checkpoints, by the names checkpoints use.
   std::vector<std::pair<std::string, std::vector<float>*>> state_buffers() {
@@ -73,8 +82,11 @@ class Optimizer {
 
   OptimConfig cfg_;
   ParamLayout layout_;
-  OptimizerGroups groups_;
-  std::vector<float> m_, v_;               // [layout.total()] each
+  ZeroShard shard_;
+  bool sharded_ = false;
+  OptimizerGroups groups_;                 // the shard's, offsets from shard_.lo
+  std::vector<ParamEntry> balanced_;       // the shard's balanced rows, offsets from shard_.lo
+  std::vector<float> m_, v_;               // [shard_.size()] each
   std::vector<MuonWorkspace> workspaces_;  // one per thread
   int64_t t_ = 0;
   bool muon_bf16_ = false;

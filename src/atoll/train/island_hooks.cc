@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "atoll/core/errors.h"
+#include "atoll/optim/bias_balance.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/state_transfer.h"
 
@@ -42,6 +43,19 @@ void IslandMeanHook::after_gradients(Loop& loop) {
   float* grads = engine.host().grads;
   if (M > 1 && engine.has_island_mean()) {  // on the GPU: NCCL's mean, in device memory
     engine.island_grad_mean();
+  } else if (M > 1 && engine.zero1()) {  // ZeRO-1: each rank receives the island's mean of its shard only
+    // The routers' loads (a few floats per router) are summed whole on every rank besides: the
+    // shard that holds a row balances on the island's loads, and every rank logs them.
+    const std::vector<std::pair<size_t, size_t>> spans = balanced_spans(engine.layout());
+    std::vector<float> loads;
+    for (const auto& [offset, count] : spans) loads.insert(loads.end(), grads + offset, grads + offset + count);
+    if (!loads.empty()) inner_.allreduce_sum(loads.data(), loads.size());
+    inner_.reduce_scatter_sum(grads, engine.zero_shard_sizes());
+    const ZeroShard shard = engine.moments().shard;
+    scale(grads + shard.lo, shard.size(), 1.0 / M);
+    scale(loads.data(), loads.size(), 1.0 / M);
+    size_t at = 0;
+    for (const auto& [offset, count] : spans) std::copy_n(loads.data() + (at += count) - count, count, grads + offset);
   } else if (M > 1) {  // synchronous data parallel inside the island: the mean gradient
     inner_.allreduce_sum(grads, n);
     scale(grads, n, 1.0 / M);
@@ -70,6 +84,12 @@ void WarmStartHook::after_gradients(Loop& loop) {
   Engine& engine = *loop.engine;
   const size_t n = engine.layout().total();
   float* grads = engine.host().grads;
+  if (engine.zero1()) {  // ZeRO-1: a rank needs the mean of its shard only, which rank r of every island shares
+    const ZeroShard shard = engine.moments().shard;
+    outer_.group().allreduce_sum(grads + shard.lo, shard.size());
+    scale(grads + shard.lo, shard.size(), 1.0 / N);
+    return;
+  }
   if (shards_.empty()) shards_ = even_part_sizes(n, M);
   const auto [lo, hi] = even_part(n, place_.rank, M);
   engine.to_host(kGrads);

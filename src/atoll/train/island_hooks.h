@@ -2,7 +2,9 @@
 // hooks, each one concern, in the order the step meets them (IslandHooks lists them):
 //   IslandMeanHook  after_gradients: the island's gradient mean every step (NCCL in device
 //                   memory when the engine has it, else Gloo over the island group on the host
-//                   copy); finish_row: island, rank and this process's communication figures.
+//                   copy; with ZeRO-1 reduce-scattered onto the ranks' shards, the engine's
+//                   step then all-gathers the parameters: engine.h zero1); finish_row: island,
+//                   rank and this process's communication figures.
 //   WarmStartHook   after_gradients: during the data-parallel warm start (diloco.dp_warmup_steps)
 //                   the mean across islands too, so every worker takes the same step;
 //                   after_inner_step: at its end θ ← the warm parameters (checked by hash).

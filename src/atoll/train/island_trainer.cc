@@ -197,6 +197,20 @@ struct Worker {
     check_island_device(cfg.train, inner->size());
     loop.engine->join_island({.rank = inner->rank(), .size = inner->size(), .timeout = inner->timeout(),
                               .allgather = [this](const std::string& s) { return inner->allgather(s); }});
+    loop.engine->join_zero({.sum = [this](double x) { return sum_over_island(x); },
+                            .allgatherv = [this](float* d, const std::vector<size_t>& c) { inner->allgatherv(d, c); }});
+  }
+
+  // ZeRO-1's gradient norm: the island's sum of one double (each shard's squares), added in
+  // rank order on every rank, so every rank clips by the same norm.
+  double sum_over_island(double x) {
+    double total = 0;
+    for (const std::string& v : inner->allgather(std::string(reinterpret_cast<const char*>(&x), sizeof x))) {
+      double part = 0;
+      std::memcpy(&part, v.data(), sizeof part);
+      total += part;
+    }
+    return total;
   }
 
   void make_diloco() {
@@ -409,7 +423,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
 
   // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
   // copies serve initialisation, DiLoCo's outer step and checkpoints.
-  Loop loop(cfg, data.dir, {.worker = w, .n_workers = W, .device_index = opts.rank});
+  Loop loop(cfg, data.dir,
+            {.worker = w, .n_workers = W, .device_index = opts.rank, .island_rank = opts.rank, .island_size = M});
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
   std::filesystem::create_directories(run_dir);

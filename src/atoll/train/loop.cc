@@ -40,7 +40,8 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
                                                    LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
     val_data.back()->check_vocab(c.model.vocab_size);
   }
-  engine = make_engine(c, {.device_index = opts.device_index});
+  engine = make_engine(c, {.device_index = opts.device_index, .island_rank = opts.island_rank,
+                           .island_size = opts.island_size});
 }
 
 LossParts Loop::gradients(int batch) {

@@ -21,6 +21,7 @@ namespace atl {
 struct LoopOptions {
   int worker = 0, n_workers = 1;  // this worker reads slice `worker` of `n_workers` (loader.h)
   int device_index = -1;          // EngineOptions::device_index
+  int island_rank = 0, island_size = 1;  // EngineOptions: this worker's place in its island (ZeRO-1)
 };
 
 struct Loop {

@@ -2,9 +2,11 @@
 //
 // `atoll train --resume` and `atoll launch --resume` continue a run with its own config.toml;
 // `--set` (or a `--config` file) may change the keys of kResumeSafeKeys: how long the run goes,
-// how often it evaluates, logs and checkpoints, how many checkpoints it keeps, its threads and
-// its timeout. These steer the run without changing what a step computes (train.steps does move
-// the learning-rate schedule's end, which is what extending a run means). Every other key (the
+// how often it evaluates, logs and checkpoints, how many checkpoints it keeps, its threads, its
+// timeout and whether an island shards its optimizer state (optim.zero1: the same state, held in
+// shards; a checkpoint's content does not depend on it). These steer the run without changing
+// what a step computes (train.steps does move the learning-rate schedule's end, which is what
+// extending a run means; ZeRO-1 rounds differently with 3 or more workers per island). Every other key (the
 // optimizer, the data, the batch, DiLoCo...) would make the resumed run another run than the one
 // its checkpoint belongs to, so a change is refused with the key and both values named, unless
 // the user asks for it (`--allow-config-change`). A [model] key cannot change at all: the
@@ -21,9 +23,9 @@
 namespace atl {
 
 // The one list of keys a --resume may change without --allow-config-change (docs: README.md).
-inline constexpr std::array<std::string_view, 9> kResumeSafeKeys = {
+inline constexpr std::array<std::string_view, 10> kResumeSafeKeys = {
     "train.steps",     "train.eval_every", "train.eval_batches", "train.log_every",   "train.threads",
-    "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s"};
+    "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
 
 // One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).
 struct ConfigChange {

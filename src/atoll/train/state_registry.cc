@@ -44,6 +44,20 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                .data = [=] { return engine().host().m; }});
   r.push_back({.name = "adam_v", .type = T, .owner = "engine", .division = D::kReplicatedInIsland,
                .what = "the optimizer's second moment", .data = [=] { return engine().host().v; }});
+  if (s && s->loop.engine->zero1())  // ZeRO-1: the moments are this rank's shard (engine.h moments())
+    for (StateEntry* e : {&r[1], &r[2]}) {
+      const bool first = e->name == "adam_m";
+      auto shard = [=] { return engine().moments().shard; };
+      auto at = [=] { return first ? engine().moments().m : engine().moments().v; };
+      e->data = nullptr;
+      e->zero_shard = shard;
+      e->zero_data = at;
+      e->read = [=](float* out) {
+        std::fill(out, out + engine().layout().total(), 0.0f);
+        std::copy_n(at(), shard().size(), out + shard().lo);
+      };
+      e->write = [=](const float* in) { std::copy_n(in + shard().lo, shard().size(), at()); };
+    }
   r.push_back({.name = "step", .type = J, .owner = "driver", .division = D::kRun, .what = "steps done",
                .get = [s] { return json(s->loop.step); },
                .set = [s](const json& v) { s->loop.step = v.get<int64_t>(); }, .check = integer_check});
@@ -115,7 +129,7 @@ std::string state_hash(const std::vector<StateEntry>& entries, const ParamLayout
   XXH3_64bits_reset(h.get());
   std::vector<float> staged;
   for (const StateEntry& e : entries) {
-    if (std::find(divisions.begin(), divisions.end(), e.division) == divisions.end()) continue;
+    if (std::find(divisions.begin(), divisions.end(), e.division) == divisions.end() || e.zero_shard) continue;
     XXH3_64bits_update(h.get(), e.name.data(), e.name.size() + 1);  // with its terminator: names separate
     if (e.type == StateType::kJson) {
       const std::string text = e.get().dump();

@@ -6,6 +6,7 @@
 //
 // The entries today (name: type, owner, division):
 //   param, adam_m, adam_v        tensor  engine  replicated_in_island  parameters, moments
+//                                                (moments in shards with ZeRO-1: StateEntry::zero_shard)
 //   step, tokens                 json    driver  run                   schedule scalars
 //   optimizer_step               json    engine  run                   the optimizer's step count
 //   loaders                      json    loader  per_worker            data cursors
@@ -31,6 +32,7 @@
 
 #include "atoll/config/config.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/optim/zero_shard.h"
 #include "atoll/train/loop.h"
 
 namespace atl {
@@ -58,6 +60,12 @@ struct StateEntry {
   std::function<float*()> data{};
   std::function<void(float*)> read{};
   std::function<void(const float*)> write{};
+  // ZeRO-1 (optim/zero_shard.h): the island's value is held in shards, this rank's
+  // [zero_shard().lo, hi) at zero_data(); read and write see zeros outside it. Each rank saves
+  // its own shard's tensors; an island's ranks hold different values, so state_hash leaves it
+  // out. Null elsewhere.
+  std::function<ZeroShard()> zero_shard{};
+  std::function<float*()> zero_data{};
   // JSON: this worker's value, and back (null: derived from other entries, saved for readers).
   std::function<nlohmann::json()> get{};
   std::function<void(const nlohmann::json&)> set{};
@@ -84,7 +92,7 @@ nlohmann::json describe_entry(const StateEntry& e, int islands, int workers_per_
 std::string island_kind(int island, const std::string& name);
 
 // Hex xxh3 of the entries of these divisions (tensors over the layout's entries, JSON as text),
-// in registry order: what workers that must agree compare.
+// in registry order: what workers that must agree compare. ZeRO-1 shards are left out.
 std::string state_hash(const std::vector<StateEntry>& entries, const ParamLayout& layout,
                        const std::vector<Division>& divisions);
 

@@ -141,9 +141,14 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
   s.committer = s.writer == s.writers.front();
   ATOLL_CHECK(opts.exchange != nullptr || s.writers.size() == 1) << "a save of several workers needs a part exchange";
 
-  // The copies to write, their holders, and this worker's data of each.
+  // The copies to write, their holders, and this worker's data of each: element o of the
+  // layout at base[o - lo] for lo <= o < hi (a ZeRO-1 shard's bounds; else the whole buffer).
+  struct Held {
+    const float* base = nullptr;
+    size_t lo = 0, hi = 0;
+  };
   std::vector<PlanCopy> copies;
-  std::vector<const float*> mine;
+  std::vector<Held> mine;
   assembled.clear();
   for (const StateEntry& e : state_registry(cfg, state.diloco != nullptr, &state)) {
     if (s.committer) s.entries[e.name] = describe_entry(e, p.islands, M);
@@ -153,6 +158,25 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
       continue;
     }
     ATOLL_CHECK(e.division != Division::kPerWorker) << e.name << ": per-worker tensors are not saved yet";
+    if (e.zero_shard) {  // ZeRO-1: each rank writes its own shard's tensors of its island's copy
+      ATOLL_CHECK(e.division == Division::kReplicatedInIsland) << e.name;
+      const std::vector<ZeroShard> shards = zero_shards(layout, M);
+      for (int i : s.members) {
+        std::vector<int> holders, writers;
+        for (int r = 0; r < M; ++r) holders.push_back(i * M + r);
+        for (const ParamEntry& pe : layout.entries())
+          for (int r = 0; r < M; ++r)
+            if (shards[r].contains(pe.offset)) writers.push_back(i * M + r);
+        copies.push_back({island_kind(i, e.name), holders, writers});
+        const ZeroShard mine_shard = e.zero_shard();
+        mine.push_back(i == p.island ? Held{e.zero_data(), mine_shard.lo, mine_shard.hi} : Held{});
+      }
+      for (int i = 0; i < p.islands; ++i)
+        if (std::find(s.members.begin(), s.members.end(), i) == s.members.end())
+          for (const ParamEntry& pe : layout.entries())
+            s.aliases[island_kind(i, e.name) + "/" + pe.name] = island_kind(s.members.front(), e.name) + "/" + pe.name;
+      continue;
+    }
     const float* data = e.data ? e.data() : nullptr;
     if (!data) {  // a sharded entry: the island's whole, summed from its ranks' disjoint shards (exact)
       ATOLL_CHECK(e.division == Division::kShardedInIsland) << e.name << ": only a shard is read, not shared";
@@ -163,7 +187,7 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
     }
     if (e.division == Division::kRun) {
       copies.push_back({e.name, s.writers});
-      mine.push_back(data);
+      mine.push_back({data, 0, n});
       continue;
     }
     for (int i = 0; i < p.islands; ++i) {
@@ -176,7 +200,7 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
       std::vector<int> holders;
       for (int r = 0; r < M; ++r) holders.push_back(i * M + r);
       copies.push_back({kind, holders});
-      mine.push_back(i == p.island ? data : nullptr);
+      mine.push_back(i == p.island ? Held{data, 0, n} : Held{});
     }
   }
 
@@ -192,8 +216,10 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
     for (size_t e = 0; e < layout.entries().size(); ++e) {
       if (plan[c][e] != s.writer) continue;
       const ParamEntry& pe = layout.entries()[e];
-      ATOLL_CHECK(mine[c] != nullptr) << copies[c].kind << " planned on a worker that does not hold it";
-      std::memcpy(staging.data() + at, mine[c] + pe.offset, pe.numel * sizeof(float));
+      const Held& h = mine[c];
+      ATOLL_CHECK(h.base != nullptr && pe.offset >= h.lo && pe.offset + pe.numel <= h.hi)
+          << copies[c].kind << "/" << pe.name << " planned on a worker that does not hold it";
+      std::memcpy(staging.data() + at, h.base + (pe.offset - h.lo), pe.numel * sizeof(float));
       s.tensors.push_back({copies[c].kind + "/" + pe.name, pe.shape, staging.data() + at, pe.numel});
       at += pe.numel;
     }

@@ -16,7 +16,17 @@ using nlohmann::json;
 
 bool transferred(const StateEntry& e) {
   if (e.division == Division::kPerWorker || e.division == Division::kShardedInIsland) return false;
-  return e.type == StateType::kTensor ? bool(e.data) : bool(e.set);
+  return e.type == StateType::kTensor ? bool(e.data || e.zero_shard) : bool(e.set);
+}
+
+// The entry's buffer: its own, or a ZeRO-1 shard read into `staged` (zeros elsewhere). Rank r
+// of every island holds the same shard, and the outer group joins the ranks r: the source's
+// shard is the one the joiner keeps (write, after the broadcast).
+float* held(const StateEntry& e, std::vector<float>& staged, size_t n) {
+  if (e.data) return e.data();
+  staged.resize(n);
+  e.read(staged.data());
+  return staged.data();
 }
 
 // The root's bytes to everyone: length first, then the bytes.
@@ -40,10 +50,12 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
   TransferReport report{.source = holders.front()};
 
   json manifest = json::object();
+  std::vector<float> staged;  // a ZeRO-1 shard's entry, whole
   if (source)
     for (const StateEntry& e : entries) {
       if (!transferred(e)) continue;
-      manifest[e.name] = e.type == StateType::kTensor ? json{{"hash", hash_floats(e.data(), n)}} : json{{"value", e.get()}};
+      manifest[e.name] = e.type == StateType::kTensor ? json{{"hash", hash_floats(held(e, staged, n), n)}}
+                                                       : json{{"value", e.get()}};
     }
   manifest = json::parse(broadcast_text(outer, manifest.dump(), root));
 
@@ -59,7 +71,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
     std::vector<std::string> mine;  // refused here
     for (const std::string& name : pending) {
       const StateEntry& e = *std::find_if(entries.begin(), entries.end(), [&](const StateEntry& x) { return x.name == name; });
-      float* buffer = e.data();
+      float* buffer = held(e, staged, n);
       if (source && fault_transfer_tensor()) {  // ATOLL_FAULT corrupt: one flipped byte on the wire only
         std::copy(buffer, buffer + n, wire.begin());
         reinterpret_cast<unsigned char*>(wire.data())[n * sizeof(float) / 2] ^= 0x5a;
@@ -68,6 +80,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
       if (!source && !joining) buffer = scratch.data();  // a member: receives and keeps nothing
       outer.broadcast(buffer, n * sizeof(float), root);
       if (joining && hash_floats(buffer, n) != manifest.at(name).at("hash").get<std::string>()) mine.push_back(name);
+      else if (joining && !e.data) e.write(buffer);
     }
     pending.clear();
     for (const std::string& blob : outer.allgather(json(mine).dump()))

@@ -3,9 +3,13 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/check.h"
@@ -34,7 +38,7 @@ void hand_on(int sig) { ::pthread_kill(g_waiter.load(), sig); }
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(double sigterm_grace_s) : sigterm_grace_s_(sigterm_grace_s) {
   ATOLL_CHECK(!g_installed.exchange(true)) << "one StopSignals at a time";
   g_first = 0;
   g_closing = false;
@@ -63,21 +67,42 @@ StopSignals::~StopSignals() {
 
 void StopSignals::wait_for_signals() {
   const sigset_t set = stop_set();
-  for (;;) {
-    int sig = 0;
-    if (::sigwait(&set, &sig) != 0) continue;
-    if (g_closing) return;
-    int none = 0;
-    if (g_first.compare_exchange_strong(none, sig)) {
-      std::fprintf(stderr, "\natoll: interrupted: finishing this step and writing a checkpoint (again to exit at once)\n");
-      continue;
-    }
+  auto exit_now = [](int sig, const char* why) {
     std::lock_guard<std::mutex> lock(g_mutex);
     const std::string latest = g_run_dir.empty() ? "" : latest_checkpoint(g_run_dir);
-    std::fprintf(stderr, "atoll: interrupted again: exiting now; last complete checkpoint: %s\n",
+    std::fprintf(stderr, "atoll: %s: exiting now; last complete checkpoint: %s\n", why,
                  latest.empty() ? "none" : latest.c_str());
     std::fflush(stderr);
     ::_exit(128 + sig);
+  };
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // set by a SIGTERM with a grace
+  for (;;) {
+    int sig = 0;
+    if (deadline) {  // the grace running: wait for a signal until it ends
+      const auto left = std::max(*deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{});
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      const timespec ts{.tv_sec = time_t(ns / 1000000000), .tv_nsec = long(ns % 1000000000)};
+      sig = ::sigtimedwait(&set, nullptr, &ts);
+      if (g_closing) return;
+      if (sig < 0) {
+        if (errno == EAGAIN) exit_now(g_first.load(), "checkpoint.grace_s ran out before the final checkpoint");
+        continue;
+      }
+    } else if (::sigwait(&set, &sig) != 0) {
+      continue;
+    }
+    if (g_closing) return;
+    int none = 0;
+    if (g_first.compare_exchange_strong(none, sig)) {
+      if (sig == SIGTERM && sigterm_grace_s_ == 0) exit_now(sig, "SIGTERM with checkpoint.grace_s = 0");
+      std::fprintf(stderr, "\natoll: interrupted: finishing this step and writing a checkpoint (again to exit at once)\n");
+      if (sig == SIGTERM && sigterm_grace_s_ > 0)
+        deadline = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(sigterm_grace_s_));
+      continue;
+    }
+    exit_now(sig, "interrupted again");
   }
 }
 

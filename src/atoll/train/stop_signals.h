@@ -1,9 +1,13 @@
 // Ctrl-C (SIGINT) and SIGTERM during `atoll train`. The first asks the run to stop: the driver
 // finishes the current step, writes a checkpoint of it and returns (DriverOptions::
-// stop_requested), and the command says where the run can resume from and exits with 128 + the
-// signal. A second one exits at once (status 128 + the signal), printing the last complete
-// checkpoint: what it interrupts (a checkpoint being written, say) is left as a temporary
-// directory that the next start removes (run_dir.h remove_leftover_writes).
+// stop_requested), and the command says where the run can resume from and exits: 0 after SIGTERM
+// (preemption: the run stopped as asked, with nothing lost), 128 + 2 after Ctrl-C (the shell's
+// convention for an interrupted command). A second one exits at once (status 128 + the signal),
+// printing the last complete checkpoint: what it interrupts (a checkpoint being written, say) is
+// left as a temporary directory that the next start removes (run_dir.h remove_leftover_writes).
+// SIGTERM has a grace period (checkpoint.grace_s): if the final checkpoint is not written by
+// then, the process exits as on a second signal, so a preempting machine's SIGKILL never finds
+// it half way; grace 0 exits at once.
 //
 // The signals are taken by a thread of their own (sigwait), never by a thread that computes: a
 // signal handler's frame is pushed below the interrupted thread's stack pointer, and oneDNN's
@@ -24,7 +28,8 @@ namespace atl {
 
 class StopSignals {
  public:
-  StopSignals();
+  // sigterm_grace_s: seconds a SIGTERM leaves for the final checkpoint (< 0: no limit).
+  explicit StopSignals(double sigterm_grace_s = -1);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -37,6 +42,7 @@ class StopSignals {
 
  private:
   void wait_for_signals();
+  double sigterm_grace_s_;
   std::thread thread_;
   sigset_t old_mask_{};
   struct sigaction old_int_{}, old_term_{};

@@ -85,7 +85,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   TrainResult result;
   // Before any thread starts, so that every thread of the run leaves the signals to it.
   std::unique_ptr<StopSignals> signals;
-  if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
+  if (opts.stop_on_signal) signals = std::make_unique<StopSignals>(cfg.checkpoint.grace_s);
   // The folder first: a refused run directory costs no data preparation, and the lock is ours
   // before anything in it is written.
   RunDir rd = open_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg,
