@@ -144,5 +144,18 @@ TEST_F(ZayaReference, EvalEqualsTransformersForwardTiedWithSkips) {
         true);
 }
 
+// A RoPE base per layer (model.rope_layers): layer 1 is local, with a base far from the global
+// one; the export gives it transformers' type hybrid_sliding, whose window (seq_len) sees every
+// key of the context.
+TEST_F(ZayaReference, EvalEqualsTransformersForwardWithARopeBasePerLayer) {
+  check("rope", {"model.rope_layers=global,local", "model.rope_theta_local=7.0"}, false);
+  const json cfg = json::parse(read_file(dir("rope-hf") + "/config.json"));
+  EXPECT_EQ(cfg["layer_types"], json({"hybrid", "hybrid_sliding"}));
+  EXPECT_EQ(cfg["rope_parameters"]["hybrid"]["rope_theta"].get<double>(), 500.0);
+  EXPECT_EQ(cfg["rope_parameters"]["hybrid_sliding"]["rope_theta"].get<double>(), 7.0);
+  EXPECT_EQ(cfg["rope_parameters"]["hybrid_sliding"]["partial_rotary_factor"].get<double>(), 0.5);
+  EXPECT_EQ(cfg["sliding_window"].get<int>(), MicroWorld::kSeqLen);
+}
+
 }  // namespace
 }  // namespace atl::testing

@@ -144,9 +144,10 @@ def qk_norm(cfg, temp, q, k):  # ZayaQKNorm
     return q, k * temp[None, :, None]
 
 
-def attention(cfg, W, p, x, cos, sin):
+def attention(cfg, W, p, x, cos, sin, window):
     """ZayaAttention.forward: CCA projection, qk norm, rotary, causal eager attention (scaling
-    head_dim^-0.5, Phi3Attention's), o_proj."""
+    head_dim^-0.5, Phi3Attention's), o_proj. `window`: a hybrid_sliding layer's sliding_window
+    (masking_utils' sliding window: key kv is seen from query q when q - window < kv <= q), or None."""
     H, K, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     T = x.shape[0]
     q, k, v = cca_projection(cfg, W, p + "qkv_proj.", x)
@@ -157,7 +158,11 @@ def attention(cfg, W, p, x, cos, sin):
     k = np.repeat(k, H // K, axis=0)
     v = np.repeat(v, H // K, axis=0)
     scores = q @ k.transpose(0, 2, 1) * d ** -0.5
-    scores = scores + np.triu(np.full((T, T), -np.inf), 1)
+    q_idx, kv_idx = np.arange(T)[:, None], np.arange(T)[None, :]
+    seen = kv_idx <= q_idx
+    if window is not None:
+        seen &= kv_idx > q_idx - window
+    scores = np.where(seen, scores, -np.inf)
     out = softmax(scores) @ v  # [H, T, d]
     return linear(out.transpose(1, 0, 2).reshape(T, H * d), W[p + "o_proj.weight"])
 
@@ -205,8 +210,6 @@ def forward(cfg, W, tokens, skipped=None):
     T = len(tokens)
     eps = cfg["rms_norm_eps"]
     layer_types = cfg.get("layer_types") or ["hybrid"] * cfg["num_hidden_layers"]
-    assert all(t == "hybrid" for t in layer_types) or cfg.get("sliding_window") is None or \
-        cfg["sliding_window"] >= T, "this reference has no sliding window narrower than the sequence"
     rope = {t: rope_cos_sin(cfg, t, T) for t in set(layer_types)}
     x = W["model.embed_tokens.weight"][tokens]
     x = (x + W["model.input_hidden_states_bias"]) * W["model.input_hidden_states_scale"]
@@ -215,7 +218,8 @@ def forward(cfg, W, tokens, skipped=None):
         p = f"model.layers.{i}."
         residual = x
         h = rms_norm(residual, W[p + "input_layernorm.weight"], eps)
-        h = attention(cfg, W, p + "self_attn.", h, *rope[layer_types[i]])
+        window = cfg["sliding_window"] if layer_types[i] == "hybrid_sliding" else None
+        h = attention(cfg, W, p + "self_attn.", h, *rope[layer_types[i]], window)
         residual = residual_scaling(W, p + "post_attention_residual_scale.", h, residual)
         h = rms_norm(residual, W[p + "post_attention_layernorm.weight"], eps)
         gate, idx, state, skip = router(cfg, W, p + "mlp.gate.", h, state)
