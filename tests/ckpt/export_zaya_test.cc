@@ -98,6 +98,23 @@ TEST(ExportZaya, CcaRowsMapOntoZayaAttention) {
 
 TEST(ExportZaya, MixtralStaysMixtral) {
   EXPECT_EQ(hf_architecture(testing::small_model()), HfArchitecture::kMixtral);
+  ModelConfig same = testing::small_model();  // a local layer with the global base is a global one
+  same.rope_layers = {"global", "local"}, same.rope_theta_local = same.rope_theta;
+  EXPECT_EQ(hf_architecture(same), HfArchitecture::kMixtral);
+}
+
+// Mixtral has one rope_theta: two RoPE bases are refused naming the keys.
+TEST(ExportZaya, MixtralWithTwoRopeBasesIsRefused) {
+  ModelConfig m = testing::small_model();
+  m.rope_layers = {"global", "local"}, m.rope_theta_local = 7.0;
+  try {
+    hf_architecture(m);
+    ADD_FAILURE() << "not refused";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    for (const char* key : {"model.rope_layers", "model.rope_theta_local", "rope_theta", "fix:"})
+      EXPECT_NE(what.find(key), std::string::npos) << key << " not in: " << what;
+  }
 }
 
 // A mix neither architecture expresses is refused, with the keys that make it and the fix.

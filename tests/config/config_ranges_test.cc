@@ -36,6 +36,8 @@ const std::vector<Bad> kBad = {
     {"model.rope_theta=inf", "finite"},
     {"model.rope_theta=nan", "finite"},
     {"model.rope_theta=0.5", "out of range"},
+    {"model.rope_theta_local=nan", "finite"},
+    {"model.rope_theta_local=0.5", "out of range"},
     {"model.norm_eps=0.0", "out of range"},
     {"model.norm_eps=-1e-6", "out of range"},
     {"model.aux_loss_coef=inf", "finite"},
@@ -157,7 +159,8 @@ TEST(ConfigRanges, EveryKeyTakesTheEdgesItCanMean) {
       "optim.decay_frac=0.0",     "data.val_fraction=0.0", "data.vocab_size=0",      "data.vocab_size=260",
       "diloco.outer_lr=1e-6",     "diloco.outer_momentum=0.0", "diloco.mixing=1.0",  "fault.timeout_s=0.001",
       "fault.timeout_s=1000000.0", "fault.max_restarts=0", "fault.restart_backoff_s=0.0", "checkpoint.every=0",
-      "model.router_skip_bias=-10000.0", "model.router_skip_bias=1.0", "optim.bias_balance_lr=0.0"};
+      "model.router_skip_bias=-10000.0", "model.router_skip_bias=1.0", "optim.bias_balance_lr=0.0",
+      "model.rope_theta_local=1.0"};
   for (const std::string& s : good) EXPECT_EQ(error_of({s}), "") << s;
 }
 

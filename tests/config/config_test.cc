@@ -84,6 +84,23 @@ TEST(Config, PerLayerPartKindsAreChecked) {
             std::string::npos);
 }
 
+// A RoPE base per layer: model.rope_layers repeats global/local over the layers, the local ones
+// rotating with model.rope_theta_local; it round-trips, and an unknown kind is refused by name.
+TEST(Config, PerLayerRopeBases) {
+  Config c = parse_config("[model]\nn_layers = 3\nrope_theta = 1e6\nrope_layers = [\"local\", \"global\"]\n", "t.toml",
+                          {"model.rope_theta_local=500"});
+  EXPECT_EQ(c.model.rope_theta_at(0), 500.0);
+  EXPECT_EQ(c.model.rope_theta_at(1), 1e6);
+  EXPECT_EQ(c.model.rope_theta_at(2), 500.0);
+  EXPECT_TRUE(c.model.any_rope_local());
+  const Config back = parse_config(config_to_toml(c), "round-trip");
+  EXPECT_EQ(back.model.rope_layers, c.model.rope_layers);
+  EXPECT_EQ(back.model.rope_theta_local, 500.0);
+  EXPECT_FALSE(parse_config("", "t.toml").model.any_rope_local());
+  EXPECT_NE(error_of("[model]\nrope_layers = [\"global\", \"sliding\"]\n").find("model.rope_layers[1] = \"sliding\""),
+            std::string::npos);
+}
+
 // CCA attention and partial rotary: the kinds and keys load and round-trip; combinations that
 // cannot mean a model are refused naming the keys (KV heads not dividing the query heads, a
 // rotary part that is odd or empty).

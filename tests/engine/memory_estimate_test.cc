@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -97,6 +99,24 @@ TEST(MemoryEstimate, CloseToWhatARealEngineHolds) {
     EXPECT_LT(e.host, 1.25 * real) << what << "estimate " << bytes_text(e.host) << ", real " << bytes_text(real);
     EXPECT_EQ(e.device, 0);
   }
+}
+
+// configs/zaya1-tiny.toml (CCA, the zaya router, residual scaling) at ZAYA1's router width
+// R = 256 and 32 sequences, where the routers' kept states and the merges' kept outputs are a
+// third of the activations: the estimate counts them, within the same 25%.
+TEST(MemoryEstimate, CloseToWhatARealEngineHoldsForZaya1Tiny) {
+  const char* src = std::getenv("ATOLL_SOURCE_DIR");
+  const std::string path = std::string(src ? src : ".") + "/configs/zaya1-tiny.toml";
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Config cfg =
+      parse_config(text, path, {"model.router_hidden_size=256", "train.batch_size=32", "train.threads=2"});
+  const MemoryEstimate e = estimate_memory(cfg);
+  const double real = measured_bytes(cfg);
+  ASSERT_GT(real, 0) << "the measuring child failed";
+  EXPECT_GT(e.host, 0.75 * real) << "estimate " << bytes_text(e.host) << ", real " << bytes_text(real);
+  EXPECT_LT(e.host, 1.25 * real) << "estimate " << bytes_text(e.host) << ", real " << bytes_text(real);
 }
 
 TEST(MemoryEstimate, PartsAddUpAndGrowWithTheirKeys) {

@@ -100,9 +100,42 @@ TEST(BuildRouting, ReusedStructIsRebuiltAndEmptyBatchWorks) {
 
 TEST(BuildRouting, RejectsExpertIdsOutOfRange) {
   ExpertRouting r;
-  const std::vector<int32_t> hi = {0, 4}, lo = {-1, 0};
+  const std::vector<int32_t> hi = {0, 4}, lo = {-2, 0};
   EXPECT_THROW(build_routing(r, hi.data(), 1, 4, 2), CheckError);
   EXPECT_THROW(build_routing(r, lo.data(), 1, 4, 2), CheckError);
+}
+
+// The zaya router's skip class: a slot of kNoExpert gets no row (no expert computes it), adds 0
+// to its token, passes no gradient back and has a weight gradient of 0.
+TEST(BuildRouting, SkippedSlotsGetNoRowAndAddNothing) {
+  // N=4, K=1, E=3: tokens 1 and 3 skip.
+  const std::vector<int32_t> topk = {2, kNoExpert, 0, kNoExpert};
+  ExpertRouting r;
+  build_routing(r, topk.data(), 4, 3, 1);
+  EXPECT_EQ(r.offsets, (std::vector<int32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(r.row_token, (std::vector<int32_t>{2, 0}));
+  EXPECT_EQ(r.slot_row, (std::vector<int32_t>{1, -1, 0, -1}));
+  const int C = 2;
+  const std::vector<double> x = {1, 2, 3, 4, 5, 6, 7, 8}, w = {0.5, 0.25, 2, 0.75};
+  std::vector<double> xe(2 * C);
+  dispatch_forward(xe.data(), x.data(), r, 4, C, 1);
+  EXPECT_EQ(xe, (std::vector<double>{5, 6, 1, 2}));
+  const std::vector<double> ye = {10, 20, 30, 40};  // expert 0's row (token 2), expert 2's (token 0)
+  std::vector<double> out(4 * C, -1);
+  combine_forward(out.data(), ye.data(), w.data(), r, 4, C, 1);
+  EXPECT_EQ(out, (std::vector<double>{15, 20, 0, 0, 20, 40, 0, 0}));
+  const std::vector<double> dout = {1, 1, 1, 1, 1, 1, 1, 1};
+  std::vector<double> dye(2 * C, -1), dw(4, -1), dx(4 * C, 0);
+  combine_backward(dye.data(), dw.data(), dout.data(), ye.data(), w.data(), r, 4, C, 1);
+  EXPECT_EQ(dw, (std::vector<double>{70, 0, 30, 0}));
+  EXPECT_EQ(dye, (std::vector<double>{2, 2, 0.5, 0.5}));
+  dispatch_backward(dx.data(), dye.data(), r, 4, C, 1);
+  EXPECT_EQ(dx, (std::vector<double>{0.5, 0.5, 0, 0, 2, 2, 0, 0}));
+  // Every slot skipped: no rows at all.
+  const std::vector<int32_t> none = {kNoExpert, kNoExpert};
+  build_routing(r, none.data(), 2, 3, 1);
+  EXPECT_EQ(r.offsets, (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(r.row_token.empty());
 }
 
 TEST(Dispatch, ForwardCopiesTokenRowsAndCombineWeights) {

@@ -76,6 +76,14 @@ TEST(Decoder, ZayaRouterAndResidualScalingMatchTrainingForward) {
   check_decoder_matches_forward(true, 9, 9, "gqa", zaya_parts);
 }
 
+// A RoPE base per layer (model.rope_layers): decoding rotates each layer with its own table, and
+// grows both tables with the cache.
+TEST(Decoder, PerLayerRopeBasesMatchTrainingForward) {
+  auto local = [](ModelConfig& m) { m.rope_layers = {"global", "local"}, m.rope_theta_local = 3.0; };
+  check_decoder_matches_forward(true, 9, 9, "gqa", local);
+  check_decoder_matches_forward(true, 70, 1 << 30, "cca", local);
+}
+
 // The cache starts small and doubles (64, 128, 256 positions): decoding across the growths
 // still computes the training forward pass, and a bound far beyond what is fed costs nothing.
 TEST(Decoder, CacheGrowsAsTokensCome) { check_decoder_matches_forward(false, 150, 1 << 30); }

@@ -1,7 +1,7 @@
 // The fused dispatch-experts-combine (backend/cpu/expert_mlp.h) against the layers it fuses:
 // dispatch_forward, expert_mlp_forward, combine_forward and their backward passes, in double,
 // with a chunk capacity small enough that experts split into several chunks, and one expert
-// left without rows.
+// left without rows; and with skipped slots (kNoExpert, the zaya router's skip class).
 // (It sits under tests/model because it needs the layers as its reference, which the backend
 // tests do not link.)
 #include "atoll/backend/cpu/expert_mlp.h"
@@ -31,11 +31,12 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return worst;
 }
 
-void compare(int N, int C, int H, int E, int K, int chunk_rows) {
+// `skips`: the first slot of every third token is kNoExpert.
+void compare(int N, int C, int H, int E, int K, int chunk_rows, bool skips = false) {
   Rng rng(uint64_t(N * 131 + chunk_rows));
   std::vector<int32_t> topk(size_t(N) * K);
   for (int n = 0; n < N; ++n)  // K distinct experts per token, never the last one (left empty)
-    for (int j = 0; j < K; ++j) topk[size_t(n) * K + j] = (n + j) % (E - 1);
+    for (int j = 0; j < K; ++j) topk[size_t(n) * K + j] = skips && j == 0 && n % 3 == 0 ? kNoExpert : (n + j) % (E - 1);
   ExpertRouting r;
   build_routing(r, topk.data(), N, E, K);
   const size_t R = size_t(N) * K, WH = size_t(E) * H * C;
@@ -58,7 +59,8 @@ void compare(int N, int C, int H, int E, int K, int chunk_rows) {
   // Fused.
   std::vector<double> wrow(R), dwrow(R), a2(R * H), b2(R * H), out2(size_t(N) * C, 9.0), dx2(size_t(N) * C, 0.5);
   std::vector<double> dw1_2(WH, 0.25), dw3_2(WH, 0.25), dw2_2(WH, 0.25);
-  for (size_t i = 0; i < R; ++i) wrow[r.slot_row[i]] = w[i];
+  for (size_t i = 0; i < R; ++i)
+    if (r.slot_row[i] >= 0) wrow[r.slot_row[i]] = w[i];
   std::vector<double> scratch(ExpertChunk<double>::elements(chunk_rows, C, H));
   const auto s = ExpertChunk<double>::carve(scratch.data(), chunk_rows, C, H);
   expert_mlp_forward_fused(out2.data(), a2.data(), b2.data(), s, x.data(), r.row_token.data(), wrow.data(), w1.data(),
@@ -67,7 +69,7 @@ void compare(int N, int C, int H, int E, int K, int chunk_rows) {
                             x.data(), r.row_token.data(), wrow.data(), a2.data(), b2.data(), w1.data(), w3.data(),
                             w2.data(), r.offsets.data(), E, C, H);
   std::vector<double> dtopk2(size_t(N) * K);
-  for (size_t i = 0; i < R; ++i) dtopk2[i] = dwrow[r.slot_row[i]];
+  for (size_t i = 0; i < R; ++i) dtopk2[i] = r.slot_row[i] >= 0 ? dwrow[r.slot_row[i]] : 0;
 
   // Double sums of a few dozen O(1)-to-O(100) terms in another order: 1e-10 absolute.
   const double tol = 1e-10;
@@ -85,6 +87,11 @@ TEST(ExpertMlpFused, MatchesSeparateLayers) {
   for (int chunk : {1, 2, 3, 64}) compare(7, 5, 6, 4, 2, chunk);
   compare(1, 3, 2, 3, 1, 1);
   compare(33, 8, 12, 5, 2, 7);
+}
+
+TEST(ExpertMlpFused, MatchesSeparateLayersWithSkippedSlots) {
+  for (int chunk : {1, 3, 64}) compare(7, 5, 6, 4, 2, chunk, true);
+  compare(10, 4, 3, 3, 1, 2, true);
 }
 
 }  // namespace

@@ -93,6 +93,25 @@ TEST(ModelBf16, CcaLossAndGradientsCloseToFp32) {
   check_bf16_close_to_fp32(m);
 }
 
+// The zaya router with every token on the skip class (a skip bias of 1 beats any expert's
+// probability): the experts compute nothing in bf16 either, so their gradients are exactly 0,
+// and the rest stays within the same bounds.
+TEST(ModelBf16, ZayaSkipClassComputesNoExpert) {
+  ModelConfig m = small_config();
+  m.router = "zaya", m.router_hidden_size = 8, m.top_k = 1, m.router_skip_bias = 1.0, m.residual_scaling = true;
+  check_bf16_close_to_fp32(m);
+  const int B = 2, N = B * m.seq_len;
+  auto in = random_tokens(N, m.vocab_size, 1), tg = random_tokens(N, m.vocab_size, 2);
+  Model<float> b16(m, B, Precision::kBf16);
+  b16.init_params(3);
+  b16.zero_grads();
+  b16.forward_backward(in.data(), tg.data(), B);
+  for (const ParamEntry& e : b16.layout().entries()) {
+    if (e.name.find(".moe.w") == std::string::npos) continue;
+    for (size_t i = 0; i < e.numel; ++i) ASSERT_EQ(b16.grads()[e.offset + i], 0.0f) << e.name;
+  }
+}
+
 // Gradients accumulate (+=) across micro-batches in bf16 too: two calls at loss_scale 1/2 on
 // the same batch equal one call at scale 1. Scaling by 1/2 is exact in bf16 and fp32, so only
 // the order of the fp32 sums differs: allow a few fp32 roundings.

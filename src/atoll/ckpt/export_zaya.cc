@@ -88,7 +88,14 @@ HfArchitecture hf_architecture(const ModelConfig& m) {
   const bool topk = every_layer(m, &ModelConfig::router_at, "topk");
   const bool zaya = every_layer(m, &ModelConfig::router_at, "zaya");
   const bool cca = every_layer(m, &ModelConfig::attention_at, kZayaAttention);
-  if (gqa && topk && !m.residual_scaling) return HfArchitecture::kMixtral;
+  // Mixtral has one RoPE base; a local layer with the same base is a global one.
+  const bool one_theta = !m.any_rope_local() || m.rope_theta_local == m.rope_theta;
+  if (gqa && topk && !m.residual_scaling) {
+    if (one_theta) return HfArchitecture::kMixtral;
+    throw ConfigError("cannot export this model as Mixtral: model.rope_layers makes some layers local with "
+                      "model.rope_theta_local != model.rope_theta, and Mixtral has one rope_theta; fix: train with "
+                      "model.rope_layers empty (or ZAYA1's parts, whose export has a RoPE base per layer type)");
+  }
   if (zaya && cca && m.top_k == 1) return HfArchitecture::kZaya;
   throw ConfigError("cannot export this model to Hugging Face: " + kinds_text(m) +
                     " is neither Mixtral (model.attention = \"gqa\", model.router = \"topk\", "
@@ -155,7 +162,19 @@ std::vector<HfValues> hf_zaya_tensors(const ModelConfig& m, const ParamLayout& l
 std::string hf_zaya_config_json(const ModelConfig& m) {
   // Field names and meanings of transformers' ZayaConfig (LagunaConfig's fields it keeps, plus
   // router_hidden_size and cca_time0/1). rope_parameters is written per layer type in full, so
-  // partial_rotary_factor is never left to a default.
+  // partial_rotary_factor is never left to a default. Global layers are type "hybrid"; local
+  // ones (model.rope_layers) "hybrid_sliding", the only other type, with their own rope_theta.
+  // Upstream requires a sliding_window there and masks keys more than sliding_window - 1 back:
+  // seq_len (max_position_embeddings) keeps every key of the context, so attention stays full.
+  auto rope = [&](double theta) {
+    return nlohmann::ordered_json{
+        {"rope_type", "default"}, {"rope_theta", theta}, {"partial_rotary_factor", m.partial_rotary_factor}};
+  };
+  const bool local = m.any_rope_local();
+  std::vector<std::string> layer_types;
+  for (int l = 0; l < m.n_layers; ++l) layer_types.push_back(m.rope_local_at(l) ? "hybrid_sliding" : "hybrid");
+  nlohmann::ordered_json rope_parameters = {{"hybrid", rope(m.rope_theta)}};
+  if (local) rope_parameters["hybrid_sliding"] = rope(m.rope_theta_local);
   nlohmann::ordered_json j = {
       {"architectures", {"ZayaForCausalLM"}},
       {"model_type", "zaya"},
@@ -175,10 +194,9 @@ std::string hf_zaya_config_json(const ModelConfig& m) {
       {"max_position_embeddings", m.seq_len},
       {"rms_norm_eps", m.norm_eps},
       {"tie_word_embeddings", m.tie_embeddings},
-      {"layer_types", std::vector<std::string>(size_t(m.n_layers), "hybrid")},
-      {"rope_parameters",
-       {{"hybrid", {{"rope_type", "default"}, {"rope_theta", m.rope_theta}, {"partial_rotary_factor", m.partial_rotary_factor}}}}},
-      {"sliding_window", nullptr},
+      {"layer_types", layer_types},
+      {"rope_parameters", rope_parameters},
+      {"sliding_window", local ? nlohmann::ordered_json(m.seq_len) : nlohmann::ordered_json(nullptr)},
       {"attention_bias", false},
       {"lm_head_bias", false},
       {"attention_dropout", 0.0},

@@ -57,7 +57,12 @@ void visit_config(Config& c, V&& v) {
   v.num("model.top_k", m.top_k, "K: experts per token", closed(1, 4096));
   v.num("model.expert_hidden", m.expert_hidden, "H: SwiGLU hidden width of each expert", closed(1, 1 << 20));
   v.num("model.seq_len", m.seq_len, "T: tokens per training sequence", closed(1, 1 << 20));
-  v.num("model.rope_theta", m.rope_theta, "RoPE base", at_least(1.0));
+  v.num("model.rope_theta", m.rope_theta, "RoPE base (of the global layers, model.rope_layers)", at_least(1.0));
+  v.list("model.rope_layers", m.rope_layers,
+         "per-layer RoPE base, repeated over the layers: global (model.rope_theta) or local "
+         "(model.rope_theta_local); transformers' zaya layer types hybrid and hybrid_sliding (empty: all global)");
+  v.num("model.rope_theta_local", m.rope_theta_local, "RoPE base of the local layers (model.rope_layers)",
+        at_least(1.0));
   v.num("model.partial_rotary_factor", m.partial_rotary_factor,
         "fraction of each head that RoPE rotates (transformers' partial_rotary_factor): the first "
         "int(head_dim * factor) entries, which must be even", above(0.0, 1.0));
@@ -499,6 +504,7 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("model.n_kv_heads (" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" + std::to_string(m.n_heads) + "); fix: change one of them");
   check_layer_kinds(origin, "model.attention_layers", m.attention_layers, kAttentionKinds, m.n_layers);
   check_layer_kinds(origin, "model.router_layers", m.router_layers, kRouterKinds, m.n_layers);
+  check_layer_kinds(origin, "model.rope_layers", m.rope_layers, {"global", "local"}, m.n_layers);
   if (m.head_dim % 2 != 0) fail("model.head_dim must be even for RoPE; fix: use an even head_dim");
   if (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)
     fail("model.head_dim * model.partial_rotary_factor = " + std::to_string(m.rotary_dim()) +

@@ -46,6 +46,17 @@ ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
   for (int l = 0; l < m.n_layers; ++l) cca_layers += m.attention_at(l) == "cca";
   b.activations += cca_layers * kF32 * (N * CC + B * TY * CC + N * CC + N * (NH + m.n_kv_heads));
   const double cca_work = cca_layers > 0 ? N * (3 * QD + 4 * KVD + 2 * CC) + B * TY * CC : 0;
+  // A zaya router (model/router_zaya.h) keeps its state, normed state and two MLP
+  // pre-activations [N,R_h] and probabilities over E + 1 classes, and the zaya routers share five
+  // [N,R_h] buffers and their logits and gradient [N,E+1].
+  const double Rh = m.router_hidden_size, E1 = E + 1;
+  double zaya_layers = 0;
+  for (int l = 0; l < m.n_layers; ++l) zaya_layers += m.router_at(l) == "zaya";
+  b.activations += zaya_layers * (kF32 * (4 * N * Rh + N) + kI32 * R);
+  if (zaya_layers > 0) b.activations += kF32 * (5 * N * Rh + 2 * N * E1);
+  // Residual scaling (model/norm_residual.h ResidualMerge) keeps each merge's sub-layer output
+  // [N,C]: two merges per block and the embedding's.
+  if (m.residual_scaling) b.activations += kF32 * (2 * L + 1) * N * C;
   // Scratch shared by the layers: the router's logits and their gradient, the experts' row
   // weights, and under bf16 the products' rounded inputs and output gradients.
   b.activations += kF32 * (2 * N * E + 2 * R);

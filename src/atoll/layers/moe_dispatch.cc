@@ -10,15 +10,20 @@ namespace atl {
 void build_routing(ExpertRouting& r, const int32_t* topk_idx, int N, int E, int K) {
   const size_t R = size_t(N) * K;
   r.offsets.assign(E + 1, 0);
-  r.row_token.resize(R);
   r.slot_row.resize(R);
   for (size_t i = 0; i < R; ++i) {
-    ATOLL_CHECK(topk_idx[i] >= 0 && topk_idx[i] < E) << "expert id " << topk_idx[i] << " outside [0, " << E << ")";
-    ++r.offsets[topk_idx[i] + 1];
+    ATOLL_CHECK(topk_idx[i] == kNoExpert || (topk_idx[i] >= 0 && topk_idx[i] < E))
+        << "expert id " << topk_idx[i] << " outside [0, " << E << ")";
+    if (topk_idx[i] != kNoExpert) ++r.offsets[topk_idx[i] + 1];
   }
   for (int e = 0; e < E; ++e) r.offsets[e + 1] += r.offsets[e];
+  r.row_token.resize(size_t(r.offsets[E]));
   std::vector<int32_t> next(r.offsets.begin(), r.offsets.end() - 1);
   for (size_t i = 0; i < R; ++i) {
+    if (topk_idx[i] == kNoExpert) {
+      r.slot_row[i] = -1;
+      continue;
+    }
     const int32_t row = next[topk_idx[i]]++;
     r.row_token[row] = int32_t(i / K);
     r.slot_row[i] = row;
@@ -26,8 +31,8 @@ void build_routing(ExpertRouting& r, const int32_t* topk_idx, int N, int E, int 
 }
 
 template <typename T>
-void dispatch_forward(T* xe, const T* x, const ExpertRouting& r, int N, int C, int K) {
-  const int64_t R = int64_t(N) * K;
+void dispatch_forward(T* xe, const T* x, const ExpertRouting& r, int, int C, int) {
+  const int64_t R = int64_t(r.row_token.size());
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < R; ++row)
     std::memcpy(xe + size_t(row) * C, x + size_t(r.row_token[row]) * C, sizeof(T) * C);
@@ -38,6 +43,7 @@ void dispatch_backward(T* dx, const T* dxe, const ExpertRouting& r, int N, int C
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n)
     for (int j = 0; j < K; ++j) {
+      if (r.slot_row[size_t(n) * K + j] < 0) continue;
       const T* src = dxe + size_t(r.slot_row[size_t(n) * K + j]) * C;
       T* dst = dx + size_t(n) * C;
       for (int c = 0; c < C; ++c) dst[c] += src[c];
@@ -51,6 +57,7 @@ void combine_forward(T* out, const T* ye, const T* topk_w, const ExpertRouting& 
     T* o = out + size_t(n) * C;
     for (int c = 0; c < C; ++c) o[c] = 0;
     for (int j = 0; j < K; ++j) {
+      if (r.slot_row[size_t(n) * K + j] < 0) continue;
       const T w = topk_w[size_t(n) * K + j];
       const T* y = ye + size_t(r.slot_row[size_t(n) * K + j]) * C;
       for (int c = 0; c < C; ++c) o[c] += w * y[c];
@@ -65,6 +72,10 @@ void combine_backward(T* dye, T* dtopk_w, const T* dout, const T* ye, const T* t
   for (int n = 0; n < N; ++n) {
     const T* g = dout + size_t(n) * C;
     for (int j = 0; j < K; ++j) {
+      if (r.slot_row[size_t(n) * K + j] < 0) {
+        dtopk_w[size_t(n) * K + j] = 0;
+        continue;
+      }
       const size_t row = size_t(r.slot_row[size_t(n) * K + j]);
       const T w = topk_w[size_t(n) * K + j];
       const T* y = ye + row * C;

@@ -40,7 +40,7 @@ CcaDims cca_dims(const ModelConfig& m, int B, int T) {
 template <typename T>
 AttentionCca<T>::AttentionCca(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s,
                               PartScratch& scratch)
-    : m_(m), max_batch_(s.max_batch), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
+    : m_(m), layer_(layer), max_batch_(s.max_batch), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
   const std::string pre = layer_prefix(layer) + "attn.", qkv = pre + "qkv_proj.";
   auto at = [&](const std::string& name) { return layout.at(name).offset; };
   w_ = {.wq = at(qkv + "q_proj.weight"), .wk = at(qkv + "k_proj.weight"), .wvc = at(qkv + "v_proj_current.weight"),
@@ -106,8 +106,8 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
                    c.mm.param(w_.b1), d);
   cca_qk_mean_forward(q_.data(), k_.data(), z, x_.data(), d);
   cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
-  rope_forward(qn, sh_->rope, c.B, d.T, d.NH, d.HD);
-  rope_forward(kn, sh_->rope, c.B, d.T, d.NKV, d.HD);
+  rope_forward(qn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD);
+  rope_forward(kn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD);
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
   c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, KVD / 2);
   cca_value_forward(v, vc, vd, d);
@@ -147,8 +147,8 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
                 C);
   attention_any_backward(dqn, dkn, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), qn_, kn_, v_,
                          c.B, d.T, d.NH, d.NKV, d.HD);
-  rope_backward(dqn, sh_->rope, c.B, d.T, d.NH, d.HD);
-  rope_backward(dkn, sh_->rope, c.B, d.T, d.NKV, d.HD);
+  rope_backward(dqn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD);
+  rope_backward(dkn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD);
   cca_qk_norm_backward(dq, dk, g + w_.temp, dqn, dkn, q_.data(), k_.data(), rq_.data(), rk_.data(),
                        c.mm.param(w_.temp), d);
   std::fill(dx, dx + size_t(N) * CC, T(0));
@@ -202,8 +202,8 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   cca_qk_mean_forward(dec_q_.data(), dec_k_.data(), dec_z_.data() + size_t(P) * CC, xt, one);
   cca_qk_norm_forward(dec_qn_.data(), kc, dec_rq_.data(), dec_rk_.data(), dec_q_.data(), dec_k_.data(),
                       c.mm.param(w_.temp), one);
-  rope_forward(dec_qn_.data(), sh_->rope, 1, 1, one.NH, one.HD, pos);
-  rope_forward(kc, sh_->rope, 1, 1, one.NKV, one.HD, pos);
+  rope_forward(dec_qn_.data(), sh_->rope_of(layer_), 1, 1, one.NH, one.HD, pos);
+  rope_forward(kc, sh_->rope_of(layer_), 1, 1, one.NKV, one.HD, pos);
   // The value: this token's current half, the previous token's delayed half (0 at position 0).
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), 1, C, KVD / 2);
   std::copy(prev_vd_.begin(), prev_vd_.end(), vc + KVD / 2);

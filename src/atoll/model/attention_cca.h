@@ -58,7 +58,7 @@ class AttentionCca final : public AttentionPart<T> {
     size_t wq, wk, wvc, wvd, w0, b0, w1, b1, temp, wo;
   };
   ModelConfig m_;
-  int max_batch_, max_tokens_;
+  int layer_, max_batch_, max_tokens_;
   Rows w_;
   std::shared_ptr<AttentionScratch<T>> sh_;  // shared by the attention layers
   std::vector<T> x_, y_;            // [N,CC] pre-convolution [q|k]; [B,T+t1-1,CC] depthwise output

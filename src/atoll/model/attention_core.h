@@ -15,23 +15,30 @@
 
 namespace atl {
 
-// Shared by the attention layers (PartScratch): the RoPE table and the products' bf16 buffers.
+// Shared by the attention layers (PartScratch): the RoPE tables (model.rope_theta's, and
+// model.rope_theta_local's when a layer is local) and the products' bf16 buffers.
 template <typename T>
 struct AttentionScratch {
   AttentionScratch(const ModelConfig& m, const PartSizes& s) : m_(m) {
-    rope = RopeTable<T>::build(m.seq_len, m.head_dim, m.rope_theta, m.rotary_dim());
+    build_ropes(m.seq_len);
     if (s.precision != Precision::kBf16) return;
     const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
     in16.resize(N * m.dim), dout16.resize(N * std::max({size_t(m.dim), QD, KVD}));
   }
   // Decoding: a table for max_len positions.
   void grow_rope(int max_len) {
-    if (rope.seq_len < max_len) rope = RopeTable<T>::build(max_len, m_.head_dim, m_.rope_theta, m_.rotary_dim());
+    if (rope.seq_len < max_len) build_ropes(max_len);
   }
-  RopeTable<T> rope;               // [max(T, decoding length), RD/2]
+  // The table of a layer's RoPE base (model.rope_layers).
+  const RopeTable<T>& rope_of(int layer) const { return m_.rope_local_at(layer) ? rope_local : rope; }
+  RopeTable<T> rope, rope_local;   // [max(T, decoding length), RD/2]; rope_local empty without local layers
   std::vector<bf16> in16, dout16;  // a product's bf16 input [N,C] and output gradient [N, max(C,QD,KVD)]
 
  private:
+  void build_ropes(int len) {
+    rope = RopeTable<T>::build(len, m_.head_dim, m_.rope_theta, m_.rotary_dim());
+    if (m_.any_rope_local()) rope_local = RopeTable<T>::build(len, m_.head_dim, m_.rope_theta_local, m_.rotary_dim());
+  }
   ModelConfig m_;
 };
 

@@ -20,7 +20,7 @@ void attention_gqa_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
 template <typename T>
 AttentionGqa<T>::AttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s,
                               PartScratch& scratch)
-    : m_(m), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
+    : m_(m), layer_(layer), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
   const std::string pre = layer_prefix(layer) + "attn.";
   wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
   wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
@@ -49,8 +49,8 @@ void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   c.mm.forward(q, in, c.mm.weight(wq_), N, C, QD);
   c.mm.forward(k, in, c.mm.weight(wk_), N, C, KVD);
   c.mm.forward(v, in, c.mm.weight(wv_), N, C, KVD);
-  rope_forward(q, sh_->rope, c.B, T_, NH, HD);
-  rope_forward(k, sh_->rope, c.B, T_, NKV, HD);
+  rope_forward(q, sh_->rope_of(layer_), c.B, T_, NH, HD);
+  rope_forward(k, sh_->rope_of(layer_), c.B, T_, NKV, HD);
   q_.keep(q, size_t(N) * QD), k_.keep(k, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
   attention_any(att_, lse_.data(), q_, k_, v_, c.B, T_, NH, NKV, HD);
   c.mm.forward(out, att_.operand(), c.mm.weight(wo_), N, QD, C);
@@ -78,8 +78,8 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
                 QD, C);
   attention_any_backward(dq, dk, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), q_, k_, v_, c.B,
                          T_, NH, NKV, HD);
-  rope_backward(dq, sh_->rope, c.B, T_, NH, HD);
-  rope_backward(dk, sh_->rope, c.B, T_, NKV, HD);
+  rope_backward(dq, sh_->rope_of(layer_), c.B, T_, NH, HD);
+  rope_backward(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD);
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   const struct { const T* d; size_t w; int out; } proj[] = {{dq, wq_, QD}, {dk, wk_, KVD}, {dv, wv_, KVD}};
   for (const auto& p : proj)
@@ -108,8 +108,8 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(dec_q_.data(), in, c.mm.weight(wq_), 1, C, QD);
   c.mm.forward(kc, in, c.mm.weight(wk_), 1, C, KVD);
   c.mm.forward(vc, in, c.mm.weight(wv_), 1, C, KVD);
-  rope_forward(dec_q_.data(), sh_->rope, 1, 1, NH, HD, pos);
-  rope_forward(kc, sh_->rope, 1, 1, NKV, HD, pos);
+  rope_forward(dec_q_.data(), sh_->rope_of(layer_), 1, 1, NH, HD, pos);
+  rope_forward(kc, sh_->rope_of(layer_), 1, 1, NKV, HD, pos);
   attend_cached(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos + 1, NH, NKV, HD);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(wo_), 1, QD, C);
 }

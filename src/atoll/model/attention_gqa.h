@@ -29,7 +29,7 @@ class AttentionGqa final : public AttentionPart<T> {
 
  private:
   ModelConfig m_;
-  int max_tokens_;
+  int layer_, max_tokens_;
   size_t wq_, wk_, wv_, wo_;
   std::shared_ptr<AttentionScratch<T>> sh_;  // shared by the attention layers
   Kept<T> q_, k_, v_, att_;                 // [N,QD], [N,KVD] x2, [N,QD]

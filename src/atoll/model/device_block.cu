@@ -10,6 +10,11 @@ namespace {
 // The part kinds a config may choose per layer (ModelConfig::attention_at, router_at), as model/block.cc.
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
+  // The device attentions share one RoPE table, model.rope_theta's.
+  if (m.rope_theta_at(layer) != m.rope_theta)
+    throw ConfigError("model.rope_layers: layer " + std::to_string(layer) +
+                      " is local with model.rope_theta_local != model.rope_theta, not on the GPU yet; fix: leave "
+                      "model.rope_layers empty, or train.device = \"cpu\"");
   if (m.attention_at(layer) == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
   if (m.attention_at(layer) == "cca") return make_device_attention_cca(m, layout, layer, s, scratch, carve);
   throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +

@@ -63,7 +63,8 @@ template <typename T>
 void ExpertsSwiglu<T>::set_row_weights(const T* topk_w, int N) {
   const int32_t* slot_row = routing_.slot_row.data();
   T* wrow = sh_->wrow.data();
-  for (size_t i = 0; i < size_t(N) * K_; ++i) wrow[slot_row[i]] = topk_w[i];
+  for (size_t i = 0; i < size_t(N) * K_; ++i)
+    if (slot_row[i] >= 0) wrow[slot_row[i]] = topk_w[i];
 }
 
 template <typename T>
@@ -112,7 +113,7 @@ void ExpertsSwiglu<T>::backward(T* dh, T* dtopk_w, const T* dout, const T* h, co
                               row_token, sh_->wrow.data(), a_.data(), b_.data(), w1.f, w3.f, w2.f, offsets, E_, C_,
                               H_);
   const int32_t* slot_row = routing_.slot_row.data();
-  for (size_t i = 0; i < size_t(N) * K_; ++i) dtopk_w[i] = dwrow[slot_row[i]];
+  for (size_t i = 0; i < size_t(N) * K_; ++i) dtopk_w[i] = slot_row[i] >= 0 ? dwrow[slot_row[i]] : T(0);
 }
 
 template class ExpertsSwiglu<float>;

@@ -23,6 +23,11 @@ struct ModelConfig {
   int expert_hidden = 256;     // H
   int seq_len = 256;           // T
   double rope_theta = 10000.0;
+  // Per-layer RoPE base, as transformers' zaya config gives one per layer type: "global" layers
+  // rotate with rope_theta, "local" ones with rope_theta_local; the list repeats over the layers
+  // (empty: every layer global).
+  std::vector<std::string> rope_layers;
+  double rope_theta_local = 10000.0;
   // The fraction of each head that RoPE rotates (Hugging Face's partial_rotary_factor; 1 = all).
   double partial_rotary_factor = 1.0;
   // CCA's two causal convolutions over [q|k]: depthwise kernel cca_time0, grouped (one group
@@ -60,6 +65,15 @@ struct ModelConfig {
   }
   const std::string& router_at(int layer) const {
     return router_layers.empty() ? router : router_layers[size_t(layer) % router_layers.size()];
+  }
+  bool rope_local_at(int layer) const {
+    return !rope_layers.empty() && rope_layers[size_t(layer) % rope_layers.size()] == "local";
+  }
+  double rope_theta_at(int layer) const { return rope_local_at(layer) ? rope_theta_local : rope_theta; }
+  bool any_rope_local() const {
+    for (int l = 0; l < n_layers; ++l)
+      if (rope_local_at(l)) return true;
+    return false;
   }
 };
 

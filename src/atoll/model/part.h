@@ -100,8 +100,8 @@ class AttentionPart {
   virtual void decode(T* out, const T* h, int pos, const PartContext<T>& c) = 0;
 };
 
-// Chooses K experts per token: topk_idx[N,K], topk_w[N,K] (combine weights), and the
-// auxiliary losses of this layer.
+// Chooses K experts per token: topk_idx[N,K] (kNoExpert, layers/moe_dispatch.h, for a slot no
+// expert computes), topk_w[N,K] (combine weights), and the auxiliary losses of this layer.
 //
 // A router may read state from the router of the block before it (ZAYA1's depth averaging,
 // model/router_zaya.h): the model links each block's router to the previous block's once

@@ -5,6 +5,7 @@
 #include "atoll/backend/cpu/linear.h"
 #include "atoll/core/check.h"
 #include "atoll/layers/gelu.h"
+#include "atoll/layers/moe_dispatch.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/layers/router_zaya.h"
 
@@ -115,7 +116,8 @@ RouterLosses RouterZaya<T>::forward(const T* h, const PartContext<T>& c) {
   gelu_forward(g, a2_.data(), NR);
   cpu::linear_forward(sh_->logits.data(), g, P(out_), N, R, E1_);
   zaya_route_forward(probs_.data(), choice_.data(), topk_w_.data(), sh_->logits.data(), P(biases_), N, E1_, K_);
-  for (size_t i = 0; i < size_t(N) * K_; ++i) topk_idx_[i] = choice_[i] == E1_ - 1 ? 0 : choice_[i];
+  // The skip class reaches no expert: the experts compute nothing for it and add 0.
+  for (size_t i = 0; i < size_t(N) * K_; ++i) topk_idx_[i] = choice_[i] == E1_ - 1 ? kNoExpert : choice_[i];
   return {};
 }
 

@@ -10,8 +10,9 @@
 // its s; the next router reads it, and in backward hands back d(s) through a buffer shared by
 // the zaya routers (written by router l+1, read by router l right after: the blocks run in
 // reverse), so the gradient flows into every earlier router of the chain.
-// The skip class (the last) bypasses the experts: the experts part sees expert 0 with combine
-// weight 0 there (transformers' masking exactly; expert 0 computes those rows for nothing).
+// The skip class (the last) bypasses the experts: its slots get the expert id kNoExpert
+// (layers/moe_dispatch.h), which the experts part neither computes nor adds (output 0, as
+// transformers' masking to expert 0 with weight 0 gives, without expert 0's compute).
 // No auxiliary loss: the balancing biases (row "moe.gate.balancing_biases" [E1], a buffer) are
 // stepped by bias balancing after each optimizer step (optim/bias_balance.h) from the loads this
 // router leaves in the row's gradient slot in backward: loss_scale * (count_e / (N*K)) per class.
