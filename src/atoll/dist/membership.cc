@@ -61,6 +61,27 @@ class Backoff {
   Ms pause_{1}, cap_;
 };
 
+// The deadline of a wait on peers that a stop of this process does not use up: a gap between
+// two checks longer than the ttl (SIGSTOP, or a starved process) starts the wait again, since
+// what it knew of its peers is that old too. Without it, a worker let go after a stop past the
+// timeout would find its wait over at once and decide alone (propose a view of itself only,
+// evicting live islands that were about to be ready).
+class WaitDeadline {
+ public:
+  WaitDeadline(Ms limit, Ms gap) : limit_(limit), gap_(gap), end_(Clock::now() + limit), last_(Clock::now()) {}
+  bool passed() {
+    const auto now = Clock::now();
+    if (now - last_ > gap_) end_ = now + limit_;
+    last_ = now;
+    return now >= end_;
+  }
+  void extend_to(Clock::time_point t) { end_ = std::max(end_, t); }
+
+ private:
+  Ms limit_, gap_;
+  Clock::time_point end_, last_;
+};
+
 // Equal strings, in a time that does not depend on where they first differ.
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -296,7 +317,7 @@ Decision Membership::decide(const View& v, const std::string& attempt, bool ok, 
   if (!ok) store_.set_if_absent(decision_key, json{{"commit", false}, {"why", "worker " + me_ + " failed"}}.dump());
   const std::vector<std::string> votes_keys = worker_keys(attempt_key(v.epoch, attempt, "vote/"), v.islands);
   const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
-  auto deadline = Clock::now() + opts_.timeout;
+  WaitDeadline deadline(opts_.timeout, opts_.ttl);
   Backoff backoff(Ms(10));
   for (;;) {
     if (const auto d = store_.get(decision_key)) {
@@ -316,16 +337,17 @@ Decision Membership::decide(const View& v, const std::string& attempt, bool ok, 
       if (votes[k] && *votes[k] == "fail") failed += (failed.empty() ? "" : ", ") + name;
       else if (!votes[k] && live) pending += (pending.empty() ? "" : ", ") + name;
     }
+    const bool timed_out = deadline.passed();  // after the reads: a stop during them restarts the wait
     // The store restarted: the votes and the decision come back from the workers that hold them.
     if (store_settling()) {
-      deadline = std::max(deadline, settled_at_ + opts_.timeout);
+      deadline.extend_to(settled_at_ + opts_.timeout);
       backoff.pause();
       continue;
     }
     json decision;
     if (!failed.empty()) {
       decision = {{"commit", false}, {"why", "worker(s) " + failed + " failed"}};
-    } else if (!pending.empty() && Clock::now() >= deadline) {
+    } else if (!pending.empty() && timed_out) {
       decision = {{"commit", false},
                   {"why", "no vote from worker(s) " + pending + " within " + seconds_text(opts_.timeout)}};
     } else if (pending.empty()) {
@@ -354,7 +376,7 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
   const std::vector<std::string> ready_keys = worker_keys(ready_prefix, v.islands);
   const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
   const size_t M = size_t(opts_.workers_per_island);
-  auto deadline = Clock::now() + opts_.timeout;
+  WaitDeadline deadline(opts_.timeout, opts_.ttl);
   Backoff backoff(Ms(10));
   for (;;) {
     if (const auto w = view(next)) {
@@ -364,7 +386,7 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
     const auto ready = store_.get_many(ready_keys);
     const auto beats = store_.get_many(beat_keys);
     if (store_settling()) {  // the ready marks and heartbeats come back from the live workers
-      deadline = std::max(deadline, settled_at_ + opts_.timeout);
+      deadline.extend_to(settled_at_ + opts_.timeout);
       backoff.pause();
       continue;
     }
@@ -392,7 +414,7 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
         pending = true;
       }
     }
-    if (!pending || Clock::now() >= deadline) return publish(proposal);
+    if (!pending || deadline.passed()) return publish(proposal);
     backoff.pause();
   }
 }

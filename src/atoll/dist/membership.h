@@ -47,6 +47,10 @@
 // adopts the view written. An island not in it (too slow, or stopped past the ttl) must leave
 // the run and rejoin.
 //
+// A worker stopped while it waits (SIGSTOP, or starved) for longer than the ttl starts the wait
+// again when it runs on: what it knew of its peers is that old too, and a wait it found over at
+// once would let it decide alone (abort for want of votes, or propose a view of itself only).
+//
 // A store that restarts (empty: store.h "Restarts"): every worker keeps what the run needs from
 // it (the run token, the config, the newest view and epoch, its vote, ready mark, decision read,
 // join request, record, done) and its connections write them back on reconnecting; the
