@@ -61,6 +61,13 @@ def worker(launcher, island):
         if ppid == launcher and " worker " in cmd and f"--island {island} " in cmd: return int(pid)
     return -1
 
+def signal_worker(launcher, island, sig):
+    # Never a pid <= 0: os.kill(-1, ...) signals every process this user may signal.
+    pid = worker(launcher, island)
+    if pid <= 0: raise SystemExit(f"no worker of island {island} under launcher {launcher} (did the run end early?)")
+    os.kill(pid, sig)
+    return pid
+
 def events(run):
     return [json.loads(l) for l in open(run + "/events.jsonl") if l.strip()]
 
@@ -73,11 +80,11 @@ for kind in ("kill -9", "hang", "partition (SIGSTOP)"):
         tail = Tail(run + "/metrics.jsonl")
         while tail.poll() < 3 and p.poll() is None: time.sleep(0.02)
         time.sleep(random.Random(rep).uniform(0, 1))  # a random point of the outer step
-        victim, before = worker(p.pid, 2), tail.poll()
+        before = tail.poll()
         arrivals = sorted(t for t, _ in tail.steps.values())
         interval = statistics.median(b - a for a, b in zip(arrivals, arrivals[1:])) if len(arrivals) > 2 else 0
         t0 = time.time()
-        os.kill(victim, signal.SIGKILL if kind == "kill -9" else signal.SIGSTOP)
+        victim = signal_worker(p.pid, 2, signal.SIGKILL if kind == "kill -9" else signal.SIGSTOP)
         while tail.poll() <= before and p.poll() is None: time.sleep(0.01)
         times.append(tail.steps[tail.poll()][0] - t0)
         intervals.append(interval)
@@ -93,7 +100,7 @@ for config in ("configs/tiny.toml", "configs/small.toml"):
     p, run = launch(f"join-{os.path.basename(config)}", config, 400 if "tiny" in config else 60)
     tail = Tail(run + "/metrics.jsonl")
     while tail.poll() < 2 and p.poll() is None: time.sleep(0.05)
-    os.kill(worker(p.pid, 2), signal.SIGKILL)
+    signal_worker(p.pid, 2, signal.SIGKILL)
     while p.poll() is None and not any(e["event"] == "join" for e in events(run)): time.sleep(0.1)
     p.terminate(); p.wait()
     ev = events(run)
@@ -112,8 +119,7 @@ p, run = launch("goodput-faults", CONFIG, steps)
 tail, rng, next_kill, kills = Tail(run + "/metrics.jsonl"), random.Random(7), EVERY, 0
 while p.poll() is None:
     if tail.poll() >= next_kill and tail.poll() < steps // H - EVERY:
-        victim = worker(p.pid, rng.randrange(3))
-        if victim > 0: os.kill(victim, signal.SIGKILL); kills += 1
+        if worker(p.pid, island := rng.randrange(3)) > 0: signal_worker(p.pid, island, signal.SIGKILL); kills += 1
         next_kill += EVERY
     time.sleep(0.02)
 tail.poll()

@@ -183,7 +183,7 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
         const int i = whole[size_t(rng() % whole.size())];
         IslandState& is = islands[size_t(i)];
         const bool hang = rng() % 2 == 1;
-        if (::kill(is.pid, hang ? SIGSTOP : SIGKILL) == 0) {
+        if (is.pid > 0 && ::kill(is.pid, hang ? SIGSTOP : SIGKILL) == 0) {  // never kill(-1)
           ++events, ++tally[hang ? "hang" : "kill"];
           is.disrupted = true, is.disrupted_at = newest, last_disruption = newest, ++disruptions_in_wait;
           // Held past the ttl: shorter than the timeout (the others may get on before it is out)
