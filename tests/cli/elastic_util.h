@@ -31,8 +31,10 @@ inline bool wait_until(Cond&& cond, double seconds, Alive&& alive) {
   return cond();
 }
 
-// The `atoll worker ... --island I` process under the launcher (its child).
-inline pid_t worker_pid(pid_t launcher, int island) {
+// A child of the launcher whose command line (arguments joined by spaces, with a trailing
+// space) satisfies `match`; -1 if none.
+template <class Match>
+inline pid_t child_pid(pid_t launcher, Match&& match) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -46,11 +48,22 @@ inline pid_t worker_pid(pid_t launcher, int island) {
     char state;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (ppid == launcher && cmdline.find(" worker ") != std::string::npos &&
-        cmdline.find("--island " + std::to_string(island) + " ") != std::string::npos)
-      return pid_t(std::stol(name));
+    if (ppid == launcher && match(cmdline)) return pid_t(std::stol(name));
   }
   return -1;
+}
+
+// The `atoll worker ... --island I` process under the launcher (its child).
+inline pid_t worker_pid(pid_t launcher, int island) {
+  return child_pid(launcher, [&](const std::string& cmdline) {
+    return cmdline.find(" worker ") != std::string::npos &&
+           cmdline.find("--island " + std::to_string(island) + " ") != std::string::npos;
+  });
+}
+
+// The launcher's own redis-server.
+inline pid_t store_pid(pid_t launcher) {
+  return child_pid(launcher, [](const std::string& cmdline) { return cmdline.rfind("redis-server", 0) == 0; });
 }
 
 inline char process_state(pid_t pid) {

@@ -3,12 +3,15 @@
 // decision for an attempt (commit, abort on any failure, commit when the only silent worker is
 // lost); re-forming keeps the ready islands, waits for a slow one and drops the lost one; a
 // restarted worker is admitted by the next commit and sees the run end; a worker with a wrong or
-// missing run token is refused and writes nothing.
+// missing run token is refused and writes nothing; a worker let go after a stop in reform waits
+// again rather than deciding alone.
 #include "atoll/dist/membership.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "dist_test_util.h"
@@ -37,6 +40,14 @@ bool eventually(Cond&& cond) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   return false;
+}
+
+// The state letter of a process ('T': stopped), from /proc/PID/stat.
+char process_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
 std::string alive_text(const std::vector<bool>& a) {
@@ -125,6 +136,43 @@ TEST_F(MembershipTest, ReformKeepsTheReadyIslandsWaitsForASlowOneAndDropsTheLost
   EXPECT_EQ(out[2], "left");
   EXPECT_EQ(out[0], out[1]);
   EXPECT_NE(out[0].find("\"epoch\":1"), std::string::npos) << out[0];
+  EXPECT_NE(out[0].find("\"islands\":[0,1]"), std::string::npos) << out[0];
+}
+
+// A worker stopped (SIGSTOP) while it waits in reform, past the timeout, and let go: its wait
+// starts again instead of being over at once, so it does not propose a view of itself alone
+// while a live island is about to be ready.
+TEST_F(MembershipTest, AWorkerLetGoAfterAStopInReformDoesNotDecideAlone) {
+  const auto out = run_processes(2, [&](int island) {
+    Store store(store_options("stopped-reform"));
+    MembershipOptions o = options(island, 2);
+    o.timeout = milliseconds(1500);
+    Membership m(store, o);
+    m.start_heartbeat();
+    m.announce();
+    const View v = m.initial_view();
+    const std::string pid_key = store.run_prefix() + "/test/pid1";
+    if (island == 1) {
+      store.set(pid_key, std::to_string(::getpid()));
+      std::thread stopper([&] {  // stops this whole process once it waits in reform
+        store.wait({store.run_prefix() + "/members/e1/ready/1.0"});
+        ::raise(SIGSTOP);
+      });
+      const View next = m.reform(v, {});
+      stopper.join();
+      return next.to_json();
+    }
+    store.wait({pid_key});
+    const pid_t other = pid_t(std::stol(store.get(pid_key).value()));
+    if (other <= 0) return std::string("no pid");  // never kill(-1): that signals every process
+    const bool stopped = eventually([&] { return process_state(other) == 'T'; });
+    std::this_thread::sleep_for(milliseconds(2500));  // past island 1's timeout
+    ::kill(other, SIGCONT);
+    std::this_thread::sleep_for(milliseconds(300));  // island 1 looks again: island 0 is alive, not ready
+    const View next = m.reform(v, {});
+    return std::string(stopped ? "" : "never stopped ") + next.to_json();
+  });
+  EXPECT_EQ(out[0], out[1]);
   EXPECT_NE(out[0].find("\"islands\":[0,1]"), std::string::npos) << out[0];
 }
 

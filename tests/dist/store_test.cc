@@ -1,9 +1,11 @@
-// The rendezvous store: URL parsing, key operations, Gloo prefix views, bounded waits, and an
-// unreachable store failing with Timeout within its timeout.
+// The rendezvous store: URL parsing, key operations, Gloo prefix views, bounded waits, an
+// unreachable store failing with Timeout within its timeout, and a server that restarts (kill -9
+// of a real redis-server): reconnecting, kept keys written back, a wrong password still refused.
 #include "atoll/dist/store.h"
 
 #include <gloo/rendezvous/store.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <thread>
@@ -153,6 +155,79 @@ TEST(StoreUnreachable, TimesOutWithinTheTimeoutAndNamesTheAddress) {
   const auto took = Clock::now() - t0;
   EXPECT_GE(took, milliseconds(500));
   EXPECT_LT(took, milliseconds(2000));
+}
+
+// kill -9 of the server, then RedisServer::restart_if_ended until it has started it again.
+std::string kill_and_restart(RedisServer& server) {
+  EXPECT_EQ(server.restart_if_ended(), "") << "running";
+  if (server.pid() <= 0) return "not running";  // never kill(-1): that signals every process
+  EXPECT_EQ(::kill(server.pid(), SIGKILL), 0);
+  for (int i = 0; i < 1000; ++i) {
+    if (std::string how = server.restart_if_ended(); !how.empty()) return how;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return "never ended";
+}
+
+TEST(StoreRestart, CommandsReconnectAndKeptKeysAreWrittenBack) {
+  RedisServer server(RedisServerOptions{.password = "pw-restart"});
+  const int port = server.port();
+  Store store(StoreOptions{.url = server.url(), .password = "pw-restart", .run_id = "r", .timeout = milliseconds(10000)});
+  Store beats(store.options());
+  store.share_kept_keys_with(beats);
+  store.set("atoll/r/plain", "1");
+  store.set("atoll/r/kept", "v1");
+  store.keep("slot", "atoll/r/kept", "v1");
+  store.keep("slot", "atoll/r/kept", "v2");  // the newer value of the slot replaces the older
+  auto view = store.gloo_view("atoll/r/g");
+  view->set("0", {'a'});  // a rendezvous key is kept too: peers may wait for it
+  EXPECT_EQ(store.reconnections(), 0u);
+
+  EXPECT_EQ(kill_and_restart(server), "signal 9");
+  EXPECT_EQ(server.port(), port);
+  // The other connection notices first and writes the shared kept keys back.
+  EXPECT_EQ(beats.get("atoll/r/kept").value(), "v2");
+  EXPECT_EQ(beats.reconnections(), 1u);
+  EXPECT_FALSE(store.get("atoll/r/plain").has_value()) << "a restarted store is empty";
+  EXPECT_EQ(store.reconnections(), 1u);
+  EXPECT_EQ(store.get("atoll/r/g/0").value(), "a");
+  view->set("0", {'a'});  // our own key, written again: not another writer
+  EXPECT_THROW(view->set("0", {'b'}), ConfigError);
+  store.set("atoll/r/plain", "2");
+  EXPECT_EQ(store.get("atoll/r/plain").value(), "2");
+}
+
+TEST(StoreRestart, AStoreThatStaysAwayFailsWithinTheTimeout) {
+  auto server = std::make_unique<RedisServer>();
+  Store store(StoreOptions{.url = server->url(), .run_id = "away", .timeout = milliseconds(500)});
+  store.set("atoll/away/a", "1");
+  server.reset();
+  const auto t0 = Clock::now();
+  try {
+    store.get("atoll/away/a");
+    FAIL() << "read from a store that is gone";
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("connection lost"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not back within 0.5 s"), std::string::npos) << msg;
+  }
+  EXPECT_LT(Clock::now() - t0, milliseconds(3000));
+}
+
+TEST(StoreRestart, AServerBackWithAnotherPasswordIsRefusedAtOnce) {
+  auto server = std::make_unique<RedisServer>(RedisServerOptions{.password = "first"});
+  const int port = server->port();
+  Store store(StoreOptions{.url = server->url(), .password = "first", .run_id = "pw", .timeout = milliseconds(30000)});
+  server.reset();
+  server = std::make_unique<RedisServer>(RedisServerOptions{.port = port, .password = "second"});
+  const auto t0 = Clock::now();
+  try {
+    store.get("atoll/pw/a");
+    FAIL() << "a refused password was retried or accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("store refused the password"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, milliseconds(10000)) << "not waited out to the timeout";
 }
 
 }  // namespace

@@ -61,6 +61,27 @@ class Backoff {
   Ms pause_{1}, cap_;
 };
 
+// The deadline of a wait on peers that a stop of this process does not use up: a gap between
+// two checks longer than the ttl (SIGSTOP, or a starved process) starts the wait again, since
+// what it knew of its peers is that old too. Without it, a worker let go after a stop past the
+// timeout would find its wait over at once and decide alone (propose a view of itself only,
+// evicting live islands that were about to be ready).
+class WaitDeadline {
+ public:
+  WaitDeadline(Ms limit, Ms gap) : limit_(limit), gap_(gap), end_(Clock::now() + limit), last_(Clock::now()) {}
+  bool passed() {
+    const auto now = Clock::now();
+    if (now - last_ > gap_) end_ = now + limit_;
+    last_ = now;
+    return now >= end_;
+  }
+  void extend_to(Clock::time_point t) { end_ = std::max(end_, t); }
+
+ private:
+  Ms limit_, gap_;
+  Clock::time_point end_, last_;
+};
+
 // Equal strings, in a time that does not depend on where they first differ.
 bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -169,6 +190,7 @@ void Membership::check_run_token() {
     stored = store_.get(k);
   }
   if (!stored) return;
+  if (same_secret(*stored, opts_.run_token)) store_.keep("run_token", k, opts_.run_token);
   const std::string fix = "; nothing in the run was changed; fix: give the run's token with --token-file "
                           "RUN_DIR/run.token (written by `atoll launch`, mode 0600) or ATOLL_RUN_TOKEN";
   if (opts_.run_token.empty())
@@ -181,6 +203,7 @@ void Membership::check_run_token() {
 
 void Membership::start_heartbeat() {
   beat_store_ = std::make_unique<Store>(store_.options());
+  store_.share_kept_keys_with(*beat_store_);  // the heartbeat notices a restart first: it writes them back
   beat_store_->set_with_ttl(key("hb/" + me_), token_, opts_.ttl);
   beat_ = std::thread([this] { heartbeat_loop(); });
 }
@@ -213,9 +236,24 @@ View Membership::initial_view() {
   return publish(v);
 }
 
+bool Membership::store_settling() {
+  const uint64_t n = store_.reconnections();
+  if (n != reconnections_seen_) {
+    reconnections_seen_ = n;
+    settled_at_ = Clock::now() + opts_.ttl;
+    log_warn("worker " + me_ + ": the store connection was lost and is back (a restarted store?); judging liveness "
+             "again in " + seconds_text(opts_.ttl) + ", once the live workers' heartbeats are back");
+  }
+  return Clock::now() < settled_at_;
+}
+
 std::vector<bool> Membership::alive(const View& v) {
   const std::vector<std::string> keys = worker_keys(key("hb/"), v.islands);
-  const auto beats = store_.get_many(keys);
+  auto beats = store_.get_many(keys);
+  while (store_settling()) {
+    std::this_thread::sleep_for(Ms(20));
+    beats = store_.get_many(keys);
+  }
   const size_t M = size_t(opts_.workers_per_island);
   std::vector<bool> out(v.islands.size(), true);
   for (size_t k = 0; k < keys.size(); ++k) {
@@ -259,7 +297,10 @@ std::vector<int> Membership::waiting_joiners(const View& v, std::map<std::string
 View Membership::publish(const View& proposal) {
   const std::string k = key("view/e" + std::to_string(proposal.epoch));
   if (store_.set_if_absent(k, proposal.to_json())) store_.set(key("epoch"), std::to_string(proposal.epoch));
-  return View::from_json(store_.get(k).value());
+  const std::string won = store_.get(k).value();
+  store_.keep("view", k, won);
+  store_.keep("epoch", key("epoch"), std::to_string(proposal.epoch));
+  return View::from_json(won);
 }
 
 std::optional<View> Membership::view(uint64_t epoch) {
@@ -270,14 +311,17 @@ std::optional<View> Membership::view(uint64_t epoch) {
 
 Decision Membership::decide(const View& v, const std::string& attempt, bool ok, bool admit) {
   const std::string decision_key = attempt_key(v.epoch, attempt, "decision");
-  store_.set(attempt_key(v.epoch, attempt, "vote/" + me_), ok ? "ok" : "fail");
+  const std::string vote_key = attempt_key(v.epoch, attempt, "vote/" + me_);
+  store_.set(vote_key, ok ? "ok" : "fail");
+  store_.keep("vote", vote_key, ok ? "ok" : "fail");
   if (!ok) store_.set_if_absent(decision_key, json{{"commit", false}, {"why", "worker " + me_ + " failed"}}.dump());
   const std::vector<std::string> votes_keys = worker_keys(attempt_key(v.epoch, attempt, "vote/"), v.islands);
   const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
-  const auto deadline = Clock::now() + opts_.timeout;
+  WaitDeadline deadline(opts_.timeout, opts_.ttl);
   Backoff backoff(Ms(10));
   for (;;) {
     if (const auto d = store_.get(decision_key)) {
+      store_.keep("decision", decision_key, *d);  // a peer still deciding after a store restart reads it
       const json j = json::parse(*d);
       Decision out{.commit = j.at("commit").get<bool>(), .why = j.value("why", ""), .next = std::nullopt};
       if (j.contains("next")) out.next = publish(View::from_json(j["next"].dump()));  // idempotent
@@ -293,10 +337,17 @@ Decision Membership::decide(const View& v, const std::string& attempt, bool ok, 
       if (votes[k] && *votes[k] == "fail") failed += (failed.empty() ? "" : ", ") + name;
       else if (!votes[k] && live) pending += (pending.empty() ? "" : ", ") + name;
     }
+    const bool timed_out = deadline.passed();  // after the reads: a stop during them restarts the wait
+    // The store restarted: the votes and the decision come back from the workers that hold them.
+    if (store_settling()) {
+      deadline.extend_to(settled_at_ + opts_.timeout);
+      backoff.pause();
+      continue;
+    }
     json decision;
     if (!failed.empty()) {
       decision = {{"commit", false}, {"why", "worker(s) " + failed + " failed"}};
-    } else if (!pending.empty() && Clock::now() >= deadline) {
+    } else if (!pending.empty() && timed_out) {
       decision = {{"commit", false},
                   {"why", "no vote from worker(s) " + pending + " within " + seconds_text(opts_.timeout)}};
     } else if (pending.empty()) {
@@ -321,15 +372,24 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
   const uint64_t next = v.epoch + 1;
   const std::string ready_prefix = key(epoch_dir(next) + "ready/");
   store_.set(ready_prefix + me_, token_);
+  store_.keep("ready", ready_prefix + me_, token_);
   const std::vector<std::string> ready_keys = worker_keys(ready_prefix, v.islands);
   const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
   const size_t M = size_t(opts_.workers_per_island);
-  const auto deadline = Clock::now() + opts_.timeout;
+  WaitDeadline deadline(opts_.timeout, opts_.ttl);
   Backoff backoff(Ms(10));
   for (;;) {
-    if (const auto w = view(next)) return *w;
+    if (const auto w = view(next)) {
+      store_.keep("view", key("view/e" + std::to_string(next)), w->to_json());
+      return *w;
+    }
     const auto ready = store_.get_many(ready_keys);
     const auto beats = store_.get_many(beat_keys);
+    if (store_settling()) {  // the ready marks and heartbeats come back from the live workers
+      deadline.extend_to(settled_at_ + opts_.timeout);
+      backoff.pause();
+      continue;
+    }
     View proposal{.epoch = next, .islands = {}, .joining = {}, .tokens = {}};
     bool pending = false;
     for (size_t j = 0; j < v.islands.size(); ++j) {
@@ -354,12 +414,15 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
         pending = true;
       }
     }
-    if (!pending || Clock::now() >= deadline) return publish(proposal);
+    if (!pending || deadline.passed()) return publish(proposal);
     backoff.pause();
   }
 }
 
-void Membership::request_join() { store_.set(key("join/" + me_), token_); }
+void Membership::request_join() {
+  store_.set(key("join/" + me_), token_);
+  store_.keep("join", key("join/" + me_), token_);
+}
 
 std::optional<View> Membership::wait_admission() {
   const auto epoch_now = [&]() -> std::optional<uint64_t> {
@@ -395,17 +458,26 @@ std::optional<View> Membership::wait_admission() {
   }
 }
 
-void Membership::put_record(const std::string& record) { store_.set(key("record/" + me_), record); }
+void Membership::put_record(const std::string& record) {
+  store_.set(key("record/" + me_), record);
+  store_.keep("record", key("record/" + me_), record);
+}
 
 std::optional<std::string> Membership::record(int island, int rank) {
   return store_.get(key("record/" + worker_name(island, rank)));
 }
 
-void Membership::mark_done() { store_.set(key("done"), "1"); }
+void Membership::mark_done() {
+  store_.set(key("done"), "1");
+  store_.keep("done", key("done"), "1");
+}
 
 bool Membership::done() { return store_.get(key("done")).has_value(); }
 
-void Membership::put_config(const std::string& text) { store_.set_if_absent(key("config"), text); }
+void Membership::put_config(const std::string& text) {
+  store_.set_if_absent(key("config"), text);
+  store_.keep("config", key("config"), text);
+}
 
 std::optional<std::string> Membership::config() { return store_.get(key("config")); }
 

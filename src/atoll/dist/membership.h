@@ -46,6 +46,18 @@
 // fault.timeout_s; the first to get there proposes the ready islands with SETNX and everyone
 // adopts the view written. An island not in it (too slow, or stopped past the ttl) must leave
 // the run and rejoin.
+//
+// A worker stopped while it waits (SIGSTOP, or starved) for longer than the ttl starts the wait
+// again when it runs on: what it knew of its peers is that old too, and a wait it found over at
+// once would let it decide alone (abort for want of votes, or propose a view of itself only).
+//
+// A store that restarts (empty: store.h "Restarts"): every worker keeps what the run needs from
+// it (the run token, the config, the newest view and epoch, its vote, ready mark, decision read,
+// join request, record, done) and its connections write them back on reconnecting; the
+// heartbeat thread's connection does so within one interval. For one ttl after its own
+// connection came back, a worker judges no liveness and writes no decision or proposal, so a
+// live peer is never counted lost for a heartbeat the restart erased, nor a decision another
+// worker already acted on decided anew.
 #pragma once
 
 #include <chrono>
@@ -161,6 +173,10 @@ class Membership {
   // Writes view/e<E> once and advances `epoch`; returns the view that won.
   View publish(const View& proposal);
   void heartbeat_loop();
+  // True for one ttl after this worker's store connection came back from a loss (a restarted
+  // store is empty until the live workers write their heartbeats and kept keys back): liveness,
+  // decisions and proposals wait for it.
+  bool store_settling();
 
   Store& store_;
   MembershipOptions opts_;
@@ -172,6 +188,8 @@ class Membership {
   std::condition_variable beat_cv_;
   bool stop_ = false;
   std::optional<uint64_t> admitted_;  // the epoch wait_admission last returned
+  uint64_t reconnections_seen_ = 0;
+  std::chrono::steady_clock::time_point settled_at_{};
 };
 
 }  // namespace atl

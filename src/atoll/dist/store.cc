@@ -8,7 +8,9 @@
 #include <gloo/rendezvous/redis_store.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -63,20 +65,29 @@ bool authenticate(redisContext* c, const std::string& url, const std::string& pa
 
 }  // namespace
 
+// What a process keeps in the store across a server restart: slot -> (key, value).
+struct KeptKeys {
+  std::mutex mu;
+  std::map<std::string, std::pair<std::string, std::string>> slots;
+};
+
 // Gloo's RedisStore, made bounded and thread-safe. Gloo calls set/get/wait on it through a
 // PrefixStore; Store calls command() directly.
 class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
  public:
   BoundedRedisStore(const StoreAddress& addr, Ms timeout)
-      : gloo::rendezvous::RedisStore(addr.host, addr.port), url_(addr.url()), timeout_(timeout) {
+      : gloo::rendezvous::RedisStore(addr.host, addr.port), url_(addr.url()), password_(addr.password), timeout_(timeout) {
     redisSetTimeout(redis_, to_timeval(timeout));  // no command blocks longer than a wait may
     if (!authenticate(redis_, url_, addr.password))
       throw IoError(url_ + ": store connection lost during AUTH: " + redis_->errstr);
   }
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    Reply r = command({"SETNX", key, std::string(data.begin(), data.end())});
-    if (r->integer != 1)
+    const std::string value(data.begin(), data.end());
+    Reply r = command({"SETNX", key, value});
+    // A rendezvous key outlives a restart of the server: peers may still wait for it.
+    keep("gloo/" + std::to_string(gloo_keys_++ % kKeptGlooKeys), key, value);
+    if (r->integer != 1 && !holds(key, value))  // equal: our own write, sent again after a lost connection
       throw ConfigError(url_ + ": store key '" + key + "' is already set: another process joined with the same " +
                         "rank, or the run id is reused (fix: one rank per process, a fresh run id per run)");
   }
@@ -110,7 +121,8 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
 
   bool exists(const std::string& key) { return command({"EXISTS", key})->integer == 1; }
 
-  // One Redis command; throws Timeout (socket timeout) or IoError (connection lost, Redis error).
+  // One Redis command; throws Timeout (socket timeout), IoError (a Redis error, or the connection
+  // lost and not back within the timeout) or ConfigError (the password refused on reconnecting).
   Reply command(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
@@ -119,24 +131,98 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
       lens.push_back(a.size());
     }
     std::lock_guard<std::mutex> lock(mu_);
-    auto* raw =
-        static_cast<redisReply*>(redisCommandArgv(redis_, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (raw == nullptr) {
-      const bool timed_out = redis_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-      const std::string what = url_ + ": store " + args[0] + " failed: " + redis_->errstr;
-      if (timed_out) throw Timeout(what + " (no answer within " + seconds_text(timeout_) + ")");
-      throw IoError(what + " (store connection lost; fix: check the redis-server given to --store)");
+    std::optional<Clock::time_point> lost_since;
+    std::string lost_why;
+    Ms pause(10);
+    for (;;) {
+      if (!broken_) {
+        auto* raw = static_cast<redisReply*>(
+            redisCommandArgv(redis_, static_cast<int>(argv.size()), argv.data(), lens.data()));
+        if (raw != nullptr) {
+          Reply r(raw);
+          if (r->type == REDIS_REPLY_ERROR)
+            throw IoError(url_ + ": store " + args[0] + " error: " + std::string(r->str, r->len));
+          return r;
+        }
+        const bool timed_out = redis_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        if (timed_out)
+          throw Timeout(url_ + ": store " + args[0] + " failed: " + redis_->errstr + " (no answer within " +
+                        seconds_text(timeout_) + ")");
+        broken_ = true;
+        lost_why = redis_->errstr;
+      }
+      if (!lost_since) lost_since = Clock::now();
+      if (Clock::now() - *lost_since >= timeout_)
+        throw IoError(url_ + ": store " + args[0] + " failed: connection lost (" + lost_why + ") and not back within " +
+                      seconds_text(timeout_) + "; fix: check the redis-server given to --store");
+      std::this_thread::sleep_for(pause);  // the server may be restarting
+      pause = std::min(pause * 2, Ms(200));
+      reconnect(&lost_why);
     }
-    Reply r(raw);
-    if (r->type == REDIS_REPLY_ERROR)
-      throw IoError(url_ + ": store " + args[0] + " error: " + std::string(r->str, r->len));
-    return r;
   }
 
+  // Kept keys live in `kept` (shared with other connections of this process).
+  void set_kept(std::shared_ptr<KeptKeys> kept) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_ = std::move(kept);
+  }
+  std::shared_ptr<KeptKeys> kept() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kept_;
+  }
+  void keep(const std::string& slot, const std::string& key, const std::string& value) {
+    const std::shared_ptr<KeptKeys> k = kept();
+    std::lock_guard<std::mutex> lock(k->mu);
+    k->slots[slot] = {key, value};
+  }
+  uint64_t reconnections() const { return reconnections_.load(); }
+
  private:
+  static constexpr uint64_t kKeptGlooKeys = 64;  // rendezvous keys of the newest groups
+
+  bool holds(const std::string& key, const std::string& value) {
+    Reply r = command({"GET", key});
+    return r->type == REDIS_REPLY_STRING && std::string(r->str, r->len) == value;
+  }
+
+  // One attempt (mu_ held): a new connection, AUTH (a refusal throws ConfigError), then the
+  // kept keys written back. On failure *why says why and the connection stays broken.
+  void reconnect(std::string* why) {
+    if (redisReconnect(redis_) != REDIS_OK) {
+      *why = redis_->errstr;
+      return;
+    }
+    redisSetTimeout(redis_, to_timeval(timeout_));
+    if (!authenticate(redis_, url_, password_)) {
+      *why = redis_->errstr;
+      return;
+    }
+    std::vector<std::pair<std::string, std::string>> kept;
+    {
+      std::lock_guard<std::mutex> lock(kept_->mu);
+      for (const auto& [slot, kv] : kept_->slots) kept.push_back(kv);
+    }
+    for (const auto& [key, value] : kept) {
+      auto* raw = static_cast<redisReply*>(redisCommand(redis_, "SETNX %b %b", key.data(), key.size(), value.data(),
+                                                        value.size()));
+      if (raw == nullptr) {
+        *why = redis_->errstr;
+        return;
+      }
+      freeReplyObject(raw);
+    }
+    broken_ = false;
+    ++reconnections_;
+  }
+
   std::string url_;
+  std::string password_;
   Ms timeout_;
   std::mutex mu_;
+  bool broken_ = false;  // the connection was lost; reconnect before the next command
+  std::atomic<uint64_t> reconnections_{0};
+  uint64_t gloo_keys_ = 0;
+  std::shared_ptr<KeptKeys> kept_ = std::make_shared<KeptKeys>();
 };
 
 std::string StoreAddress::url() const { return "redis://" + host + ":" + std::to_string(port); }
@@ -291,5 +377,13 @@ bool Store::erase_if_equal(const std::string& key, const std::string& value) {
 }
 
 void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
+
+void Store::keep(const std::string& slot, const std::string& key, const std::string& value) {
+  redis_->keep(slot, key, value);
+}
+
+void Store::share_kept_keys_with(Store& other) { other.redis_->set_kept(redis_->kept()); }
+
+uint64_t Store::reconnections() const { return redis_->reconnections(); }
 
 }  // namespace atl

@@ -18,6 +18,16 @@
 // StoreOptions::password; every connection sends AUTH first. A password the store refuses, or
 // none where the store wants one, is a ConfigError at once (waiting would not fix it). Messages
 // and url() never show the password.
+//
+// Restarts (a redis-server that dies and comes back on the same address, empty): a command
+// whose connection is lost (EOF, reset, refused) reconnects with backoff (10 ms doubling to
+// 200 ms) and is sent again, until StoreOptions::timeout has passed since the loss; then IoError.
+// Only a lost connection is retried: a refused password on reconnecting is still a ConfigError at
+// once, a Redis error reply an IoError at once, a command with no answer within the timeout a
+// Timeout. What the run needs from the store must be written again after a restart: each process
+// keeps its own such keys (keep()), and every reconnection writes them back with SETNX (what a
+// peer wrote meanwhile stands). reconnections() counts them, so that callers who judge liveness
+// from the store can let the peers' heartbeats come back first (membership.h).
 #pragma once
 
 #include <chrono>
@@ -60,6 +70,7 @@ struct StoreOptions {
 };
 
 class BoundedRedisStore;  // store.cc
+struct KeptKeys;          // store.cc
 
 class Store {
  public:
@@ -99,6 +110,16 @@ class Store {
   bool erase_if_equal(const std::string& key, const std::string& value);
   // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
+
+  // Keeps `key` = `value` in the store across its restarts: written back (SETNX) on every
+  // reconnection. One key per slot: a newer keep() of the slot replaces the older. Does not write
+  // now (the caller has written it).
+  void keep(const std::string& slot, const std::string& key, const std::string& value);
+  // `other` writes this store's kept keys back too when its own connection reconnects (a
+  // heartbeat thread's connection notices a restart while the main thread computes).
+  void share_kept_keys_with(Store& other);
+  // Reconnections after a lost connection (a restart of the server, usually), since construction.
+  uint64_t reconnections() const;
 
  private:
   StoreOptions opts_;

@@ -111,6 +111,19 @@ StoreAddress open_store(const std::string& given, std::chrono::milliseconds time
   return a;
 }
 
+// Our own store, restarted at once when it ends mid-run (killed, crashed): same port, same
+// password; it comes back empty, so the launcher writes back the key it owns, the run token, and
+// the workers write back theirs (dist/store.h "Restarts").
+void keep_store_alive(RedisServer& redis, const StoreOptions& store, const std::string& run_token, JsonlWriter& events) {
+  const std::string how = redis.restart_if_ended();
+  if (how.empty()) return;
+  events.write(event_row("store_restart", {{"store", redis.url()}, {"status", how}}));
+  std::fprintf(stderr, "atoll: the store (redis-server on %s) ended (%s); started again on its port\n",
+               redis.url().c_str(), how.c_str());
+  Store s(store);
+  publish_run_token(s, run_token);
+}
+
 // The command line of worker (island, rank); `join`: its restart, which rejoins the running run.
 std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, const std::string& store,
                                      const std::string& run_id, int threads, int island, int rank, bool join) {
@@ -281,8 +294,9 @@ int launch(const LaunchOptions& o) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
+  const StoreOptions store_options{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout};
   {
-    Store s(StoreOptions{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout});
+    Store s(store_options);
     publish_run_token(s, run_token);  // before any worker can register
   }
   std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "ATOLL_RUN_TOKEN=" + run_token};
@@ -297,7 +311,10 @@ int launch(const LaunchOptions& o) {
                     if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r);
                   },
                   .on_exit = [&](int c, const ChildExit& e) { return policy.on_exit(c, e); },
-                  .on_tick = [&] { policy.tick(); }});
+                  .on_tick = [&] {
+                    policy.tick();
+                    if (redis) keep_store_alive(*redis, store_options, run_token, events);
+                  }});
   policy.attach(&sup);
   for (int i = 0; i < N; ++i)
     for (int r = 0; r < M; ++r) {

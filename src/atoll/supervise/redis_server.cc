@@ -117,6 +117,16 @@ bool RedisServer::try_start(int port, std::string* failure) {
   }
 }
 
+std::string RedisServer::restart_if_ended() {
+  if (!process_.poll()) return "";
+  const std::string how = process_.status().describe();
+  std::string failure;
+  if (!try_start(port_, &failure))
+    throw Error("redis-server on " + opts_.host + ":" + std::to_string(port_) + " ended (" + how +
+                ") and could not start again on its port: " + failure);
+  return how;
+}
+
 void RedisServer::stop() {
   process_.terminate(opts_.stop_timeout);  // does nothing in a forked child: Process checks its owner
   if (::getpid() != owner_) return;

@@ -11,6 +11,8 @@
 // SIGTERM if the thread that started it exits (PR_SET_PDEATHSIG), so a crashed test leaves no
 // server behind.
 // Stop (destructor or stop()): SIGTERM, wait up to stop_timeout, then SIGKILL.
+// Restart (restart_if_ended()): the same port and password, as its clients expect; redis-server
+// binds with SO_REUSEADDR, so the port is free again as soon as the old process is gone.
 //
 // A fixed `port` is used as given: if it is taken, the error says so ("Address already in use").
 //
@@ -55,6 +57,12 @@ class RedisServer {
 
   // Stops the server (idempotent). Does nothing in a process forked from the one that started it.
   void stop();
+
+  // Supervision (`atoll launch`): when the server's process has ended (killed, crashed), starts
+  // it again on the same port with the same password and returns how it had ended ("signal 9");
+  // returns "" while it runs. The store comes back empty: its clients reconnect and write back
+  // what they keep (dist/store.h "Restarts"). Throws as the constructor does when it cannot start.
+  std::string restart_if_ended();
 
  private:
   bool try_start(int port, std::string* failure);
