@@ -8,41 +8,17 @@
 #include <cmath>
 #include <set>
 
-#include "cli/cli_util.h"
+#include "cli/elastic_util.h"
 
 namespace atl::testing {
 namespace {
 
-class BadUpdates : public CliTest {
+// `fault` corrupts island 1's Δ at outer step 6.
+class BadUpdates : public ShortLaunch {
  protected:
-  struct Outcome {
-    double val_loss = 0;
-    std::vector<nlohmann::json> events;
-    std::string describe;
-  };
-
-  // 48 steps, H = 4: twelve outer steps; `fault` corrupts island 1's Δ at outer step 6.
   Outcome run(const std::string& name, const std::string& fault) {
-    const std::string run = dir(name);
-    if (!fault.empty()) child_env().push_back("ATOLL_FAULT=corrupt:island=1:outer_step=6:update=" + fault);
-    const RunResult r = run_atoll({"launch", "--islands", "3", "--config", world().config(), "--run-dir", run,
-                                   "--set", "train.steps=48", "--set", "diloco.inner_steps=4", "--set",
-                                   "train.eval_every=48", "--set", "checkpoint.every=0", "--set", "optim.warmup_steps=0"},
-                                  60);
-    if (!fault.empty()) child_env().pop_back();
-    Outcome o;
-    o.describe = r.describe();
-    EXPECT_EQ(r.exit_code, 0) << r.describe();
-    std::map<int64_t, std::set<std::string>> hashes;
-    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
-      if (row.contains("val_loss")) o.val_loss = row["val_loss"].get<double>();
-      if (row.contains("theta_hash")) hashes[row["outer_step"].get<int64_t>()].insert(row["theta_hash"]);
-    }
-    EXPECT_EQ(hashes.size(), 12u) << name;
-    for (const auto& [step, h] : hashes) EXPECT_EQ(h.size(), 1u) << name << ": outer step " << step;
-    for (const auto& e : read_jsonl(run + "/events.jsonl"))
-      if (e["event"] == "dropped_update" || e["event"] == "clipped_update") o.events.push_back(e);
-    return o;
+    return ShortLaunch::run(name, fault.empty() ? "" : "corrupt:island=1:outer_step=6:update=" + fault,
+                            {"dropped_update", "clipped_update"});
   }
 };
 

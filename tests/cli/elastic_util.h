@@ -1,6 +1,8 @@
-// Helpers of the elastic-island tests through `atoll launch` (elastic_test.cc, trust_test.cc):
-// finding a worker process under the launcher, reading a run's hashes and events, and the
-// launch arguments of a short 3-island run on the micro model with fast fault settings.
+// Helpers of the elastic-island tests through `atoll launch` (elastic_test.cc, trust_test.cc,
+// straggler_test.cc, watchdog_test.cc): finding a worker process under the launcher, reading a
+// run's hashes and events, and the launch arguments of a short 3-island run on the micro model
+// with fast fault settings; ShortLaunch, a shorter run with one fault (bad_update_test.cc,
+// rollback_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -151,6 +153,44 @@ class ElasticLaunch : public CliTest {
     for (const auto& [step, by_island] : v.theta)
       if (by_island.size() == count) s.push_back(step);
     return s;
+  }
+};
+
+// A short launch on the micro model: 3 islands, 48 steps, H = 4 (twelve outer steps), one
+// evaluation at the end, with ATOLL_FAULT = `fault` ("" = none). Expects exit 0 and equal θ
+// hashes at every outer step; returns the final validation loss and the events of `kinds`.
+class ShortLaunch : public CliTest {
+ protected:
+  struct Outcome {
+    double val_loss = 0;
+    std::vector<nlohmann::json> events;
+    std::string describe;
+  };
+
+  Outcome run(const std::string& name, const std::string& fault, const std::set<std::string>& kinds,
+              const std::vector<std::string>& extra = {}) {
+    const std::string run = dir(name);
+    if (!fault.empty()) child_env().push_back("ATOLL_FAULT=" + fault);
+    std::vector<std::string> a = {"launch", "--islands", "3", "--config", world().config(), "--run-dir", run,
+                                  "--set", "train.steps=48", "--set", "diloco.inner_steps=4", "--set",
+                                  "train.eval_every=48", "--set", "checkpoint.every=0", "--set",
+                                  "optim.warmup_steps=0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const RunResult r = run_atoll(a, 60);
+    if (!fault.empty()) child_env().pop_back();
+    Outcome o;
+    o.describe = r.describe();
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    std::map<int64_t, std::set<std::string>> hashes;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
+      if (row.contains("val_loss")) o.val_loss = row["val_loss"].get<double>();
+      if (row.contains("theta_hash")) hashes[row["outer_step"].get<int64_t>()].insert(row["theta_hash"]);
+    }
+    EXPECT_EQ(hashes.size(), 12u) << name;
+    for (const auto& [step, h] : hashes) EXPECT_EQ(h.size(), 1u) << name << ": outer step " << step;
+    for (const auto& e : read_jsonl(run + "/events.jsonl"))
+      if (kinds.count(e["event"].get<std::string>())) o.events.push_back(e);
+    return o;
   }
 };
 

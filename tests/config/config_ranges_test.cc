@@ -125,6 +125,12 @@ const std::vector<Bad> kBad = {
     {"fault.clip_factor=-1.0", "out of range"},
     {"fault.clip_factor=nan", "finite"},
     {"fault.min_cosine=1.5", "out of range"},
+    {"fault.outer_deadline_s=-1", "out of range"},
+    {"fault.outer_deadline_s=nan", "finite"},
+    {"fault.spike_factor=-0.5", "out of range"},
+    {"fault.spike_window=2", "out of range"},  // a median of fewer than 3 is no median
+    {"fault.step_timeout_s=-1", "out of range"},
+    {"fault.step_timeout_s=inf", "finite"},
 };
 
 TEST(ConfigRanges, EveryKeyRefusesWhatItCannotMean) {

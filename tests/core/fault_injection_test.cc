@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "atoll/core/errors.h"
@@ -39,6 +40,22 @@ TEST(FaultSpec, ParsesTheRingAndTransferForms) {
   EXPECT_EQ(parse_fault_spec("corrupt:island=1:outer_step=4:update=flip").update, FaultSpec::Update::kFlip);
 }
 
+TEST(FaultSpec, ParsesTheDelayStallAndLossForms) {
+  const FaultSpec d = parse_fault_spec("delay:island=2:outer_step=3:seconds=4");
+  EXPECT_EQ(d.action, Action::kDelay);
+  EXPECT_EQ(d.outer_step, 3);
+  EXPECT_EQ(d.seconds, 4.0);
+  const FaultSpec s = parse_fault_spec("stall:island=0:rank=1:step=7:seconds=9");
+  EXPECT_EQ(s.action, Action::kStall);
+  EXPECT_EQ(s.step, 7);
+  EXPECT_EQ(s.seconds, 9.0);
+  const FaultSpec n = parse_fault_spec("corrupt:island=1:step=5:loss=nan");
+  EXPECT_EQ(n.action, Action::kCorrupt);
+  EXPECT_EQ(n.step, 5);
+  EXPECT_EQ(n.loss, FaultSpec::Loss::kNan);
+  EXPECT_EQ(parse_fault_spec("corrupt:island=1:step=5:loss=spike").loss, FaultSpec::Loss::kSpike);
+}
+
 std::string error_of(const std::string& text) {
   try {
     parse_fault_specs(text);
@@ -65,7 +82,14 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"corrupt:island=1:update=nan", "takes outer_step=S alone"},
                {"corrupt:island=1:outer_step=1:ring_chunk=2:update=nan", "takes outer_step=S alone"},
                {"kill:island=1:when=now", "unknown key 'when'"},
-               {"kill:island=1:transfer", "not key=value"}};
+               {"kill:island=1:transfer", "not key=value"},
+               {"delay:island=1:outer_step=2", "seconds=X (above 0)"},
+               {"delay:island=1:step=2:seconds=1", "delay takes outer_step=S:seconds=X alone"},
+               {"stall:island=1:outer_step=2:seconds=1", "stall takes step=K:seconds=X alone"},
+               {"kill:island=1:transfer=1:seconds=2", "seconds=X (above 0)"},
+               {"corrupt:island=1:step=2:loss=inf", "loss=inf is not nan or spike"},
+               {"kill:island=1:step=2:loss=nan", "goes with corrupt"},
+               {"corrupt:island=1:step=2", "goes with corrupt and takes step=K alone"}};
   for (const auto& c : cases) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find(std::string("ATOLL_FAULT='") + c.text + "'"), std::string::npos) << c.text << ": " << e;
@@ -147,6 +171,17 @@ TEST(FaultInjection, CorruptMarksExactlyOneTransferTensor) {
   disarm_fault_injection();
   ::setenv("ATOLL_FAULT", "corrupt:island=0", 1);
   EXPECT_THROW(arm_fault_injection(5, 0), ConfigError) << "malformed is an error even for another worker";
+  ::unsetenv("ATOLL_FAULT");
+}
+
+TEST(FaultInjection, ALossIsCorruptedOnceAtTheChosenStep) {
+  ::setenv("ATOLL_FAULT", "corrupt:island=0:step=3:loss=spike,corrupt:island=0:step=4:loss=nan", 1);
+  arm_fault_injection(0, 0);
+  EXPECT_EQ(fault_loss(2, 5.0), 5.0);
+  EXPECT_EQ(fault_loss(3, 5.0), 5000.0);
+  EXPECT_EQ(fault_loss(3, 5.0), 5.0) << "once per process";
+  EXPECT_TRUE(std::isnan(fault_loss(4, 5.0)));
+  disarm_fault_injection();
   ::unsetenv("ATOLL_FAULT");
 }
 

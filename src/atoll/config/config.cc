@@ -178,6 +178,16 @@ void visit_config(Config& c, V&& v) {
   // broken or hostile one down to twice the typical step (docs/islands.md "Trust at the door").
   v.num("fault.clip_factor", c.fault.clip_factor, "before each outer step's all-reduce, an island's pseudo-gradient is clipped to this x the round's median norm (0 = no clipping; non-finite or stale ones are always dropped)", closed(0.0, 1e6));
   v.num("fault.min_cosine", c.fault.min_cosine, "with 3 or more islands, an island's pseudo-gradient whose direction has a cosine below this with the round's median direction is dropped (-1 = never)", closed(-1.0, 1.0));
+  // Off by default: a deadline shorter than an island's ordinary jitter (an evaluation, a
+  // checkpoint, a slower device) would throw that island out of every round and restart it.
+  v.num("fault.outer_deadline_s", c.fault.outer_deadline_s, "an outer step waits at most this many seconds (from this island's arrival) for the other islands; a late island is left out of the round and rejoins with the committed state (0 = wait for every live island)", closed(0.0, 1e6));
+  // Off by default: how far an honest loss strays from its median depends on the batch size and
+  // the data's mix, and a factor set too low rolls back honest steps. A non-finite loss always rolls back.
+  v.num("fault.spike_factor", c.fault.spike_factor, "an island whose step loss exceeds this x the running median of its last fault.spike_window losses rolls back to theta at its last outer step and skips the batch, as for a non-finite loss (0 = spikes are not checked)", closed(0.0, 1e6));
+  v.num("fault.spike_window", c.fault.spike_window, "losses in the running median that fault.spike_factor compares with (the check starts once the window is full)", closed(3, 1 << 20));
+  // Generous: above any legitimate pause inside a step (an outer step that loses a peer waits up
+  // to 2 x fault.timeout_s: the exchange, then re-forming; an evaluation; a checkpoint's wait).
+  v.num("fault.step_timeout_s", c.fault.step_timeout_s, "`atoll launch` kills and restarts a worker that has not begun a step for this many seconds since its previous one (its heartbeat may go on); keep it above 2 x fault.timeout_s and the longest evaluation (0 = no watchdog)", closed(0.0, 1e6));
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {

@@ -108,6 +108,10 @@ struct FaultConfig {
   double heartbeat_ttl_s = 5.0;    // a heartbeat not refreshed for this long marks its worker lost
   double clip_factor = 2.0;        // an island's Δ is clipped to this x the round's median norm (0 = off)
   double min_cosine = 0.0;         // an island's Δ pointing against the round's (cosine below this) is dropped
+  double outer_deadline_s = 0.0;   // an outer step waits at most this for an island (0 = for every live island)
+  double spike_factor = 0.0;       // a loss above this x the running median rolls the island back (0 = off)
+  int spike_window = 32;           // losses in that running median
+  double step_timeout_s = 600.0;   // `atoll launch` kills and restarts a worker whose step hangs this long (0 = off)
 };
 
 struct Config {

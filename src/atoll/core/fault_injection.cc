@@ -2,9 +2,11 @@
 #include "atoll/core/fault_injection.h"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <iterator>
 #include <cstdlib>
@@ -29,7 +31,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
                     "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K or "
                     "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT tensor, part, manifest, rename or latest), or "
-                    "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, with ACTION kill, hang, crash or corrupt "
+                    "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, delay:island=I:outer_step=S:seconds=X, "
+                    "stall:island=I:step=K:seconds=X or corrupt:island=I:step=K:loss=nan|spike, "
+                    "with ACTION kill, hang, crash or corrupt "
                     "(corrupt with transfer or update only), several joined by commas, or unset ATOLL_FAULT");
 }
 
@@ -71,6 +75,14 @@ bool fire(Armed& a, const std::string& where) {
     say("corrupting " + where);
     return true;
   }
+  if (a.spec.action == FaultSpec::Action::kDelay || a.spec.action == FaultSpec::Action::kStall) {
+    say("sleeping " + std::to_string(a.spec.seconds) + " s at " + where);
+    const double s = a.spec.seconds;
+    timespec t{.tv_sec = time_t(s), .tv_nsec = long((s - double(time_t(s))) * 1e9)};
+    while (::nanosleep(&t, &t) != 0) {
+    }
+    return false;
+  }
   if (a.spec.action == FaultSpec::Action::kCrash) {
     say("SIGKILL to the parent and itself at " + where);
     ::kill(::getppid(), SIGKILL);
@@ -92,6 +104,8 @@ FaultSpec parse_fault_spec(const std::string& text) {
   else if (action == "hang") f.action = FaultSpec::Action::kHang;
   else if (action == "corrupt") f.action = FaultSpec::Action::kCorrupt;
   else if (action == "crash") f.action = FaultSpec::Action::kCrash;
+  else if (action == "delay") f.action = FaultSpec::Action::kDelay;
+  else if (action == "stall") f.action = FaultSpec::Action::kStall;
   else refuse(text, "unknown action '" + action + "'");
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
@@ -108,9 +122,34 @@ FaultSpec parse_fault_spec(const std::string& text) {
         refuse(text, "ckpt=" + value + " is not a checkpoint point");
       f.ckpt = value;
     } else if (key == "update") f.update = parse_update(text, value);
-    else refuse(text, "unknown key '" + key + "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save, update)");
+    else if (key == "step") f.step = positive(text, key, value, 1);
+    else if (key == "seconds") f.seconds = double(positive(text, key, value, 0));
+    else if (key == "loss") {
+      if (value != "nan" && value != "spike") refuse(text, "loss=" + value + " is not nan or spike");
+      f.loss = value == "nan" ? FaultSpec::Loss::kNan : FaultSpec::Loss::kSpike;
+    } else {
+      refuse(text, "unknown key '" + key +
+                       "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save, update, step, seconds, loss)");
+    }
   }
   if (f.island < 0) refuse(text, "no island=I");
+  const bool timed = f.action == FaultSpec::Action::kDelay || f.action == FaultSpec::Action::kStall;
+  const bool others = f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty() || f.update != FaultSpec::Update::kNone;
+  if (timed != (f.seconds > 0)) refuse(text, "seconds=X (above 0) goes with delay and stall");
+  if (f.action == FaultSpec::Action::kDelay) {
+    if (f.outer_step < 0 || f.step > 0 || others) refuse(text, "delay takes outer_step=S:seconds=X alone");
+    return f;
+  }
+  if (f.action == FaultSpec::Action::kStall) {
+    if (f.step < 0 || f.outer_step > 0 || others) refuse(text, "stall takes step=K:seconds=X alone");
+    return f;
+  }
+  if (f.loss != FaultSpec::Loss::kNone || f.step > 0) {
+    if (f.action != FaultSpec::Action::kCorrupt || f.loss == FaultSpec::Loss::kNone || f.step < 0 || f.outer_step > 0 ||
+        others)
+      refuse(text, "loss=... goes with corrupt and takes step=K alone");
+    return f;
+  }
   if (f.update != FaultSpec::Update::kNone) {
     if (f.action != FaultSpec::Action::kCorrupt) refuse(text, "update=... goes with corrupt");
     if (f.outer_step < 0 || f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty())
@@ -183,6 +222,29 @@ bool fault_transfer_tensor() {
   for (auto& a : g_faults)
     if (a->spec.transfer == k) corrupt = fire(*a, "state transfer tensor " + std::to_string(k)) || corrupt;
   return corrupt;
+}
+
+void fault_before_exchange() {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  for (auto& a : g_faults)
+    if (a->spec.action == FaultSpec::Action::kDelay && a->spec.outer_step == g_outer_step)
+      fire(*a, "the exchange of outer step " + std::to_string(a->spec.outer_step));
+}
+
+void fault_step(int64_t step) {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  for (auto& a : g_faults)
+    if (a->spec.action == FaultSpec::Action::kStall && a->spec.step == step)
+      fire(*a, "inner step " + std::to_string(step));
+}
+
+double fault_loss(int64_t step, double loss) {
+  if (!g_armed.load(std::memory_order_relaxed)) return loss;
+  for (auto& a : g_faults)
+    if (a->spec.loss != FaultSpec::Loss::kNone && a->spec.step == step &&
+        fire(*a, "the loss of inner step " + std::to_string(step)))
+      return a->spec.loss == FaultSpec::Loss::kNan ? std::nan("") : loss * 1e3;
+  return loss;
 }
 
 void fault_checkpoint_save() { ++g_saves; }

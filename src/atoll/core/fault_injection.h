@@ -25,6 +25,12 @@
 //     outer_step=S and update=U   (corrupt only) the Δ this process sends while attempting outer
 //                 step S: U = nan (every element NaN), scale (times 10^6), flip (sign flipped) or
 //                 replay (the Δ and tag it sent in its previous exchange: a stale update)
+//     delay:...:outer_step=S:seconds=X   sleep X seconds (the heartbeat goes on) before this
+//                 process's exchange of outer step S: a straggler (fault.outer_deadline_s)
+//     stall:...:step=K:seconds=X         sleep X seconds inside inner step K (1-based, as
+//                 metrics.jsonl counts) while the heartbeat goes on: a hung step (fault.step_timeout_s)
+//     corrupt:...:step=K:loss=L          the loss of inner step K reads as L = nan or spike (times
+//                 10^3): a broken batch (fault.spike_factor)
 //   e.g. ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5, ATOLL_FAULT=corrupt:island=0:transfer=1,
 //   ATOLL_FAULT=kill:island=1:rank=1:ckpt=tensor:save=3,
 //   or both at once: ATOLL_FAULT=kill:island=2:outer_step=3:ring_chunk=5,corrupt:island=0:transfer=1
@@ -42,7 +48,7 @@
 namespace atl {
 
 struct FaultSpec {
-  enum class Action { kNone, kKill, kHang, kCorrupt, kCrash };
+  enum class Action { kNone, kKill, kHang, kCorrupt, kCrash, kDelay, kStall };
   Action action = Action::kNone;
   int island = -1, rank = -1;  // -1: any
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
@@ -50,6 +56,10 @@ struct FaultSpec {
   int64_t save = 1;    // with ckpt: the save it fires in
   enum class Update { kNone, kNan, kScale, kFlip, kReplay };
   Update update = Update::kNone;  // corrupt:...:outer_step=S:update=U
+  double seconds = 0;             // delay and stall
+  int64_t step = -1;              // stall, and corrupt with loss
+  enum class Loss { kNone, kNan, kSpike };
+  Loss loss = Loss::kNone;        // corrupt:...:step=K:loss=L
 };
 
 // Parses one SPEC; "" is no fault. Throws ConfigError.
@@ -76,5 +86,11 @@ void fault_checkpoint(const char* point);
 // keeps its previous Δ for a replay).
 FaultSpec::Update fault_update();
 bool fault_update_armed();
+// fault_before_exchange: this process is about to exchange at the outer step it attempts (a
+// delay sleeps here). fault_step: inner step `step` (1-based) runs (a stall sleeps here).
+// fault_loss: the loss of inner step `step`, corrupted if a loss fault names it.
+void fault_before_exchange();
+void fault_step(int64_t step);
+double fault_loss(int64_t step, double loss);
 
 }  // namespace atl

@@ -86,7 +86,8 @@ Decision ElasticGroup::decide(const std::string& attempt, bool ok, bool admit) {
 void ElasticGroup::reform(const std::string& attempt, const std::string& why) {
   drop();
   const View old = view_;
-  const View next = membership_.reform(old, old.joining);
+  const View next = membership_.reform(old, old.joining, late_);
+  late_.clear();
   if (!next.contains(island()))
     throw LeftRun("island " + std::to_string(island()) + " is not in membership " + next.describe() +
                   " (re-formed after " + attempt + " failed: " + why + "); it leaves the run to rejoin");
@@ -102,6 +103,29 @@ void ElasticGroup::reform(const std::string& attempt, const std::string& why) {
                        {"islands", next.islands}, {"lost", lost}});
   }
   form();
+}
+
+std::string ElasticGroup::await_round(const std::string& attempt, int64_t outer_step) {
+  if (opts_.round_deadline.count() <= 0) return "";
+  const Membership::Round round = membership_.arrive(view_, attempt, opts_.round_deadline);
+  if (!round.closed) return "";
+  const char* deadline_s = "fault.outer_deadline_s";
+  if (std::find(round.islands.begin(), round.islands.end(), island()) == round.islands.end())
+    throw LeftRun("island " + std::to_string(island()) + " was late for outer step " + std::to_string(outer_step) +
+                  ": the round closed without it after " + deadline_s + "; it leaves the run to rejoin with the "
+                  "committed state (its inner work of this round is discarded)");
+  std::string late;
+  for (int i : view_.islands) {
+    if (std::find(round.islands.begin(), round.islands.end(), i) != round.islands.end()) continue;
+    late_.push_back(i);
+    late += (late.empty() ? "" : ", ") + (opts_.island_name ? opts_.island_name(i) : "island " + std::to_string(i));
+    if (opts_.on_incident && round.closed_here)
+      opts_.on_incident({{"event", "straggler"}, {"island", i}, {"outer_step", outer_step}, {"epoch", view_.epoch},
+                         {"late_s", round.waited_s}, {"reported_by", island()}});
+  }
+  if (late.empty()) return "";
+  return late + " late: the round of outer step " + std::to_string(outer_step) + " closed without it after " +
+         deadline_s;
 }
 
 void ElasticGroup::enter(const View& next) {

@@ -46,6 +46,9 @@ struct ElasticGroupOptions {
   // Incidents, written by the leader of the new view (rank 0 of its lowest island) only:
   // {"event": "abort_retry", "attempt", "why", "epoch", "islands", "lost"}.
   std::function<void(const nlohmann::json&)> on_incident{};
+  // fault.outer_deadline_s: how long an outer step waits for the other islands (0 = for every
+  // live one: await_round is a no-op).
+  std::chrono::milliseconds round_deadline{0};
 };
 
 class ElasticGroup {
@@ -79,6 +82,13 @@ class ElasticGroup {
   // (formed() false if that fails). `why` goes into the incident. Throws LeftRun when this island
   // is not in the view, Error when no island of it holds the run's state.
   void reform(const std::string& attempt, const std::string& why);
+  // Stragglers (Membership::arrive): waits for the view's islands at `attempt` (outer step
+  // `outer_step`) up to ElasticGroupOptions::round_deadline. "" when every island came, else why
+  // the attempt must fail: the round closed without the late islands, which the next reform()
+  // leaves out (the closer logs a `straggler` incident for each). Throws LeftRun when this island
+  // is the late one: its inner work of the round was computed from an older θ than the round's
+  // commit, so it leaves and rejoins with the committed state.
+  std::string await_round(const std::string& attempt, int64_t outer_step);
   // Moves to `next` (a commit that admits joiners) and forms its group.
   void enter(const View& next);
   // The admission of the view's joining islands committed: they hold the state now.
@@ -96,6 +106,7 @@ class ElasticGroup {
   std::unique_ptr<ProcessGroup> group_;
   std::string formation_error_;
   CommStats retired_;  // the dropped groups' figures
+  std::vector<int> late_;  // of the closed round, for the next reform()
 };
 
 }  // namespace atl

@@ -368,7 +368,7 @@ Decision Membership::decide(const View& v, const std::string& attempt, bool ok, 
   }
 }
 
-View Membership::reform(const View& v, const std::vector<int>& joining) {
+View Membership::reform(const View& v, const std::vector<int>& joining, const std::vector<int>& left_out) {
   const uint64_t next = v.epoch + 1;
   const std::string ready_prefix = key(epoch_dir(next) + "ready/");
   store_.set(ready_prefix + me_, token_);
@@ -402,7 +402,8 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
         all_ready = all_ready && ready[k] && *ready[k] == want;
         lost = lost || !beats[k] || *beats[k] != want;
       }
-      if (all_ready) {
+      const bool late = std::find(left_out.begin(), left_out.end(), v.islands[j]) != left_out.end();
+      if (all_ready && !late) {
         proposal.islands.push_back(v.islands[j]);
         if (std::find(joining.begin(), joining.end(), v.islands[j]) != joining.end())
           proposal.joining.push_back(v.islands[j]);
@@ -410,11 +411,58 @@ View Membership::reform(const View& v, const std::vector<int>& joining) {
           const std::string name = worker_name(v.islands[j], int(r));
           proposal.tokens[name] = v.tokens.at(name);
         }
-      } else if (!lost) {
+      } else if (!lost && !late) {
         pending = true;
       }
     }
     if (!pending || deadline.passed()) return publish(proposal);
+    backoff.pause();
+  }
+}
+
+Membership::Round Membership::arrive(const View& v, const std::string& attempt, Ms deadline) {
+  store_.set(attempt_key(v.epoch, attempt, "arrived/" + me_), token_);
+  store_.keep("arrived", attempt_key(v.epoch, attempt, "arrived/" + me_), token_);  // back after a store restart
+  const std::string round_key = attempt_key(v.epoch, attempt, "round");
+  const std::vector<std::string> arrived_keys = worker_keys(attempt_key(v.epoch, attempt, "arrived/"), v.islands);
+  const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
+  const size_t M = size_t(opts_.workers_per_island);
+  const auto start = Clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  Backoff backoff(Ms(10));
+  for (;;) {
+    if (const auto r = store_.get(round_key)) {
+      store_.keep("round", round_key, *r);
+      return {.islands = json::parse(*r).get<std::vector<int>>(), .closed = true, .closed_here = false,
+              .waited_s = waited()};
+    }
+    const auto arrived = store_.get_many(arrived_keys);
+    const auto beats = store_.get_many(beat_keys);
+    std::vector<int> in;
+    bool late_alive = false;
+    for (size_t j = 0; j < v.islands.size(); ++j) {
+      bool all_arrived = true, lost = false;
+      for (size_t r = 0; r < M; ++r) {
+        const size_t k = j * M + r;
+        const auto token = v.tokens.find(worker_name(v.islands[j], int(r)));
+        const std::string want = token == v.tokens.end() ? std::string() : token->second;
+        all_arrived = all_arrived && arrived[k] && *arrived[k] == want;
+        lost = lost || !beats[k] || *beats[k] != want;
+      }
+      if (all_arrived) in.push_back(v.islands[j]);
+      else if (!lost) late_alive = true;
+    }
+    const bool everyone = in.size() == v.islands.size();
+    if (!everyone && !late_alive)
+      return {.islands = v.islands, .closed = false, .closed_here = false, .waited_s = waited()};
+    if (everyone || Clock::now() - start >= deadline) {
+      const bool mine = store_.set_if_absent(round_key, json(in).dump());
+      const std::string round = store_.get(round_key).value();
+      store_.keep("round", round_key, round);  // every worker holds the round it read
+      Round out{.islands = json::parse(round).get<std::vector<int>>(), .closed = true, .closed_here = mine,
+                .waited_s = waited()};
+      return out;
+    }
     backoff.pause();
   }
 }

@@ -13,6 +13,8 @@
 //   e<E>/ready/I.R         this worker's token: it is ready for epoch E (after a failed attempt)
 //   e<E>/<attempt>/vote/I.R       "ok" | "fail": this worker's outcome of an attempt in epoch E
 //   e<E>/<attempt>/decision       what every worker of the view does: {"commit": bool, "next"?: view}
+//   e<E>/<attempt>/arrived/I.R    this worker's token: it reached the attempt (fault.outer_deadline_s)
+//   e<E>/<attempt>/round          the islands of the attempt's round, once it closed (JSON array)
 //   join/I.R               a restarted worker's request to rejoin: its token
 //   record/I.R             the worker's own record at its newest committed outer step (its data
 //                          cursor), which a restarted worker continues from
@@ -148,7 +150,19 @@ class Membership {
 
   // After an aborted attempt in view v: the view of epoch v.epoch + 1 (maybe without this island:
   // the caller checks). `joining`: islands of v not yet admitted; they stay joining.
-  View reform(const View& v, const std::vector<int>& joining);
+  // `left_out`: islands of v not waited for (late for a closed round): they are not in the view.
+  View reform(const View& v, const std::vector<int>& joining, const std::vector<int>& left_out = {});
+
+  // This worker reaches `attempt` of v's epoch; waits for the round to close (see above). Every
+  // worker of the round gets the same islands. All-lost stragglers are not waited for and close
+  // nothing (`closed` false, islands = v's): the attempt's liveness check handles them.
+  struct Round {
+    std::vector<int> islands;  // the round's, ascending
+    bool closed = false;       // a round was written (possibly without some of v's islands)
+    bool closed_here = false;  // by this worker
+    double waited_s = 0;       // from this worker's arrival to the close
+  };
+  Round arrive(const View& v, const std::string& attempt, std::chrono::milliseconds deadline);
 
   // A restarted worker: asks to rejoin, then waits for a view that admits it (nullopt: the run
   // finished first; each view is returned once). Throws Error when no island of the newest view is alive for longer than

@@ -34,9 +34,10 @@ std::optional<View> StreamingDiloco::take_admission() {
 std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
   fault_outer_step(sync_.outer_step() + 1);
   if (!elastic_->formed()) return "the outer group did not form: " + elastic_->formation_error();
+  const double b0 = now_s();
+  if (std::string late = await_round(); !late.empty()) return late;
   if (const std::string lost = elastic_->lost_members(); !lost.empty())
     return lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
-  const double b0 = now_s();
   try {
     outer().barrier();
     const double b1 = now_s();
@@ -49,6 +50,12 @@ std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
     return e.what();
   }
   return "";
+}
+
+std::string StreamingDiloco::await_round() {
+  fault_before_exchange();
+  const int64_t step = sync_.outer_step() + 1;
+  return elastic_->await_round(outer_attempt(step), step);
 }
 
 SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_local, double mixing, bool admit,
@@ -184,6 +191,7 @@ StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* t
   if (elastic_) {  // an exchange that cannot succeed is not started; its wait point votes it down
     fault_outer_step(sync_.outer_step() + 1);
     if (!elastic_->formed()) flight_failure_ = "the outer group did not form: " + elastic_->formation_error();
+    else if (std::string late = await_round(); !late.empty()) flight_failure_ = late;
     else if (const std::string lost = elastic_->lost_members(); !lost.empty())
       flight_failure_ = lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
     if (!flight_failure_.empty()) {

@@ -87,6 +87,8 @@ class StreamingDiloco {
   ProcessGroup& outer();
   // Barrier and exchange of fragment f (Δ_f taken); "" or why it failed (elastic only).
   std::string try_exchange(int f, StreamStep& out);
+  // Before an elastic exchange: the stragglers' round of the step attempted (ElasticGroup::await_round).
+  std::string await_round();
   // The elastic outer step of fragment f after its exchange (done, or failed with `failure`):
   // applied once every island agrees, else discarded and retried over the next epoch's group.
   SyncResult settle(int f, std::string failure, float* theta_local, double mixing, bool admit, StreamStep& out);

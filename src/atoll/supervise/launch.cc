@@ -2,9 +2,11 @@
 #include "atoll/supervise/launch.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +32,7 @@
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/progress.h"
+#include "atoll/train/progress_mark.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
 #include "atoll/train/trainer.h"
@@ -144,6 +147,9 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
 // error that a restart would only repeat) fails the run as before. Once a worker has finished
 // (exit 0: the run is over), a worker that never logged the last step (stopped, or excluded) is
 // stopped after the grace and ignored. Every incident goes to events.jsonl.
+// The watchdog (fault.step_timeout_s > 0): a running worker whose progress file
+// (train/progress_mark.h), touched since it (re)started, is older than the timeout is hung in a
+// step; it is killed (SIGKILL) and restarted like any lost worker, `restart` saying `watchdog`.
 class RestartPolicy {
  public:
   struct Worker {
@@ -152,10 +158,14 @@ class RestartPolicy {
     std::vector<std::string> argv;  // for a restart: --join instead of --resume-from
     int restarts = 0;
     bool last_step = false;  // logged a row of the last step
+    double started_s = wall_s();  // when it was (re)started: older progress marks are its predecessor's
+    bool watchdog = false;        // killed by the watchdog
   };
 
-  RestartPolicy(const Config& cfg, JsonlWriter& events, std::chrono::milliseconds grace, std::vector<std::string> env)
-      : fault_(cfg.fault), steps_(cfg.train.steps), events_(events), grace_(grace), env_(std::move(env)) {}
+  RestartPolicy(const Config& cfg, JsonlWriter& events, std::chrono::milliseconds grace, std::vector<std::string> env,
+                std::string run_dir)
+      : fault_(cfg.fault), steps_(cfg.train.steps), events_(events), grace_(grace), env_(std::move(env)),
+        run_dir_(std::move(run_dir)) {}
   void attach(Supervisor* sup) { sup_ = sup; }
   std::vector<Worker>& workers() { return workers_; }
 
@@ -181,7 +191,10 @@ class RestartPolicy {
     const double delay_s = std::min(kMaxBackoffS, fault_.restart_backoff_s * std::ldexp(1.0, w.restarts));
     ++w.restarts;
     events_.write(event_row("restart", {{"worker", w.name}, {"island", w.island}, {"rank", w.rank},
-                                        {"restart", w.restarts}, {"after_s", delay_s}}));
+                                        {"restart", w.restarts}, {"after_s", delay_s},
+                                        {"reason", w.watchdog ? "watchdog" : "lost"}}));
+    w.watchdog = false;
+    w.started_s = wall_s() + delay_s;
     return {.kind = ExitAction::Kind::kRestart,
             .delay = std::chrono::milliseconds(int64_t(delay_s * 1000)),
             .spec = {.name = w.name, .argv = w.argv, .env = env_}};
@@ -189,6 +202,7 @@ class RestartPolicy {
 
   void tick() {
     if (!ended_) {
+      watch_steps();
       for (size_t i = 0; i < workers_.size(); ++i)
         if (!sup_->running(int(i)) && sup_->status(int(i)).exited && sup_->status(int(i)).exit_code == 0) ended_ = now_s();
       return;
@@ -203,6 +217,28 @@ class RestartPolicy {
 
  private:
   static constexpr double kMaxBackoffS = 60.0;
+
+  static double wall_s() {  // the clock of file times
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  void watch_steps() {
+    if (fault_.step_timeout_s <= 0) return;
+    const double now = wall_s();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      struct stat st {};
+      if (!sup_->running(int(i)) || w.last_step || w.watchdog ||
+          ::stat(progress_path(run_dir_, w.island, w.rank).c_str(), &st) != 0)
+        continue;
+      const double touched = double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9;
+      if (touched < w.started_s || now - touched <= fault_.step_timeout_s) continue;
+      std::fprintf(stderr, "atoll: %s has not begun a step for %.1f s (fault.step_timeout_s = %g): killed by the "
+                   "watchdog, to be restarted\n", w.name.c_str(), now - touched, fault_.step_timeout_s);
+      w.watchdog = true;
+      sup_->kill_child(int(i));
+    }
+  }
 
   bool another_island_whole(int island) const {
     std::map<int, bool> whole;
@@ -220,6 +256,7 @@ class RestartPolicy {
   JsonlWriter& events_;
   std::chrono::milliseconds grace_;
   std::vector<std::string> env_;  // every worker's additions to the environment
+  std::string run_dir_;
   Supervisor* sup_ = nullptr;
   std::vector<Worker> workers_;
   bool started_ = false;
@@ -302,7 +339,7 @@ int launch(const LaunchOptions& o) {
   std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "ATOLL_RUN_TOKEN=" + run_token};
   if (!store_address.password.empty()) env.push_back("ATOLL_STORE_PASSWORD=" + store_address.password);
   LaunchView view(cfg.train.steps, resume_step, &metrics);
-  RestartPolicy policy(cfg, events, o.stop_grace, env);
+  RestartPolicy policy(cfg, events, o.stop_grace, env, rd.path);
   auto& workers = policy.workers();
   Supervisor sup({.stop_grace = o.stop_grace,
                   .signal_grace = std::chrono::milliseconds(int64_t(cfg.checkpoint.grace_s * 1000)),

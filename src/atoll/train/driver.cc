@@ -68,6 +68,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     const double t1 = now_s();
     hooks.after_gradients(loop);
     const double t2 = now_s();
+    if (!hooks.keep_batch(loop, loss.total())) continue;  // rolled back: the batch is skipped
     if (!std::isfinite(loss.total())) fail_on_loss(loss, loop.step + 1, opts.who);
     StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
     row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);

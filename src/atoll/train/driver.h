@@ -47,6 +47,9 @@ class StepHooks {
   // After the batch's gradients, before the NaN check (loop.step: the steps done before this
   // one). Its time counts as communication.
   virtual void after_gradients(Loop& loop) { (void)loop; }
+  // After after_gradients, with the batch's loss: false skips the batch (no optimizer step, the
+  // step does not count; the hook has rolled back what it must: train/rollback.h).
+  virtual bool keep_batch(Loop& loop, double loss) { return (void)loop, (void)loss, true; }
   // After the inner step (loop.step counts it): may fill the row's outer-step fields.
   virtual void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) { (void)loop, (void)row, (void)clocks; }
   // The row's fields of this kind of run, at the end of the step.
@@ -66,6 +69,11 @@ class HookList final : public StepHooks {
   }
   void after_gradients(Loop& loop) override {
     for (StepHooks* h : hooks_) h->after_gradients(loop);
+  }
+  bool keep_batch(Loop& loop, double loss) override {
+    bool keep = true;
+    for (StepHooks* h : hooks_) keep = h->keep_batch(loop, loss) && keep;
+    return keep;
   }
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override {
     for (StepHooks* h : hooks_) h->after_inner_step(loop, row, clocks);

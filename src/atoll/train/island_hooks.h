@@ -16,8 +16,11 @@
 //                   state before anyone takes the next step (state_transfer.h);
 //                   after_inner_step: after a committed outer step, this worker's membership
 //                   record (its data cursor), which a restarted worker continues from.
+//   ProgressHook    before_step: the watchdog's progress mark (train/progress_mark.h).
+//   RollbackHook    keep_batch: a non-finite or spiking loss rolls the island back to θ and
+//                   skips the batch (train/rollback.h).
 // The outer group is elastic (dist/elastic_group.h): hooks ask it for the current group.
-// Later concerns (stragglers) are one more hook in the list; a router's bias balancing needs none
+// Stragglers need no hook (dist/elastic_group.h await_round); a router's bias balancing needs none
 // (its loads ride on the gradient mean: optim/bias_balance.h).
 #pragma once
 
@@ -31,6 +34,8 @@
 #include "atoll/dist/group.h"
 #include "atoll/dist/streaming.h"
 #include "atoll/train/driver.h"
+#include "atoll/train/progress_mark.h"
+#include "atoll/train/rollback.h"
 #include "atoll/train/state_registry.h"
 
 namespace atl {
@@ -42,6 +47,7 @@ struct IslandPlace {
   // Bytes this worker sent for checkpoint saves (the island's residual sum), left out of
   // comm_bytes (the training traffic that DiLoCo and data parallel are compared by); null: none.
   const uint64_t* checkpoint_bytes = nullptr;
+  std::string progress_file{};  // touched as each step begins, for the launcher's watchdog ("" = none)
 };
 
 // Steps 1..dp_warmup are data parallel across every worker (diloco.dp_warmup_steps, at most
@@ -131,9 +137,15 @@ class IslandHooks final : public StepHooks {
         warm_(cfg, place, inner, outer, diloco, events),
         diloco_(cfg, place, outer, streaming, incidents),
         elastic_(cfg, outer, streaming, state),
-        list_({&mean_, &warm_, &diloco_, &elastic_}) {}
+        rollback_(cfg,
+                  {.island = place.island, .rank = place.rank, .workers_per_island = place.workers_per_island,
+                   .dp_warmup = dp_warmup_steps(cfg)},
+                  inner, diloco, incidents),
+        progress_(place.progress_file),
+        list_({&progress_, &mean_, &warm_, &diloco_, &elastic_, &rollback_}) {}
   void before_step(Loop& loop) override { list_.before_step(loop); }
   void after_gradients(Loop& loop) override { list_.after_gradients(loop); }
+  bool keep_batch(Loop& loop, double loss) override { return list_.keep_batch(loop, loss); }
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override {
     list_.after_inner_step(loop, row, clocks);
   }
@@ -150,6 +162,8 @@ class IslandHooks final : public StepHooks {
   WarmStartHook warm_;
   DilocoHook diloco_;
   ElasticHook elastic_;
+  RollbackHook rollback_;
+  ProgressHook progress_;
   HookList list_;
 };
 

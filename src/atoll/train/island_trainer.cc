@@ -167,7 +167,8 @@ struct Worker {
 
   // An incident of this worker in events.jsonl.
   void stamp(const std::string& kind, nlohmann::json fields) {
-    fields["island"] = opts.island, fields["rank"] = opts.rank;
+    if (!fields.contains("island")) fields["island"] = opts.island;  // a straggler names the late island
+    fields["rank"] = opts.rank;
     events.write(event_row(kind, fields));
   }
 
@@ -179,7 +180,8 @@ struct Worker {
             .on_change = [this](ProcessGroup* g) {
               if (diloco) g ? diloco->rebind(*g) : diloco->detach();
             },
-            .on_incident = [this](const nlohmann::json& e) { stamp(e.at("event"), e); }};
+            .on_incident = [this](const nlohmann::json& e) { stamp(e.at("event"), e); },
+            .round_deadline = std::chrono::milliseconds(int64_t(cfg.fault.outer_deadline_s * 1000))};
   }
 
   // The group of this island's workers; a restarted island forms it at the epoch it rejoins in.
@@ -465,7 +467,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
 
   IslandHooks hooks(cfg,
                     {.island = opts.island, .rank = opts.rank, .islands = N, .workers_per_island = M, .who = who,
-                     .checkpoint_bytes = &wk.checkpoint_bytes},
+                     .checkpoint_bytes = &wk.checkpoint_bytes,
+                     .progress_file = opts.metrics_fd >= 0 ? progress_path(run_dir, opts.island, opts.rank) : ""},
                     inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr, &events);
   DriverResult r;
   try {
