@@ -15,12 +15,14 @@ TEST_F(ElasticLaunch, AWorkerHungInAStepIsKilledAndRestartedByTheWatchdog) {
   child_env().push_back("ATOLL_FAULT=stall:island=1:step=30:seconds=300");
   // step_timeout_s above 2 x timeout_s: the islands that wait for the hung one (the ring's
   // timeout, then re-forming) are not taken for hung themselves.
-  const RunResult r = run_atoll(
-      args(run, {"--set", "train.steps=240", "--set", "fault.timeout_s=3", "--set", "fault.step_timeout_s=10"}), 120);
+  // The fixture's 1200 steps: the others train on for several seconds after the kill, so the
+  // restarted island has the time to rejoin on any machine (with 240 an idle one finished first).
+  const RunResult r =
+      run_atoll(args(run, {"--set", "fault.timeout_s=3", "--set", "fault.step_timeout_s=10"}), 120);
   child_env().pop_back();
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   const RunView v = read_run(run);
-  expect_agreement(v, 240 / kH);
+  expect_agreement(v);
   ASSERT_EQ(v.count("restart"), 1u) << r.describe();
   const nlohmann::json& restart = v.events.at("restart")[0];
   EXPECT_EQ(restart["island"], 1) << restart.dump();
