@@ -4,8 +4,9 @@
 # synchronous single-writer save this tree replaced: worker 0 gathered every island's state and
 # wrote it alone, inside the step).
 #   bench/ckpt_stall.sh REV [STEPS] [EVERY]     # default 60 steps, a save every 5
+#   CONFIG=configs/small.toml bench/ckpt_stall.sh REV 20 5   # the issue's config (default tiny)
 # The reference is built once into $OUT/ref-<sha>/build (a git worktree, as bench/identity.sh
-# does). Both runs: configs/tiny.toml, 2 x 2, diloco.inner_steps 5, train.threads 1.
+# does). Both runs: $CONFIG (configs/tiny.toml), 2 x 2, diloco.inner_steps 5, train.threads 1.
 # Stall: this tree's rows carry ckpt_stall_s (the step blocked: snapshot, plus any wait for the
 # previous save); for both trees it is also measured from the rows' time_s as the extra time of
 # a step that saves over the median step (the save shows in the next row's time: a row's time_s
@@ -33,7 +34,7 @@ runs=/tmp/atoll-ckpt-stall
 rm -rf "$runs"; mkdir -p "$runs"
 for which in ref new; do
   bin=$new; [ $which = ref ] && bin=$ref/build/atoll
-  "$bin" launch --islands 2 --workers-per-island 2 --config configs/tiny.toml --set train.steps="$steps" \
+  "$bin" launch --islands 2 --workers-per-island 2 --config "${CONFIG:-configs/tiny.toml}" --set train.steps="$steps" \
     --set train.eval_every=0 --set train.threads=1 --set diloco.inner_steps=5 --set checkpoint.every="$every" \
     --set checkpoint.keep=2 --run-dir "$runs/$which" >"$runs/$which.log" 2>&1
 done
