@@ -64,6 +64,7 @@ Model<T>::Model(const ModelConfig& cfg, int max_batch, Precision precision)
   ATOLL_CHECK(kHasBf16<T> || precision == Precision::kFp32) << "bf16 products need Model<float>";
   params_.assign(layout_.total(), T(0));
   grads_.assign(layout_.total(), T(0));
+  choice_counts_.assign(size_t(cfg_.n_layers) * cfg_.n_experts, 0.0);
   s_ = std::make_unique<State>(cfg_, layout_, max_batch, precision);
 }
 
@@ -93,7 +94,7 @@ void Model<T>::init_params(uint64_t seed) {
 template <typename T>
 void Model<T>::zero_grads() {
   std::fill(grads_.begin(), grads_.end(), T(0));
-  choice_counts_.assign(size_t(cfg_.n_layers) * cfg_.n_experts, 0.0);
+  std::fill(choice_counts_.begin(), choice_counts_.end(), 0.0);
 }
 
 template <typename T>
@@ -133,7 +134,6 @@ void Model<T>::use_block_weights(PartContext<T>& c, int l) {
 template <typename T>
 void Model<T>::count_choices(int l, int N) {
   const size_t E = cfg_.n_experts;
-  if (choice_counts_.size() != cfg_.n_layers * E) choice_counts_.assign(cfg_.n_layers * E, 0.0);
   const int32_t* idx = s_->blocks[l].router_choice();
   double* counts = choice_counts_.data() + size_t(l) * E;
   for (size_t i = 0; i < size_t(N) * cfg_.top_k; ++i) counts[idx[i]] += 1;
