@@ -54,6 +54,23 @@ TEST_F(DataMix, PhasesOfAMixtureTrainAndAreLogged) {
   const auto rows = read_jsonl(run + "/metrics.jsonl");
   ASSERT_EQ(rows.back()["step"], 4);
   EXPECT_EQ(rows.back()["val_losses"].size(), 2u) << rows.back();
+
+  // `atoll eval` without --data reads the phase the checkpoint was in: both datasets, each
+  // loss as --data gives it, their mean by the phase's weights (1 and 3).
+  auto eval = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"eval", "--checkpoint", run, "--tokens", "256"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult e = run_atoll(args);
+    EXPECT_EQ(e.exit_code, 0) << e.describe();
+    return json::parse(e.out);
+  };
+  const json mixed = eval({}), only_a = eval({"--data", a}), only_b = eval({"--data", b});
+  ASSERT_EQ(mixed["losses"].size(), 2u) << mixed;
+  EXPECT_EQ(mixed["data"], "mixture");
+  EXPECT_DOUBLE_EQ(mixed["losses"][a].get<double>(), only_a["loss"].get<double>());
+  EXPECT_DOUBLE_EQ(mixed["losses"][b].get<double>(), only_b["loss"].get<double>());
+  EXPECT_NEAR(mixed["loss"].get<double>(), (only_a["loss"].get<double>() + 3 * only_b["loss"].get<double>()) / 4, 1e-12);
+  EXPECT_EQ(mixed["tokens"], 512);
 }
 
 TEST_F(DataMix, BadMixturesFailClearlyAndChangeNothing) {

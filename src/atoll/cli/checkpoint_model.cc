@@ -20,6 +20,7 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
     cm.tokenizer = {state["tokenizer_fingerprint"].get<std::string>(), cm.dir + "/manifest.json"};
   else if (const std::string run_tok = run_tokenizer(cm.dir); !run_tok.empty())
     cm.tokenizer = {tokenizer_fingerprint(run_tok), run_tok};
+  if (state.contains("tokens") && state["tokens"].is_number_integer()) cm.tokens = state["tokens"].get<int64_t>();
   return cm;
 }
 

@@ -20,6 +20,7 @@ struct CheckpointModel {
   // checkpoint from before that was kept, the fingerprint of its run's tokenizer.model; empty
   // when neither exists.
   TokenizerFingerprint tokenizer;
+  int64_t tokens = 0;  // tokens trained on (every worker's), from the manifest; 0 when absent
 };
 
 // `path` is a checkpoint directory or a run directory (its newest checkpoint).

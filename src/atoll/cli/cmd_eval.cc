@@ -57,6 +57,18 @@ EvalResult evaluate(const ModelConfig& m, std::vector<float>& params, DataLoader
   return {sum / double(n), n};
 }
 
+// The datasets `atoll eval` reads by default and their weights: data.dir (or the cache folder
+// resolve_dataset names) alone, or for a mixture the phase the checkpoint was trained in
+// (data.phases at its `tokens`), as training's val_loss weighs them.
+std::vector<MixSource> default_eval_sets(const CheckpointModel& cm) {
+  const std::vector<DataPhase> phases = data_phases(cm.config.data);
+  if (phases.empty()) return {{.dir = resolve_dataset(cm.config).dir, .weight = 1.0}};
+  const DataPhase* at = &phases.front();
+  for (const DataPhase& p : phases)
+    if (p.at_tokens <= cm.tokens) at = &p;
+  return at->mix;
+}
+
 }  // namespace
 
 Runner add_eval(CLI::App& app) {
@@ -78,15 +90,31 @@ Runner add_eval(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     configure_threads(0);
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
-    const std::string data = f->data.empty() ? resolve_dataset(cm.config).dir : f->data;
-    check_same_tokenizer(cm, dataset_tokenizer_fingerprint(data), "the data at " + data,
-                         "pass --data made with the model's tokenizer (its run's data), or the --checkpoint of a model "
-                         "trained on this data");
-    DataLoader loader(data, "val", {.seq_len = cm.config.model.seq_len, .shuffle = false, .prefetch = false});
-    loader.check_vocab(cm.config.model.vocab_size);
-    const EvalResult r = evaluate(cm.config.model, cm.params, loader, f->tokens, f->batch);
-    nlohmann::json out = {{"loss", r.loss}, {"perplexity", std::exp(r.loss)}, {"tokens", r.tokens},
-                          {"checkpoint", cm.dir}, {"data", data}};
+    const std::vector<MixSource> sets =
+        f->data.empty() ? default_eval_sets(cm) : std::vector<MixSource>{{.dir = f->data, .weight = 1.0}};
+    // A mixture: every dataset with a validation split, its loss and their mean by weight.
+    nlohmann::json losses = nlohmann::json::object();
+    double sum = 0, weight = 0;
+    int64_t tokens = 0;
+    for (const MixSource& set : sets) {
+      const std::string& data = set.dir;
+      if (sets.size() > 1 && !has_val_split(data)) continue;
+      check_same_tokenizer(cm, dataset_tokenizer_fingerprint(data), "the data at " + data,
+                           "pass --data made with the model's tokenizer (its run's data), or the --checkpoint of a "
+                           "model trained on this data");
+      DataLoader loader(data, "val", {.seq_len = cm.config.model.seq_len, .shuffle = false, .prefetch = false});
+      loader.check_vocab(cm.config.model.vocab_size);
+      const EvalResult r = evaluate(cm.config.model, cm.params, loader, f->tokens, f->batch);
+      losses[data] = r.loss;
+      sum += set.weight * r.loss, weight += set.weight, tokens += r.tokens;
+    }
+    if (weight == 0)
+      throw DataError("none of the mixture's datasets has a validation split (val_*.bin); fix: prepare them with a "
+                      "validation share, or pass --data");
+    const double loss = sum / weight;
+    nlohmann::json out = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", tokens}, {"checkpoint", cm.dir},
+                          {"data", sets.front().dir}};
+    if (sets.size() > 1) out["data"] = "mixture", out["losses"] = losses;
     std::printf("%s\n", out.dump().c_str());
     return 0;
   };

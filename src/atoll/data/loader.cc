@@ -219,4 +219,11 @@ std::vector<std::string> DataLoader::shard_paths() const {
   return paths;
 }
 
+bool has_val_split(const std::string& path) {
+  if (!fs::is_directory(path)) return true;
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.path().filename().string().rfind("val_", 0) == 0 && e.path().extension() == ".bin") return true;
+  return false;
+}
+
 }  // namespace atl

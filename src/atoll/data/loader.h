@@ -56,6 +56,10 @@ struct Cursor {
 void to_json(nlohmann::json& j, const Cursor& c);
 void from_json(const nlohmann::json& j, Cursor& c);
 
+// Whether `path` has a validation split: a folder with a val_*.bin shard, or a single .bin file
+// (which serves both splits).
+bool has_val_split(const std::string& path);
+
 class DataLoader {
  public:
   // `path` is a folder, whose `<split>_*.bin` shards are read (split "train" or "val"), or a

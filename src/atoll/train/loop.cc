@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 namespace atl {
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -14,13 +12,6 @@ std::vector<DataPhase> phases_of(const Config& c, const std::string& data_dir) {
   std::vector<DataPhase> phases = data_phases(c.data);
   if (phases.empty()) phases.push_back({.at_tokens = 0, .mix = {{.dir = data_dir, .weight = 1.0}}});
   return phases;
-}
-
-bool has_val_split(const std::string& dir) {
-  if (!fs::is_directory(dir)) return true;  // a single .bin file serves both
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind("val_", 0) == 0 && e.path().extension() == ".bin") return true;
-  return false;
 }
 
 }  // namespace
