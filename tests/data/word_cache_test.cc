@@ -137,8 +137,8 @@ TEST(WordCache, ModelsThatDoNotSplitAtSpacesTakeThePlainPath) {
 }
 
 TEST(WordCache, UnreadableModelProtoIsRefused) {
-  EXPECT_NE(word_split_refusal("\x0A\x05\x0A"), "");  // a piece cut short
-  EXPECT_NE(word_split_refusal(""), "");              // no pieces, no specs: the defaults (unigram)
+  EXPECT_NE(word_split("\x0A\x05\x0A").refusal, "");  // a piece cut short
+  EXPECT_NE(word_split("").refusal, "");              // no pieces, no specs: the defaults (unigram)
 }
 
 }  // namespace

@@ -436,6 +436,17 @@ Pass2Result encode_corpus(const std::vector<std::string>& files, const Tokenizer
     progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens());
   }
   progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens(), /*last=*/true);
+  if (encoders[0]->uses_cache()) {
+    int64_t hits = 0, misses = 0, clears = 0, long_words = 0;
+    for (const auto& e : encoders) {
+      hits += e->hits();
+      misses += e->misses();
+      clears += e->clears();
+      long_words += e->long_words();
+    }
+    log_info("prepare: word cache: " + std::to_string(hits) + " hits, " + std::to_string(misses) + " misses, " +
+             std::to_string(long_words) + " words too long to cache, emptied " + std::to_string(clears) + " times");
+  }
   report.finish(stream);
   r.skipped = report.summary(stream);
   return r;

@@ -15,7 +15,6 @@
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/data/corpus.h"
-#include "atoll/data/word_split.h"
 
 namespace atl {
 
@@ -213,7 +212,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
                     "); fix: regenerate it with `atoll data prepare`");
   }
   t.path_ = model_path;
-  t.word_split_refusal_ = atl::word_split_refusal(t.sp_->serialized_model_proto());
+  t.word_split_ = atl::word_split(t.sp_->serialized_model_proto());
   return t;
 }
 

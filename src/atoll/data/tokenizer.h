@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "atoll/data/word_split.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -65,13 +67,14 @@ class Tokenizer {
   const std::string& path() const { return path_; }
   // "" if this model encodes word by word, so that a word cache gives its exact ids
   // (word_split.h); otherwise why not, e.g. "it adds a dummy prefix".
-  const std::string& word_split_refusal() const { return word_split_refusal_; }
+  const std::string& word_split_refusal() const { return word_split_.refusal; }
+  const WordSplit& word_split() const { return word_split_; }  // where its text may be cut
 
  private:
   Tokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
-  std::string word_split_refusal_;
+  WordSplit word_split_;
 };
 
 // Cuts a document into the sentences the trainer takes: pieces of at most its sentence limit

@@ -40,15 +40,18 @@ void WordCacheEncoder::encode(std::string_view text, std::vector<int32_t>& out) 
     tok_.encode(text, out);
     return;
   }
-  // Words start at the text's start, at each ' ' and at each "▁" (E2 96 81): neither byte
-  // value occurs inside another UTF-8 character, so a byte scan finds exactly those.
+  // Words start at the text's start, at each "▁" (E2 96 81) and between two ASCII characters
+  // that no piece joins (word_split.h; that includes every ' '). Neither E2 nor an ASCII byte
+  // occurs inside another UTF-8 character, so a byte scan finds exactly those points.
+  const auto& joined = tok_.word_split().joined;
   const char* p = text.data();
   const char* const end = p + text.size();
   while (p < end) {
     const char* q = p + 1;
-    while (q < end && *q != ' ' &&
-           !(*q == '\xE2' && end - q >= 3 && q[1] == '\x96' && q[2] == '\x81'))
-      ++q;
+    for (; q < end; ++q) {
+      const auto a = static_cast<unsigned char>(q[-1]), b = static_cast<unsigned char>(*q);
+      if ((a | b) < 0x80 ? !joined[a][b] : b == 0xE2 && end - q >= 3 && q[1] == '\x96' && q[2] == '\x81') break;
+    }
     encode_word(std::string_view(p, static_cast<size_t>(q - p)), out);
     p = q;
   }
@@ -56,6 +59,7 @@ void WordCacheEncoder::encode(std::string_view text, std::vector<int32_t>& out) 
 
 void WordCacheEncoder::encode_word(std::string_view word, std::vector<int32_t>& out) {
   if (word.size() > kMaxCachedWordBytes) {
+    ++long_words_;
     tok_.encode(word, out);
     return;
   }

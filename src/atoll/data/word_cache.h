@@ -38,6 +38,7 @@ class WordCacheEncoder {
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
   int64_t clears() const { return clears_; }
+  int64_t long_words() const { return long_words_; }  // encoded directly, not cached
 
   static constexpr size_t kMinCacheBytes = 64 << 10, kMaxCacheBytes = size_t{1} << 30;
 
@@ -58,7 +59,7 @@ class WordCacheEncoder {
   std::vector<char> keys_;
   std::vector<int32_t> ids_;
   std::vector<int32_t> scratch_;
-  int64_t hits_ = 0, misses_ = 0, clears_ = 0;
+  int64_t hits_ = 0, misses_ = 0, clears_ = 0, long_words_ = 0;
 };
 
 }  // namespace atl

@@ -72,9 +72,28 @@ bool for_each_field(std::string_view message, const std::function<void(const Fie
   return true;
 }
 
+// Marks the pairs of ASCII characters (U+2581 read as ' ') that follow each other in `piece`.
+void mark_joined_pairs(std::string_view piece, std::array<std::bitset<128>, 128>& joined) {
+  int prev = -1;  // the previous character if ASCII (or U+2581), else -1
+  for (size_t i = 0; i < piece.size();) {
+    int c = -1;
+    if (piece.substr(i).starts_with(kEscapedSpace)) {
+      c = ' ';
+      i += kEscapedSpace.size();
+    } else {
+      if (static_cast<unsigned char>(piece[i]) < 0x80) c = piece[i];
+      ++i;
+      while (i < piece.size() && (static_cast<unsigned char>(piece[i]) & 0xC0) == 0x80) ++i;
+    }
+    if (prev >= 0 && c >= 0) joined[prev][c] = true;
+    prev = c;
+  }
+}
+
 }  // namespace
 
-std::string word_split_refusal(std::string_view model_proto) {
+WordSplit word_split(std::string_view model_proto) {
+  WordSplit split;
   std::string refusal;
   auto refuse = [&](std::string why) {
     if (refusal.empty()) refusal = std::move(why);
@@ -91,11 +110,12 @@ std::string word_split_refusal(std::string_view model_proto) {
       if (p.number == kPiecePiece) piece = p.bytes;
       if (p.number == kPieceType) type = p.varint;
     });
+    mark_joined_pairs(piece, split.joined);  // every piece, whatever its type: the safe side
     if (type == kPieceTypeUserDefined) refuse("it has user-defined pieces (\"" + std::string(piece) + "\")");
     if (piece.find(kEscapedSpace, 1) != std::string_view::npos)
       refuse("its piece \"" + std::string(piece) + "\" holds a space after its start");
   });
-  if (!parsed || !pieces_ok) return "its model file could not be read as a ModelProto";
+  if (!parsed || !pieces_ok) refusal = "its model file could not be read as a ModelProto";
 
   uint64_t model_type = 1, split_by_whitespace = 1, whitespace_suffix = 0;
   for_each_field(trainer, [&](const Field& f) {
@@ -121,7 +141,10 @@ std::string word_split_refusal(std::string_view model_proto) {
   else if (!escape_whitespace) why = "it does not escape spaces";
   else if (whitespace_suffix) why = "it treats whitespace as a suffix";
   else if (!split_by_whitespace) why = "it was trained without split_by_whitespace";
-  return why.empty() ? refusal : why;
+  split.refusal = !parsed || !pieces_ok || why.empty() ? refusal : why;
+  if (!split.refusal.empty())
+    for (auto& row : split.joined) row.set();
+  return split;
 }
 
 }  // namespace atl

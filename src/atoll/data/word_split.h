@@ -14,15 +14,31 @@
 // "identity" rule without a character map, no dummy prefix, no whitespace removal, spaces
 // escaped, and the space a prefix of the word (treat_whitespace_as_suffix off). User-defined
 // pieces are matched in the text before BPE runs and could span a space, so there must be none.
+//
+// The same argument cuts words further: a merged symbol is always a piece, so if no piece holds
+// character a directly followed by character b, no symbol ever spans a boundary between a and
+// b, and the text may be cut there too. The cut points come from the vocabulary: for a code
+// corpus's tokenizer, "RTLD_NOLOAD\t0x4\n#define" falls into "RTLD", "_", "NOLOAD", "\t", ...
+// They are kept for ASCII pairs only (a table of 128 x 128; ' ' stands for "▁"), which never
+// cuts a UTF-8 character in two.
 #pragma once
 
+#include <array>
+#include <bitset>
 #include <string>
 #include <string_view>
 
 namespace atl {
 
-// "" when a model (a serialized ModelProto, as in a .model file) satisfies every condition
-// above; otherwise the first one it fails, in words, for the log.
-std::string word_split_refusal(std::string_view model_proto);
+struct WordSplit {
+  // "" when the model (a serialized ModelProto, as in a .model file) satisfies every condition
+  // above; otherwise the first one it fails, in words, for the log.
+  std::string refusal;
+  // joined[a][b]: some piece holds ASCII a directly followed by ASCII b (' ' for "▁"), so text
+  // must not be cut between them. Every pair is joined when the model is refused.
+  std::array<std::bitset<128>, 128> joined;
+};
+
+WordSplit word_split(std::string_view model_proto);
 
 }  // namespace atl
