@@ -345,7 +345,7 @@ void check_against_sentencepiece(const std::vector<int32_t>& fast, std::string_v
                      << ") differently from SentencePiece (" << fast.size() << " vs " << plain.size()
                      << " tokens, first difference at token " << (diff.first - fast.begin())
                      << "); no shard holds that item; fix: run again with --exact-encode (SentencePiece's Encode "
-                        "only, about 5x slower), and report this with the tokenizer model";
+                        "only, about 10x slower), and report this with the tokenizer model";
 }
 
 Encoded encode_item(RawItem&& item, const Tokenizer& tok, WordCacheEncoder& enc, const PrepareOptions& o,

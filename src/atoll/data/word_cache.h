@@ -1,12 +1,13 @@
 // Encoding through a cache of words, as Hugging Face tokenizers and tiktoken do, exactly equal
 // to SentencePiece's Encode for the models that allow it (word_split.h says which, and why).
 //
-// The text is cut before each ' ' and each literal U+2581 (the first word starts at the text's
-// start), so "a  b\tc" gives "a", " ", " b\tc": tabs and newlines stay inside words, a run of
-// spaces gives words of one space each. A word of at most kMaxCachedWordBytes is looked up in
-// the cache and, on a miss, encoded by SentencePiece alone and remembered; a longer word (a line
-// of CJK text without spaces, a long run of symbols) is encoded directly. Most words of a
-// corpus are frequent ones, so encoding becomes hash lookups.
+// The text is cut where word_split.h allows: before each ' ' and each literal U+2581, and
+// between two ASCII characters that no piece joins. So a run of spaces gives words of one space
+// each, and tabs and newlines stay inside words unless the vocabulary allows a cut. A word of
+// at most kMaxCachedWordBytes is looked up in the cache and, on a miss, encoded by SentencePiece
+// alone and remembered; a longer word (a line of CJK text without spaces, a long run of
+// symbols) is encoded directly. Most words of a corpus are frequent ones, so encoding becomes
+// hash lookups.
 //
 // Memory: the cache is bounded by `max_bytes` (its slot table, keys and ids together); when a
 // new word would not fit, it is emptied and starts again (frequent words come back at once).

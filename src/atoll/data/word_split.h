@@ -18,7 +18,8 @@
 // The same argument cuts words further: a merged symbol is always a piece, so if no piece holds
 // character a directly followed by character b, no symbol ever spans a boundary between a and
 // b, and the text may be cut there too. The cut points come from the vocabulary: for a code
-// corpus's tokenizer, "RTLD_NOLOAD\t0x4\n#define" falls into "RTLD", "_", "NOLOAD", "\t", ...
+// corpus's tokenizer, "#define RTLD_NOLOAD\t0x00004\n" falls into "#", "define", " RTLD", "_",
+// "NOLOAD", "\t", "0x00004", "\n".
 // They are kept for ASCII pairs only (a table of 128 x 128; ' ' stands for "▁"), which never
 // cuts a UTF-8 character in two.
 #pragma once
