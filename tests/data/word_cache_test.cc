@@ -100,9 +100,10 @@ std::string train_with(const TempDir& dir, const std::string& name, const std::s
   std::string text;
   for (const std::string& d : testing::make_docs(300, 16)) text += d + "\n";
   testing::write_file(input, text);
+  // `flags` first: SentencePiece keeps the first of a repeated flag.
   const auto status = sentencepiece::SentencePieceTrainer::Train(
-      "--input=" + input + " --model_prefix=" + (dir / name) +
-      " --vocab_size=400 --hard_vocab_limit=false --byte_fallback=true --minloglevel=2 --num_threads=1 " + flags);
+      flags + " --input=" + input + " --model_prefix=" + (dir / name) +
+      " --vocab_size=400 --hard_vocab_limit=false --byte_fallback=true --minloglevel=2 --num_threads=1");
   EXPECT_TRUE(status.ok()) << status.ToString();
   return dir / (name + ".model");
 }
@@ -119,6 +120,7 @@ TEST(WordCache, ModelsThatDoNotSplitAtSpacesTakeThePlainPath) {
       {"--model_type=bpe --split_by_whitespace=false" + identity, "split_by_whitespace"},
       {"--model_type=bpe --user_defined_symbols=island" + identity, "user-defined pieces (\"island\")"},
       {"--model_type=bpe --treat_whitespace_as_suffix=true" + identity, "whitespace as a suffix"},
+      {"--model_type=bpe --byte_fallback=false" + identity, "no byte fallback"},
   };
   int n = 0;
   for (const auto& [flags, why] : cases) {

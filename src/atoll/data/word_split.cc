@@ -15,6 +15,7 @@ constexpr uint32_t kPieceTypeUserDefined = 4;
 constexpr uint32_t kTrainerModelType = 3;                // UNIGRAM = 1 by default
 constexpr uint32_t kTrainerSplitByWhitespace = 22;       // true by default
 constexpr uint32_t kTrainerTreatWhitespaceAsSuffix = 24;  // false by default
+constexpr uint32_t kTrainerByteFallback = 35;             // false by default
 constexpr uint32_t kModelTypeBpe = 2;
 constexpr uint32_t kNormName = 1, kNormCharsmap = 2, kNormAddDummyPrefix = 3, kNormRemoveExtraWhitespaces = 4,
                    kNormEscapeWhitespaces = 5;  // the three bools are true by default
@@ -117,11 +118,12 @@ WordSplit word_split(std::string_view model_proto) {
   });
   if (!parsed || !pieces_ok) refusal = "its model file could not be read as a ModelProto";
 
-  uint64_t model_type = 1, split_by_whitespace = 1, whitespace_suffix = 0;
+  uint64_t model_type = 1, split_by_whitespace = 1, whitespace_suffix = 0, byte_fallback = 0;
   for_each_field(trainer, [&](const Field& f) {
     if (f.number == kTrainerModelType) model_type = f.varint;
     if (f.number == kTrainerSplitByWhitespace) split_by_whitespace = f.varint;
     if (f.number == kTrainerTreatWhitespaceAsSuffix) whitespace_suffix = f.varint;
+    if (f.number == kTrainerByteFallback) byte_fallback = f.varint;
   });
   std::string_view name, charsmap;
   uint64_t dummy_prefix = 1, remove_whitespace = 1, escape_whitespace = 1;
@@ -141,6 +143,7 @@ WordSplit word_split(std::string_view model_proto) {
   else if (!escape_whitespace) why = "it does not escape spaces";
   else if (whitespace_suffix) why = "it treats whitespace as a suffix";
   else if (!split_by_whitespace) why = "it was trained without split_by_whitespace";
+  else if (!byte_fallback) why = "it has no byte fallback (unknown characters become <unk>)";
   split.refusal = !parsed || !pieces_ok || why.empty() ? refusal : why;
   if (!split.refusal.empty())
     for (auto& row : split.joined) row.set();

@@ -14,6 +14,8 @@
 // "identity" rule without a character map, no dummy prefix, no whitespace removal, spaces
 // escaped, and the space a prefix of the word (treat_whitespace_as_suffix off). User-defined
 // pieces are matched in the text before BPE runs and could span a space, so there must be none.
+// Byte fallback must be on, so that an unknown character is spelled by its own bytes wherever
+// the text is cut (atoll's models have it; <unk> handling is not relied upon).
 //
 // The same argument cuts words further: a merged symbol is always a piece, so if no piece holds
 // character a directly followed by character b, no symbol ever spans a boundary between a and
