@@ -328,7 +328,8 @@ struct Streams {
 };
 
 // Whether the guard checks this item: 1 in kGuardEvery, by a seeded hash of its ordinal, so
-// the same items are checked on every run.
+// the same items are checked on every run (the constant keeps the choice apart from the
+// validation split's hashes under the same seed).
 bool guarded(int64_t ordinal, const PrepareOptions& o) {
   return XXH3_64bits_withSeed(&ordinal, sizeof ordinal, o.seed ^ 0x9e3779b97f4a7c15ull) % kGuardEvery == 0;
 }
