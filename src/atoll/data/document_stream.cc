@@ -8,6 +8,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/data/corpus.h"
+#include "atoll/data/jsonl_text.h"
 
 namespace atl {
 
@@ -42,6 +43,11 @@ ItemText item_text(RawItem&& item) {
     out.problem = "a line longer than " + std::to_string(kMaxLineBytes >> 20) + " MiB";
     return out;
   }
+  if (simple_jsonl_text(item.bytes, out.text)) {  // the common shape, decoded in one pass
+    if (is_blank(out.text)) out.text.clear();
+    return out;
+  }
+  out.text.clear();
   nlohmann::json obj = nlohmann::json::parse(item.bytes, nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded()) {
     out.problem = "not valid JSON";

@@ -27,6 +27,7 @@
 #include "atoll/data/shard_writer.h"
 #include "atoll/data/tokenizer.h"
 #include "atoll/data/tokenizer_sample.h"
+#include "atoll/data/word_cache.h"
 
 namespace atl {
 
@@ -47,6 +48,14 @@ constexpr int64_t kTrainerBytesPerSampleByte = 16;
 constexpr int64_t kBaseMb = 24;
 constexpr int kMaxWarningsPerKind = 10;  // then only counted
 constexpr double kProgressEverySeconds = 10.0;
+// The word caches (word_cache.h), one per encoding thread, take this share of the budget
+// beside the process, and at most kMaxCacheBytesPerThread each: a corpus's frequent words fit
+// in far less (measured on source code: 64 MB holds a quarter million words).
+constexpr int64_t kCacheShareOfBudget = 16;
+constexpr size_t kMaxCacheBytesPerThread = size_t{64} << 20;
+// 1 item in kGuardEvery is encoded both through the word cache and by SentencePiece alone, and
+// the two compared (docs/data.md: what it costs).
+constexpr uint64_t kGuardEvery = 256;
 
 std::string hex64(uint64_t v) {
   char hex[17];
@@ -123,8 +132,8 @@ void check_vocab_size(const std::vector<std::string>& sample, const PrepareOptio
                   " characters of their own); fix: " + set + std::to_string(need) + " or more");
 }
 
-// Runs fn(i) for i in [0, n) on `threads` threads (dynamic: items differ in size) while the
-// calling thread runs `meanwhile`.
+// Runs fn(i, t) for i in [0, n) on `threads` threads (t: the thread's index; dynamic: items
+// differ in size) while the calling thread runs `meanwhile`.
 template <class Fn, class Meanwhile>
 void parallel_for(int threads, size_t n, Fn&& fn, Meanwhile&& meanwhile) {
   std::atomic<size_t> next{0};
@@ -132,9 +141,9 @@ void parallel_for(int threads, size_t n, Fn&& fn, Meanwhile&& meanwhile) {
   std::mutex error_mu;
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
+    pool.emplace_back([&, t] {
       try {
-        for (size_t i = next++; i < n; i = next++) fn(i);
+        for (size_t i = next++; i < n; i = next++) fn(i, t);
       } catch (...) {
         std::lock_guard<std::mutex> lk(error_mu);
         if (!error) error = std::current_exception();
@@ -227,10 +236,19 @@ int thread_count(const PrepareOptions& o) {
   return o.threads > 0 ? o.threads : static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
 }
 
+// Each encoding thread's word cache, in bytes: kCacheShareOfBudget of the budget beside the
+// process, split between the threads.
+size_t cache_bytes(const PrepareOptions& o) {
+  const int64_t share = ((o.memory_mb - kBaseMb) << 20) / kCacheShareOfBudget / thread_count(o);
+  return std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(share, 0)), WordCacheEncoder::kMinCacheBytes,
+                            kMaxCacheBytesPerThread);
+}
+
 // Bytes of input per batch: two batches (one being encoded, the next being read) and their
-// tokens must fit the budget beside the process itself.
+// tokens must fit the budget beside the process itself and the word caches.
 size_t batch_bytes(const PrepareOptions& o) {
-  const int64_t mb = std::clamp<int64_t>((o.memory_mb - kBaseMb) / 8, 1, 256);
+  const int64_t caches_mb = static_cast<int64_t>(cache_bytes(o) * static_cast<size_t>(thread_count(o)) >> 20);
+  const int64_t mb = std::clamp<int64_t>((o.memory_mb - kBaseMb - caches_mb) / 8, 1, 256);
   return static_cast<size_t>(mb) << 20;
 }
 
@@ -260,7 +278,7 @@ std::vector<std::string> draw_sample(const std::vector<std::string>& files, cons
     texts.assign(batch.size(), {});
     next.clear();
     parallel_for(
-        thread_count(o), batch.size(), [&](size_t i) { texts[i] = item_text(std::move(batch[i])); },
+        thread_count(o), batch.size(), [&](size_t i, int) { texts[i] = item_text(std::move(batch[i])); },
         [&] { stream.next_batch(batch_bytes(o), next); });
     for (size_t i = 0; i < batch.size(); ++i) sample.add(batch[i].ordinal, texts[i].text);
     std::swap(batch, next);
@@ -289,7 +307,9 @@ struct Encoded {
 
 // The tokens of a document piece: encoded in kPieceBytes pieces cut at line breaks, so the
 // encoder's working memory stays small on huge documents (decoding gives the text back).
-void encode_text(const Tokenizer& tok, std::string_view text, std::vector<int32_t>& out) {
+// `encode(piece, out)` appends a piece's ids: the word cache's, or SentencePiece's own.
+template <class Encode>
+void encode_text(Encode&& encode, std::string_view text, std::vector<int32_t>& out) {
   while (!text.empty()) {
     size_t cut = text.size();
     if (cut > kPieceBytes) {
@@ -298,8 +318,7 @@ void encode_text(const Tokenizer& tok, std::string_view text, std::vector<int32_
       while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
       if (cut == 0) cut = text.size();
     }
-    const std::vector<int32_t> ids = tok.encode(text.substr(0, cut));
-    out.insert(out.end(), ids.begin(), ids.end());
+    encode(text.substr(0, cut), out);
     text.remove_prefix(cut);
   }
 }
@@ -308,12 +327,36 @@ struct Streams {
   ShardStreamWriter* of[2];
 };
 
-Encoded encode_item(RawItem&& item, const Tokenizer& tok, const PrepareOptions& o, const Streams& s) {
+// Whether the guard checks this item: 1 in kGuardEvery, by a seeded hash of its ordinal, so
+// the same items are checked on every run (the constant keeps the choice apart from the
+// validation split's hashes under the same seed).
+bool guarded(int64_t ordinal, const PrepareOptions& o) {
+  return XXH3_64bits_withSeed(&ordinal, sizeof ordinal, o.seed ^ 0x9e3779b97f4a7c15ull) % kGuardEvery == 0;
+}
+
+// The guard: the word cache's tokens of an item must be SentencePiece's own. A difference is a
+// bug in the cache (or a model it wrongly accepted); prepare stops before the item is written.
+void check_against_sentencepiece(const std::vector<int32_t>& fast, std::string_view text, const Tokenizer& tok,
+                                 const std::string& file, int64_t line, int64_t ordinal) {
+  std::vector<int32_t> plain;
+  encode_text([&](std::string_view piece, std::vector<int32_t>& out) { tok.encode(piece, out); }, text, plain);
+  if (fast == plain) return;
+  const auto diff = std::mismatch(fast.begin(), fast.end(), plain.begin(), plain.end());
+  ATOLL_CHECK(false) << "prepare: the word cache encoded " << file << ":" << line << " (item " << ordinal
+                     << ") differently from SentencePiece (" << fast.size() << " vs " << plain.size()
+                     << " tokens, first difference at token " << (diff.first - fast.begin())
+                     << "); no shard holds that item; fix: run again with --exact-encode (SentencePiece's Encode "
+                        "only, about 10x slower), and report this with the tokenizer model";
+}
+
+Encoded encode_item(RawItem&& item, const Tokenizer& tok, WordCacheEncoder& enc, const PrepareOptions& o,
+                    const Streams& s, const std::string& file) {
   Encoded e;
   const bool is_text = item.kind == RawItem::kText;
   const bool ends = item.ends_document;
   const int64_t ordinal = item.ordinal;
   const uint64_t text_key = item.document_key;
+  const int64_t line = item.line;
   ItemText t = item_text(std::move(item));
   e.problem = std::move(t.problem);
   e.replaced = t.replaced_bytes;
@@ -322,7 +365,11 @@ Encoded encode_item(RawItem&& item, const Tokenizer& tok, const PrepareOptions& 
   e.split = held_out(key, o) ? 1 : 0;
   e.document = ends;
   if (!s.of[e.split]->needs(ordinal)) return e;  // in finished shards already
-  encode_text(tok, t.text, e.tokens);
+  encode_text([&](std::string_view piece, std::vector<int32_t>& out) { enc.encode(piece, out); }, t.text, e.tokens);
+  if (enc.uses_cache() && guarded(ordinal, o)) {
+    if (o.tamper_word_cache) o.tamper_word_cache(e.tokens);
+    check_against_sentencepiece(e.tokens, t.text, tok, file, line, ordinal);
+  }
   if (ends) e.tokens.push_back(tok.eos_id());
   return e;
 }
@@ -340,6 +387,19 @@ Pass2Result encode_corpus(const std::vector<std::string>& files, const Tokenizer
   InputReport report(stream.files());
   Progress progress("prepare: encoding", total_size(files));
   Pass2Result r;
+  // One word cache per thread, kept across batches. --exact-encode gives the cache a model it
+  // refuses, so that every item takes SentencePiece's Encode.
+  std::vector<std::unique_ptr<WordCacheEncoder>> encoders;
+  for (int t = 0; t < thread_count(o); ++t)
+    encoders.push_back(std::make_unique<WordCacheEncoder>(tok, cache_bytes(o), o.exact_encode));
+  if (encoders[0]->uses_cache()) {
+    log_info("prepare: encoding through a word cache (exactly SentencePiece's ids; " +
+             std::to_string(cache_bytes(o) >> 10) + " KiB per thread; 1 item in " + std::to_string(kGuardEvery) +
+             " checked against SentencePiece's Encode)");
+  } else {
+    log_info("prepare: encoding with SentencePiece's Encode, without the word cache: " +
+             (o.exact_encode ? std::string("--exact-encode") : "the tokenizer does not split at spaces (" + tok.word_split_refusal() + ")"));
+  }
   std::vector<RawItem> batch, next;
   std::vector<Encoded> encoded;
   std::vector<int64_t> ordinals;
@@ -354,7 +414,10 @@ Pass2Result encode_corpus(const std::vector<std::string>& files, const Tokenizer
     }
     next.clear();
     parallel_for(
-        thread_count(o), batch.size(), [&](size_t i) { encoded[i] = encode_item(std::move(batch[i]), tok, o, streams); },
+        thread_count(o), batch.size(),
+        [&](size_t i, int t) {
+          encoded[i] = encode_item(std::move(batch[i]), tok, *encoders[t], o, streams, stream.files()[where[i].first]);
+        },
         [&] { stream.next_batch(batch_bytes(o), next); });
     for (size_t i = 0; i < encoded.size(); ++i) {
       Encoded& e = encoded[i];
@@ -374,6 +437,17 @@ Pass2Result encode_corpus(const std::vector<std::string>& files, const Tokenizer
     progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens());
   }
   progress.update(stream.disk_bytes(), train.total_tokens() + val.total_tokens(), /*last=*/true);
+  if (encoders[0]->uses_cache()) {
+    int64_t hits = 0, misses = 0, clears = 0, long_words = 0;
+    for (const auto& e : encoders) {
+      hits += e->hits();
+      misses += e->misses();
+      clears += e->clears();
+      long_words += e->long_words();
+    }
+    log_info("prepare: word cache: " + std::to_string(hits) + " hits, " + std::to_string(misses) + " misses, " +
+             std::to_string(long_words) + " words too long to cache, emptied " + std::to_string(clears) + " times");
+  }
   report.finish(stream);
   r.skipped = report.summary(stream);
   return r;

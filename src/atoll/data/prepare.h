@@ -64,6 +64,11 @@ struct PrepareOptions {
   int64_t tokenizer_sample_mb = 0;  // 0: kDefaultSampleMb, or less when the budget needs it
   int threads = 0;                  // encoding threads; 0 = every core
   std::function<void(const std::string&)> on_shard{};  // after each shard is in place (its name)
+  // SentencePiece's Encode for every document, without the word cache (word_cache.h): the way
+  // around a mismatch the guard reports; about 10x slower.
+  bool exact_encode = false;
+  // Tests: changes the word cache's tokens of each item the guard checks (a fake cache bug).
+  std::function<void(std::vector<int32_t>&)> tamper_word_cache{};
 };
 
 // The tokenizer sample when none is asked for, in MB (docs/data.md: how it was chosen).

@@ -212,14 +212,21 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
                     "); fix: regenerate it with `atoll data prepare`");
   }
   t.path_ = model_path;
+  t.word_split_ = atl::word_split(t.sp_->serialized_model_proto());
   return t;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  encode(text, ids);
+  return ids;
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
   ATOLL_CHECK(status.ok()) << "SentencePiece Encode: " << status.ToString();
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  out.insert(out.end(), ids.begin(), ids.end());
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

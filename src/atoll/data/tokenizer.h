@@ -7,6 +7,9 @@
 //     and runs of spaces are kept exactly (the defaults would fold them away).
 //   - character_coverage 0.9995: rare characters fall back to bytes instead of taking
 //     vocabulary slots (byte fallback makes that lossless).
+//   - split_by_whitespace (SentencePiece's default): no piece holds a space after its start, so
+//     text is encoded word by word and a word cache gives SentencePiece's ids exactly
+//     (word_split.h, word_cache.h; `atoll data prepare` encodes that way).
 //   - one training thread: SentencePiece's multi-threaded trainer gives a slightly different
 //     model from run to run (measured on 0.1.97), and one corpus must give one model.
 // Ids: 0 = <unk> (never produced, thanks to byte fallback), 1 = <s> (BOS), 2 = </s> (EOS),
@@ -18,6 +21,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "atoll/data/word_split.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -47,8 +52,10 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // Thread-safe (SentencePiece's Encode/Decode are const).
+  // Thread-safe (SentencePiece's Encode/Decode are const). SentencePiece's own Encode; for
+  // speed, encode through a WordCacheEncoder (word_cache.h), which gives the same ids.
   std::vector<int32_t> encode(std::string_view text) const;
+  void encode(std::string_view text, std::vector<int32_t>& out) const;  // appends to `out`
   std::string decode(const std::vector<int32_t>& ids) const;  // ids must be < vocab_size()
   std::string piece(int32_t id) const;                        // the piece's surface, for debugging
 
@@ -58,11 +65,16 @@ class Tokenizer {
   int unk_id() const;
   int pad_id() const;  // -1: none
   const std::string& path() const { return path_; }
+  // "" if this model encodes word by word, so that a word cache gives its exact ids
+  // (word_split.h); otherwise why not, e.g. "it adds a dummy prefix".
+  const std::string& word_split_refusal() const { return word_split_.refusal; }
+  const WordSplit& word_split() const { return word_split_; }  // where its text may be cut
 
  private:
   Tokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::string path_;
+  WordSplit word_split_;
 };
 
 // Cuts a document into the sentences the trainer takes: pieces of at most its sentence limit
