@@ -479,6 +479,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
                    .save = [&] { return wk.save(); },
                    .finish_saves = [&] { return wk.checkpointer->finish(); },
+                   .fence = [&] { return wk.checkpointer->fence(); },
                    .t_start = t_start,
                    .stop_requested = [&] { return wk.stop_requested(signals.get()); }});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
