@@ -2,7 +2,8 @@
 # The crash loop of issue 20, at scale (cli_checkpoint_crash_test runs 20 of these points in
 # ctest): a 2-island x 2-worker tiny-config run that saves every 2 steps is killed as a whole
 # (ATOLL_FAULT=crash: the chosen worker SIGKILLs the launcher, every worker dies with it) at
-# seeded points of the save path: tensor (a part half written, on the background writer while
+# seeded points of the save path: copy (the saved tensors half copied into staging while the
+# next step runs), tensor (a part half written, on the background writer while
 # training goes on), part (durable, not handed on), manifest (written, not renamed), rename (not
 # yet `latest`), latest (moved, old ones not pruned), in save 1..4, on any worker (the committer's
 # points on island 0 rank 0). Every time: `latest`, if any, loads (`atoll eval`), names a step
@@ -30,11 +31,11 @@ for l in open(sys.argv[1]):
 "$atoll" "${common[@]}" --run-dir "$out/reference" >"$out/reference.log" 2>&1
 rows "$out/reference/metrics.jsonl" >"$out/reference.rows"
 RANDOM=$seed
-wheres=(tensor part manifest rename latest)
+wheres=(copy tensor part manifest rename latest)
 failed=0; with_latest=0
 for i in $(seq 1 "$points"); do
-  where=${wheres[$((RANDOM % 5))]}; save=$((1 + RANDOM % 4)); island=0; rank=0
-  if [ "$where" = tensor ] || [ "$where" = part ]; then island=$((RANDOM % 2)); rank=$((RANDOM % 2)); fi
+  where=${wheres[$((RANDOM % 6))]}; save=$((1 + RANDOM % 4)); island=0; rank=0
+  if [ "$where" = copy ] || [ "$where" = tensor ] || [ "$where" = part ]; then island=$((RANDOM % 2)); rank=$((RANDOM % 2)); fi
   spec="crash:island=$island:rank=$rank:ckpt=$where:save=$save"
   run=$out/run; rm -rf "$run"
   if ATOLL_FAULT=$spec "$atoll" "${common[@]}" --run-dir "$run" >"$out/crash.log" 2>&1; then
@@ -44,7 +45,7 @@ for i in $(seq 1 "$points"); do
   allowed="$done_step"
   case $where in
     latest) allowed=$((2 * save)) ;;
-    tensor|part) allowed="$done_step $((done_step - 2))" ;;
+    copy|tensor|part) allowed="$done_step $((done_step - 2))" ;;
   esac
   latest=0
   if [ -s "$run/checkpoints/latest" ]; then

@@ -7,10 +7,13 @@
 #   CONFIG=configs/small.toml bench/ckpt_stall.sh REV 20 5   # the issue's config (default tiny)
 # The reference is built once into $OUT/ref-<sha>/build (a git worktree, as bench/identity.sh
 # does). Both runs: $CONFIG (configs/tiny.toml), 2 x 2, diloco.inner_steps 5, train.threads 1.
-# Stall: this tree's rows carry ckpt_stall_s (the step blocked: snapshot, plus any wait for the
-# previous save); for both trees it is also measured from the rows' time_s as the extra time of
-# a step that saves over the median step (the save shows in the next row's time: a row's time_s
-# is taken before its step's save). Write: ckpt_write_s (background write, part + commit).
+# Stall: this tree's rows carry ckpt_stall_s (the saving step blocked: the plan, plus any wait
+# for the previous save) and, on the next row, ckpt_fence_s (that step waited at its fence for
+# the background copy of the saved tensors); a save's stall is their sum. For both trees it is
+# also measured from the rows' time_s as the extra time of a step that saves over the median step
+# (the save shows in the next row's time: a row's time_s is taken before its step's save; the
+# fence wait and any slowdown of the step by the copy running beside it show there too). Write:
+# ckpt_write_s (background copy and write, part + commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: bench/ckpt_stall.sh REV [STEPS] [EVERY]}
@@ -58,12 +61,13 @@ for which in ("ref", "new"):
         med = statistics.median(plain)
         step_s.append(med)
         extra += [dt[s] - med for s in after if s in dt]
-        stall += [o["ckpt_stall_s"] for o in by_step.values() if "ckpt_stall_s" in o and o["step"] < steps]
+        stall += [o["ckpt_stall_s"] + by_step.get(o["step"] + 1, {}).get("ckpt_fence_s", 0)
+                  for o in by_step.values() if "ckpt_stall_s" in o and o["step"] < steps]
         write += [o["ckpt_write_s"] for o in by_step.values() if "ckpt_write_s" in o]
     line = f"{which}: median step {statistics.median(step_s)*1e3:.1f} ms; extra time of a saving step " \
            f"{statistics.median(extra)*1e3:.1f} ms (median over {len(extra)} worker-saves)"
     if stall:
-        line += f"; ckpt_stall_s median {statistics.median(stall)*1e3:.2f} ms, max {max(stall)*1e3:.2f} ms " \
+        line += f"; stall (ckpt_stall_s + next ckpt_fence_s) median {statistics.median(stall)*1e3:.2f} ms, max {max(stall)*1e3:.2f} ms " \
                 f"({100*statistics.median(stall)/statistics.median(step_s):.2f}% of a step)"
     if write:
         line += f"; ckpt_write_s median {statistics.median(write)*1e3:.1f} ms"

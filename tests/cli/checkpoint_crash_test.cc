@@ -3,7 +3,8 @@
 // every worker dies with it, then itself) at seeded points: a part half written on the
 // background writer while training goes on (tensor), a part durable but not handed on (part),
 // the manifest written but not renamed (manifest), renamed but `latest` not moved (rename), and
-// `latest` moved (latest), in the 1st to 4th save, on any worker. Every time `latest` (when one
+// `latest` moved (latest), in the 1st to 4th save, on any worker; and in the copy of the saved
+// tensors into staging (copy), which runs on the background writer while the next step computes. Every time `latest` (when one
 // was committed) loads, names a committed step (the newest the commit order allows), and
 // `--resume` continues to the same losses and θ hashes as the uninterrupted run, bit for bit,
 // leaving no temporary directory behind. bench/ckpt_crash_loop.sh runs hundreds of points.
@@ -102,7 +103,7 @@ class CheckpointCrash : public CliTest {
     // before the committer finished the previous save's commit.
     auto named = [](int64_t step) { return step > 0 ? step : int64_t(-1); };  // step 0: no checkpoint yet
     const int64_t done = 2 * (p.save - 1), committed = p.where == "latest" ? 2 * p.save : done;
-    if (p.where == "tensor" || p.where == "part") {
+    if (p.where == "copy" || p.where == "tensor" || p.where == "part") {
       EXPECT_TRUE(latest == named(done) || latest == named(done - 2)) << "latest step " << latest;
     } else {
       EXPECT_EQ(latest, named(committed));
@@ -132,6 +133,16 @@ TEST_F(CheckpointCrash, SeededPointsA) { run_points(1); }
 TEST_F(CheckpointCrash, SeededPointsB) { run_points(2); }
 TEST_F(CheckpointCrash, SeededPointsC) { run_points(3); }
 TEST_F(CheckpointCrash, SeededPointsD) { run_points(4); }
+
+// kill -9 while the background copy of the saved tensors runs (one tensor copied, the next step
+// going on): the previous checkpoint stays `latest`, and the run resumes from it bit-identically.
+TEST_F(CheckpointCrash, DuringTheOverlappedCopy) {
+  int trial = 0;
+  for (const Point& p : {Point{.where = "copy", .save = 1, .island = 0, .rank = 0},
+                         Point{.where = "copy", .save = 2, .island = 1, .rank = 1},
+                         Point{.where = "copy", .save = 4, .island = 0, .rank = 1}})
+    crash_and_resume(p, trial++);
+}
 
 }  // namespace
 }  // namespace atl::testing

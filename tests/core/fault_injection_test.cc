@@ -54,6 +54,13 @@ TEST(FaultSpec, ParsesTheDelayStallAndLossForms) {
   EXPECT_EQ(n.step, 5);
   EXPECT_EQ(n.loss, FaultSpec::Loss::kNan);
   EXPECT_EQ(parse_fault_spec("corrupt:island=1:step=5:loss=spike").loss, FaultSpec::Loss::kSpike);
+  const FaultSpec c = parse_fault_spec("delay:island=1:rank=0:ckpt=copy:save=2:seconds=3");
+  EXPECT_EQ(c.action, Action::kDelay);
+  EXPECT_EQ(c.ckpt, "copy");
+  EXPECT_EQ(c.save, 2);
+  EXPECT_EQ(c.seconds, 3.0);
+  EXPECT_EQ(c.outer_step, -1);
+  EXPECT_EQ(parse_fault_spec("kill:island=0:ckpt=copy").ckpt, "copy");
 }
 
 std::string error_of(const std::string& text) {
@@ -85,6 +92,9 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"kill:island=1:transfer", "not key=value"},
                {"delay:island=1:outer_step=2", "seconds=X (above 0)"},
                {"delay:island=1:step=2:seconds=1", "delay takes outer_step=S:seconds=X alone"},
+               {"delay:island=1:ckpt=tensor:seconds=1", "or ckpt=copy[:save=K]:seconds=X"},
+               {"delay:island=1:ckpt=copy:outer_step=2:seconds=1", "or ckpt=copy[:save=K]:seconds=X"},
+               {"kill:island=1:ckpt=snapshot", "ckpt=snapshot is not a checkpoint point"},
                {"stall:island=1:outer_step=2:seconds=1", "stall takes step=K:seconds=X alone"},
                {"kill:island=1:transfer=1:seconds=2", "seconds=X (above 0)"},
                {"corrupt:island=1:step=2:loss=inf", "loss=inf is not nan or spike"},

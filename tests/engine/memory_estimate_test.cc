@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -17,6 +18,8 @@
 #include "atoll/config/config.h"
 #include "atoll/core/errors.h"
 #include "atoll/engine/engine.h"
+#include "atoll/model/layout.h"
+#include "atoll/optim/zero_shard.h"
 
 namespace atl {
 namespace {
@@ -128,6 +131,23 @@ TEST(MemoryEstimate, PartsAddUpAndGrowWithTheirKeys) {
   EXPECT_NEAR(batch.activations, 4 * e.activations, 1e-4 * batch.activations);  // all but a few counters per token
   const MemoryEstimate micro = estimate_memory(config_with({"train.batch_size=32", "train.micro_batch_size=8"}));
   EXPECT_DOUBLE_EQ(micro.activations, e.activations);  // gradient accumulation keeps one micro-batch
+}
+
+// optim.zero1 with M workers per island: each keeps the moments of its shard only (the largest
+// of zero_shards), parameters and gradients whole; one worker, or zero1 off, keeps them all.
+TEST(MemoryEstimate, Zero1ShardsTheMomentsAmongTheIslandsWorkers) {
+  const Config plain = config_with({}), zero1 = config_with({"optim.zero1=true"});
+  const double n = estimate_memory(plain).params;
+  EXPECT_DOUBLE_EQ(estimate_memory(plain, 4).state, 16 * n);
+  EXPECT_DOUBLE_EQ(estimate_memory(zero1, 1).state, 16 * n);
+  for (int M : {2, 3, 4}) {
+    double largest = 0;
+    for (const ZeroShard& s : zero_shards(ParamLayout::build(zero1.model), M)) largest = std::max(largest, double(s.size()));
+    const MemoryEstimate e = estimate_memory(zero1, M);
+    EXPECT_DOUBLE_EQ(e.state, 8 * n + 8 * largest) << "M = " << M;
+    EXPECT_LT(e.state, estimate_memory(plain, M).state) << "M = " << M;
+    EXPECT_DOUBLE_EQ(e.host, e.state + e.activations + e.scratch);
+  }
 }
 
 TEST(MemoryEstimate, TheGpuHoldsTheStepAndTheHostItsCopies) {

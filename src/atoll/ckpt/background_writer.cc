@@ -37,6 +37,7 @@ void BackgroundWriter::run() {
     last_job_s_ = now_s() - t0;
     error_ = error;
     busy_ = false;
+    released_ = true;
     cv_.notify_all();
   }
 }
@@ -49,6 +50,8 @@ double BackgroundWriter::submit(std::function<void()> job) {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = std::move(job);
     busy_ = true;
+    released_ = false;
+    unfenced_ = true;
   }
   cv_.notify_all();
   return waited;
@@ -58,6 +61,22 @@ void BackgroundWriter::wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !busy_; });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void BackgroundWriter::release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::optional<double> BackgroundWriter::fence() {
+  const double t0 = now_s();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!std::exchange(unfenced_, false)) return std::nullopt;
+  cv_.wait(lock, [&] { return released_; });
+  return now_s() - t0;
 }
 
 double BackgroundWriter::last_job_s() const {

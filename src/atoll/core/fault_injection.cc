@@ -30,8 +30,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
                     "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K or "
-                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT tensor, part, manifest, rename or latest), or "
+                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT copy, tensor, part, manifest, rename or latest), or "
                     "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, delay:island=I:outer_step=S:seconds=X, "
+                    "delay:island=I[:rank=R]:ckpt=copy[:save=K]:seconds=X, "
                     "stall:island=I:step=K:seconds=X or corrupt:island=I:step=K:loss=nan|spike, "
                     "with ACTION kill, hang, crash or corrupt "
                     "(corrupt with transfer or update only), several joined by commas, or unset ATOLL_FAULT");
@@ -61,7 +62,7 @@ struct Armed {
 std::atomic<bool> g_armed{false};
 std::vector<std::unique_ptr<Armed>> g_faults;
 std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0}, g_saves{0};
-const char* const kCheckpointPoints[] = {"tensor", "part", "manifest", "rename", "latest"};
+const char* const kCheckpointPoints[] = {"copy", "tensor", "part", "manifest", "rename", "latest"};
 
 void say(const std::string& what) {
   const std::string line = "ATOLL_FAULT: " + what + "\n";
@@ -137,7 +138,10 @@ FaultSpec parse_fault_spec(const std::string& text) {
   const bool others = f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty() || f.update != FaultSpec::Update::kNone;
   if (timed != (f.seconds > 0)) refuse(text, "seconds=X (above 0) goes with delay and stall");
   if (f.action == FaultSpec::Action::kDelay) {
-    if (f.outer_step < 0 || f.step > 0 || others) refuse(text, "delay takes outer_step=S:seconds=X alone");
+    const bool copy = f.ckpt == "copy" && f.outer_step < 0 && f.ring_chunk < 0 && f.transfer < 0 &&
+                      f.update == FaultSpec::Update::kNone;
+    if (f.step > 0 || (!copy && (f.outer_step < 0 || others)))
+      refuse(text, "delay takes outer_step=S:seconds=X alone (or ckpt=copy[:save=K]:seconds=X)");
     return f;
   }
   if (f.action == FaultSpec::Action::kStall) {
@@ -227,7 +231,7 @@ bool fault_transfer_tensor() {
 void fault_before_exchange() {
   if (!g_armed.load(std::memory_order_relaxed)) return;
   for (auto& a : g_faults)
-    if (a->spec.action == FaultSpec::Action::kDelay && a->spec.outer_step == g_outer_step)
+    if (a->spec.action == FaultSpec::Action::kDelay && a->spec.ckpt.empty() && a->spec.outer_step == g_outer_step)
       fire(*a, "the exchange of outer step " + std::to_string(a->spec.outer_step));
 }
 

@@ -17,7 +17,8 @@
 //                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
 //     ckpt=POINT  in this process's save number `save` (save=K, 1-based; default 1) of a checkpoint
-//                 (ckpt/checkpoint.h), at POINT: tensor (its part file half written: after the
+//                 (ckpt/checkpoint.h), at POINT: copy (the background copy of the saved tensors
+//                 into staging begun, one tensor done, while the next step runs), tensor (its part file half written: after the
 //                 first tensor, before the rest and the fsync; on the background writer while
 //                 training goes on), part (the part written and fsynced, its index not yet handed
 //                 on), manifest (the committer: manifest written, directory not yet renamed), rename
@@ -27,6 +28,8 @@
 //                 replay (the Δ and tag it sent in its previous exchange: a stale update)
 //     delay:...:outer_step=S:seconds=X   sleep X seconds (the heartbeat goes on) before this
 //                 process's exchange of outer step S: a straggler (fault.outer_deadline_s)
+//     delay:...:ckpt=copy[:save=K]:seconds=X   sleep X seconds in the background copy of save K
+//                 (after its first tensor): a slow copy, so the next step waits at its fence
 //     stall:...:step=K:seconds=X         sleep X seconds inside inner step K (1-based, as
 //                 metrics.jsonl counts) while the heartbeat goes on: a hung step (fault.step_timeout_s)
 //     corrupt:...:step=K:loss=L          the loss of inner step K reads as L = nan or spike (times

@@ -13,6 +13,7 @@
 #include "atoll/model/layout.h"
 #include "atoll/model/precision.h"
 #include "atoll/optim/muon.h"
+#include "atoll/optim/zero_shard.h"
 
 namespace atl {
 namespace {
@@ -96,14 +97,20 @@ double read_number(const std::string& path) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const Config& cfg) {
+MemoryEstimate estimate_memory(const Config& cfg, int workers_per_island) {
   const ModelConfig& m = cfg.model;
   const bool bf16 = parse_precision(cfg.train.precision) == Precision::kBf16;
   const ParamLayout layout = ParamLayout::build(m);
   MemoryEstimate e;
   e.params = double(layout.total());
-  // Parameters, gradients and the two moments, one float each per parameter.
-  e.state = 4 * kF32 * e.params;
+  // Parameters, gradients and the two moments, one float each per parameter; ZeRO-1 keeps the
+  // moments of one shard (engine.cc: whole tensors per shard, so the largest may exceed 1/M).
+  double moments = e.params;
+  if (cfg.optim.zero1 && workers_per_island > 1) {
+    moments = 0;
+    for (const ZeroShard& s : zero_shards(layout, workers_per_island)) moments = std::max(moments, double(s.size()));
+  }
+  e.state = 2 * kF32 * e.params + 2 * kF32 * moments;
   const ModelBytes micro = model_bytes(m, micro_batch(cfg.train), bf16);
   e.activations = micro.activations;
   e.scratch = micro.scratch + muon_scratch(cfg, layout, bf16);
@@ -176,7 +183,7 @@ namespace {
 
 void check_memory_fits(const Config& cfg, const MemoryCheckOptions& opts) {
   if (!cfg.train.memory_check) return;
-  const MemoryEstimate e = estimate_memory(cfg);
+  const MemoryEstimate e = estimate_memory(cfg, opts.workers_per_island);
   const AvailableMemory host = available_host_memory();
   if (host.bytes > 0 && e.host * opts.processes > host.bytes)
     too_large(cfg, e, e.host * opts.processes, "host memory", opts.processes, host);

@@ -4,7 +4,9 @@
 // killer) after the data preparation.
 //
 // The estimate adds up what the engine allocates (engine.h): the flat parameters, gradients and
-// optimizer moments (4 floats per parameter; on the GPU the host keeps copies of the same), the
+// optimizer moments (4 floats per parameter; under optim.zero1 with M > 1 workers per island, the
+// two moments of this rank's shard only, the largest of zero_shards; on the GPU the host keeps
+// copies of the same), the
 // activations the model keeps for backward for one micro-batch (train.micro_batch_size, else
 // train.batch_size, sequences of model.seq_len tokens: the residual stream, each block's
 // attention q/k/v/output and expert hidden rows, router probabilities, norms' statistics) and
@@ -29,7 +31,7 @@ struct MemoryEstimate {
   double host = 0;         // all of it that lives in host memory
   double device = 0;       // all of it that lives on the GPU (train.device = cuda), else 0
 };
-MemoryEstimate estimate_memory(const Config& cfg);
+MemoryEstimate estimate_memory(const Config& cfg, int workers_per_island = 1);
 
 // Bytes a new allocation can get in host memory: MemAvailable from /proc/meminfo, lowered to
 // the cgroup's memory.max minus memory.current where a limit is set (containers); 0 = unknown.
@@ -41,6 +43,7 @@ AvailableMemory available_host_memory();
 
 struct MemoryCheckOptions {
   int processes = 1;      // processes of this size on this machine (atoll launch: islands x workers)
+  int workers_per_island = 1;  // M: optim.zero1 shards the optimizer moments among them
   int device_index = -1;  // the GPU (train.device = cuda), as EngineOptions::device_index
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
@@ -51,6 +52,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   DriverResult result;
   StepClocks clocks;
   bool saved = false, checkpoint_due = false;
+  std::optional<double> fenced;  // the fence's wait for the last save's copy, until a row reports it
   const std::vector<const ParamEntry*> balanced = balanced_rows(engine.layout());
   auto checkpoint = [&](StepRow* row) {
     const SaveReport cost = opts.save();
@@ -67,10 +69,16 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     const LossParts loss = loop.gradients(batch);
     const double t1 = now_s();
     hooks.after_gradients(loop);
+    // Up to here the step wrote no saved tensor (the passes read the parameters; the hooks
+    // write gradients only), so the last save's copy ran alongside; from here on it writes
+    // them (a rollback, the optimizer, outer steps): the copy must be done.
+    if (opts.fence)
+      if (const std::optional<double> w = opts.fence()) fenced = *w;
     const double t2 = now_s();
     if (!hooks.keep_batch(loop, loss.total())) continue;  // rolled back: the batch is skipped
     if (!std::isfinite(loss.total())) fail_on_loss(loss, loop.step + 1, opts.who);
     StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
+    row.ckpt_fence_s = std::exchange(fenced, std::nullopt);
     row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
     engine.optimizer_step(row.lr);
     add_router_loads(row, engine, cfg.model, balanced);
@@ -102,7 +110,8 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last ||
                      stopping;
     if (checkpoint_due && hooks.can_checkpoint()) checkpoint(&row), checkpoint_due = false;
-    if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash || row.ckpt_stall_s)
+    if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash || row.ckpt_stall_s ||
+        row.ckpt_fence_s)
       opts.write_row(to_json(row));
     if (opts.progress) {
       char buf[128];

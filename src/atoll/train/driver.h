@@ -11,14 +11,18 @@
 // row (written every train.log_every steps, at the last, and at rows with val_loss, theta_hash
 // or a checkpoint), the progress line, and a checkpoint at checkpoint.every (and at the last
 // step, and when a stop is requested: then the run ends there) once hooks.can_checkpoint()
-// allows it. A checkpoint blocks the step only for its snapshot (state_checkpoint.h); the row of
-// the step that started it carries ckpt_stall_s and ckpt_write_s, and the run waits for the
-// save in flight before it returns. `tokens` counts every worker's batches, so the batch
+// allows it. A checkpoint blocks the step only for its plan (state_checkpoint.h); its copy of the
+// saved tensors runs in the background while the next step computes its gradients, which only
+// read them, and that step waits at its fence (opts.fence, after hooks.after_gradients) before
+// anything writes them: a rollback, the optimizer step, the outer steps. The row of the step
+// that started the save carries ckpt_stall_s and ckpt_write_s, the next row ckpt_fence_s, and
+// the run waits for the save in flight before it returns. `tokens` counts every worker's batches, so the batch
 // ramp and the learning rate read global figures.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,6 +107,9 @@ struct DriverOptions {
   std::function<SaveReport()> save{};
   // Waits for the save in flight; returns the newest checkpoint this process committed, else "".
   std::function<std::string()> finish_saves{};
+  // Waits until the save in flight has copied what it saves (Checkpointer::fence): the seconds
+  // waited, once per save, else nullopt.
+  std::function<std::optional<double>()> fence{};
   int64_t stop_after = 0;         // > 0: return after this step, as if interrupted
   double t_start = 0;             // now_s() when the process started: time_s counts from it
   // Asked after every step: true stops the run there, with a checkpoint of that step (written

@@ -150,6 +150,7 @@ void DilocoHook::log_incidents(const StreamStep& st, const Loop& loop) {
 void ElasticHook::before_step(Loop& loop) {
   const std::optional<View> next = streaming_.take_admission();
   if (!next) return;
+  state_.fence();  // before the host copy is refreshed and the admission writes state
   loop.engine->to_host(kAllState);  // the source sends what the step left (a no-op on the CPU)
   outer_.enter(*next);
   admit(outer_, cfg_, state_);

@@ -400,7 +400,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   std::unique_ptr<StopSignals> signals;
   if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
-  check_memory_fits(cfg, {.device_index = opts.rank});  // before the data or anything is allocated
+  check_memory_fits(cfg, {.workers_per_island = M, .device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only:
@@ -479,6 +479,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
                    .save = [&] { return wk.save(); },
                    .finish_saves = [&] { return wk.checkpointer->finish(); },
+                   .fence = [&] { return wk.checkpointer->fence(); },
                    .t_start = t_start,
                    .stop_requested = [&] { return wk.stop_requested(signals.get()); }});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost

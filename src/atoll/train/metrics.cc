@@ -43,6 +43,7 @@ nlohmann::json to_json(const StepRow& r) {
   put("ckpt_stall_s", r.ckpt_stall_s);
   put("ckpt_wait_s", r.ckpt_wait_s);
   put("ckpt_write_s", r.ckpt_write_s);
+  put("ckpt_fence_s", r.ckpt_fence_s);
   return row;
 }
 

@@ -52,10 +52,12 @@ struct StepRow {
 
   std::vector<int> load_layer{};
   std::vector<double> load_entropy{}, load_max{}, load_min{}, load_skip{};
-  // A row whose step started a checkpoint save: seconds the step was blocked by it (the
-  // snapshot, plus any wait for the previous save: ckpt_wait_s), and the background write time
-  // of the newest save this process completed (absent before the first).
-  std::optional<double> ckpt_stall_s{}, ckpt_wait_s{}, ckpt_write_s{};
+  // A row whose step started a checkpoint save: seconds the step was blocked by it (the plan
+  // and the small values, plus any wait for the previous save: ckpt_wait_s), and the background
+  // write time of the newest save this process completed (absent before the first). The row of
+  // the next step: ckpt_fence_s, seconds it waited at its fence for that save's copy of the
+  // saved tensors (state_checkpoint.h Checkpointer::fence). A save's stall is the sum of the two.
+  std::optional<double> ckpt_stall_s{}, ckpt_wait_s{}, ckpt_write_s{}, ckpt_fence_s{};
 };
 nlohmann::json to_json(const StepRow& r);
 

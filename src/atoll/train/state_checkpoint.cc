@@ -96,6 +96,7 @@ void check_resume(const json& manifest, const std::string& dir, const Config& cf
 
 void restore_training_state(const std::string& dir, const json& manifest, const Config& cfg, TrainingState& s,
                             const StatePlace& place) {
+  s.fence();  // a save in flight copies the state this overwrites first
   const std::vector<StateEntry> entries = state_registry(cfg, s.diloco != nullptr, &s);
   const ParamLayout& layout = s.loop.engine->layout();
   const json& saved = manifest.at("entries");

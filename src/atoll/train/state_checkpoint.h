@@ -6,10 +6,13 @@
 // Every worker writes its own part, in parallel, and nothing is gathered to one worker: the plan
 // (ckpt/checkpoint_plan.h) deals each island's copy of an entry kept per island out among the
 // island's ranks, and each run-wide entry (θ, outer momentum) among every live worker. A save
-// (Checkpointer::save, every worker at the same step) blocks the step only for a snapshot: this
-// worker's planned tensors copied into a staging buffer, its JSON values taken (the island's
+// (Checkpointer::save, every worker at the same step) blocks the step only for the plan: which
+// of the live buffers' tensors this worker writes, and its JSON values (the island's
 // quantization residual, held in shards, is first summed over the island: the one collective).
-// A background thread (ckpt/background_writer.h) then writes and fsyncs the part and hands its
+// A background thread (ckpt/background_writer.h) copies those tensors into a staging buffer
+// while the next step's forward and backward passes read them, then releases the training
+// thread's fence (Checkpointer::fence: the step waits there before its first write to saved
+// state), then writes and fsyncs the part and hands its
 // index and values to the committer (rank 0 of the lowest live island) through the PartExchange
 // (the store in a multi-process run: no collective races the training step's), and the
 // committer's thread, once every part is in, writes the manifest and commits. A missing island
@@ -93,7 +96,7 @@ struct CheckpointerOptions {
 
 // What a save cost the step that started it (metrics.h StepRow ckpt_*).
 struct SaveReport {
-  double stall_s = 0;                // the step blocked: waiting for the previous save and the snapshot
+  double stall_s = 0;                // the step blocked: waiting for the previous save and the plan
   double wait_s = 0;                 // of which waiting for the previous save
   std::optional<double> write_s{};  // background time of the newest completed save
 };
@@ -103,9 +106,19 @@ class Checkpointer {
   Checkpointer(const Config& cfg, std::string run_dir, TrainingState& s, CheckpointerOptions opts = {});
   ~Checkpointer();
   // The checkpoint of s.loop.step (every worker of the run calls it at the same step): waits
-  // for the previous save, snapshots, and leaves the write to the background. Throws what the
-  // previous save failed with, and PeerLost/Timeout from the island's residual sum.
+  // for the previous save, plans, and leaves the copy and the write to the background. Throws
+  // what the previous save failed with, and PeerLost/Timeout from the island's residual sum.
+  // Until fence() returns, the caller must not write any saved tensor (it may read them).
   SaveReport save(const StatePlace& place);
+  // Waits until the save in flight has copied the saved tensors. The training step calls it
+  // before its first write to them (train/driver.h; rollback, optimizer and outer steps come
+  // after it), and TrainingState::fence (installed here) before any other write (a resume, a
+  // state transfer, an admission). Returns the seconds waited for the first call after a save,
+  // else nullopt. Two test hooks, read at construction: ATOLL_CHECK_SNAPSHOT=1 (always on in
+  // debug builds) checksums each saved tensor at save() and fails the save (a bug: a write
+  // before the fence) when its copy differs; ATOLL_TEST_SKIP_CKPT_FENCE=1 makes this fence
+  // return at once, so a test shows what it prevents.
+  std::optional<double> fence();
   // Waits for the save in flight; returns the newest checkpoint this process committed ("" if
   // none). Throws what the save failed with.
   std::string finish();

@@ -45,6 +45,10 @@ const char* division_name(Division d);  // "run", "per_island", ...
 struct TrainingState {
   Loop& loop;
   DilocoSync* diloco = nullptr;  // null: a run without DiLoCo (`atoll train`)
+  // Waits until the checkpoint save in flight has copied the saved tensors (its Checkpointer
+  // installs it: state_checkpoint.h): called first by whatever writes them outside the step's
+  // own fence (a resume, a state transfer, an admission).
+  std::function<void()> fence = [] {};
 };
 
 // One piece of training state. Accessors are called only by walks that move values, with the

@@ -1,8 +1,10 @@
-// The save side of state_checkpoint.h: the plan, the snapshot on the training thread, the part
-// written on the background thread, the commit by the lowest live worker.
+// The save side of state_checkpoint.h: the plan on the training thread, the copy into staging
+// and the part written on the background thread, the commit by the lowest live worker.
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -25,14 +27,16 @@ namespace {
 using nlohmann::json;
 
 // What one save needs once the training thread has let go: this worker's part (its planned
-// tensors, copied into staging) and JSON values; on the committer, what it alone needs to
-// assemble the manifest from every worker's part.
+// tensors: first the live buffers, then, once the background thread copied them, the staging
+// copy) and JSON values; on the committer, what it alone needs to assemble the manifest from
+// every worker's part.
 struct Snapshot {
   int64_t step = 0;
   int writer = 0;              // this worker's global index
   bool committer = false;      // rank 0 of the lowest live island
   std::vector<int> writers{};  // every live worker, ascending
   std::vector<PartTensor> tensors{};
+  std::vector<uint64_t> source_xxh3{};  // ATOLL_CHECK_SNAPSHOT: each tensor's at save(), to check the copy
   json values = json::object();  // this worker's value of each JSON entry
   // Committer only.
   int islands = 1, workers_per_island = 1;
@@ -75,6 +79,14 @@ json assemble_state(const Snapshot& s, const std::map<int, json>& values) {
   return state;
 }
 
+uint64_t xxh3_of(const PartTensor& t) { return XXH3_64bits(t.data, t.numel * sizeof(float)); }
+
+// Test hooks, read once per process (see state_checkpoint.h Checkpointer::fence).
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
 }  // namespace
 
 StorePartExchange::StorePartExchange(const std::string& url, const std::string& password, const std::string& run_id,
@@ -112,21 +124,31 @@ struct Checkpointer::Impl {
   std::string run_dir;
   TrainingState& state;
   CheckpointerOptions opts;
-  std::vector<float> staging{};   // this worker's planned tensors of the save in flight
+  std::vector<float> staging{};   // this worker's planned tensors of the save in flight (the writer thread's)
   std::deque<std::vector<float>> assembled{};  // sharded entries summed over the island
   std::string last_dir{};         // newest committed by this process (written by the writer thread)
   std::string tokenizer{};
   bool tokenizer_read = false;
+  bool check_snapshot = false;  // ATOLL_CHECK_SNAPSHOT (always in debug builds)
+  bool skip_fence = false;      // ATOLL_TEST_SKIP_CKPT_FENCE: a test shows what the fence prevents
   BackgroundWriter writer{};      // last: its thread stops before the rest goes
 
   Snapshot snapshot(const StatePlace& p);
+  void copy(Snapshot& s);
   void write(const Snapshot& s);
 };
 
 Checkpointer::Checkpointer(const Config& cfg, std::string run_dir, TrainingState& s, CheckpointerOptions opts)
-    : impl_(new Impl{.cfg = cfg, .run_dir = std::move(run_dir), .state = s, .opts = std::move(opts)}) {}
+    : impl_(new Impl{.cfg = cfg, .run_dir = std::move(run_dir), .state = s, .opts = std::move(opts)}) {
+#ifndef NDEBUG
+  impl_->check_snapshot = true;
+#endif
+  impl_->check_snapshot = impl_->check_snapshot || env_set("ATOLL_CHECK_SNAPSHOT");
+  impl_->skip_fence = env_set("ATOLL_TEST_SKIP_CKPT_FENCE");
+  s.fence = [this] { (void)fence(); };
+}
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() { impl_->state.fence = [] {}; }
 
 Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
   const ParamLayout& layout = state.loop.engine->layout();
@@ -204,14 +226,9 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
     }
   }
 
-  // This worker's share, copied into staging: the only work of the step besides the plan.
+  // This worker's share, as pointers into the live buffers: the background thread copies them
+  // (Impl::copy) while the next step reads them.
   const CheckpointPlan plan = plan_checkpoint(copies, layout);
-  size_t total = 0;
-  for (size_t c = 0; c < copies.size(); ++c)
-    for (size_t e = 0; e < layout.entries().size(); ++e)
-      if (plan[c][e] == s.writer) total += layout.entries()[e].numel;
-  staging.resize(total);
-  size_t at = 0;
   for (size_t c = 0; c < copies.size(); ++c)
     for (size_t e = 0; e < layout.entries().size(); ++e) {
       if (plan[c][e] != s.writer) continue;
@@ -219,9 +236,8 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
       const Held& h = mine[c];
       ATOLL_CHECK(h.base != nullptr && pe.offset >= h.lo && pe.offset + pe.numel <= h.hi)
           << copies[c].kind << "/" << pe.name << " planned on a worker that does not hold it";
-      std::memcpy(staging.data() + at, h.base + (pe.offset - h.lo), pe.numel * sizeof(float));
-      s.tensors.push_back({copies[c].kind + "/" + pe.name, pe.shape, staging.data() + at, pe.numel});
-      at += pe.numel;
+      s.tensors.push_back({copies[c].kind + "/" + pe.name, pe.shape, h.base + (pe.offset - h.lo), pe.numel});
+      if (check_snapshot) s.source_xxh3.push_back(xxh3_of(s.tensors.back()));
     }
   if (s.committer) {
     for (int i = 0; i < p.islands; ++i) {
@@ -240,7 +256,32 @@ Snapshot Checkpointer::Impl::snapshot(const StatePlace& p) {
   return s;
 }
 
-// On the background thread: the part, then (committer) every part and the commit.
+// On the background thread, first: the planned tensors copied from the live buffers into
+// staging, then the training thread released (BackgroundWriter::fence returns). The training
+// thread reads these buffers meanwhile but writes none of them before its fence, so the copy is
+// the state at the save's step; ATOLL_CHECK_SNAPSHOT proves it for a run by comparing each
+// copy's checksum with its source's at save().
+void Checkpointer::Impl::copy(Snapshot& s) {
+  size_t total = 0;
+  for (const PartTensor& t : s.tensors) total += t.numel;
+  staging.resize(total);
+  size_t at = 0;
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    PartTensor& t = s.tensors[i];
+    std::memcpy(staging.data() + at, t.data, t.numel * sizeof(float));
+    t.data = staging.data() + at;
+    at += t.numel;
+    if (i == 0) fault_checkpoint("copy");  // a copy begun, not finished: the step goes on meanwhile
+  }
+  if (s.tensors.empty()) fault_checkpoint("copy");
+  writer.release();
+  for (size_t i = 0; i < s.source_xxh3.size(); ++i)
+    ATOLL_CHECK(xxh3_of(s.tensors[i]) == s.source_xxh3[i])
+        << opts.who << ": " << s.tensors[i].name << " of the checkpoint of step " << s.step
+        << " changed between save() and its copy: a write to saved state before Checkpointer::fence (a bug)";
+}
+
+// On the background thread, after the copy: the part, then (committer) every part and the commit.
 void Checkpointer::Impl::write(const Snapshot& s) {
   const std::string tmp = checkpoint_temp_dir(run_dir, s.step, opts.token);
   if (!opts.exchange) remove_all(tmp);  // the only writer: whatever is there was left by a crash
@@ -287,12 +328,22 @@ SaveReport Checkpointer::save(const StatePlace& place) {
     r.wait_s = now_s() - w0;
   }
   fault_checkpoint_save();
-  impl_->state.loop.engine->to_host(kAllState);  // parameters and moments from the GPU (a no-op on the CPU)
+  // Parameters and moments from the GPU (a no-op on the CPU): the host copy the background
+  // thread reads, which nothing writes before the fence (to_host is its only writer).
+  impl_->state.loop.engine->to_host(kAllState);
   auto snap = std::make_shared<Snapshot>(impl_->snapshot(place));
-  impl_->writer.submit([impl = impl_.get(), snap] { impl->write(*snap); });
+  impl_->writer.submit([impl = impl_.get(), snap] {
+    impl->copy(*snap);
+    impl->write(*snap);
+  });
   r.stall_s = now_s() - t0;
   if (const double w = impl_->writer.last_job_s(); w >= 0) r.write_s = w;
   return r;
+}
+
+std::optional<double> Checkpointer::fence() {
+  if (impl_->skip_fence) return std::nullopt;
+  return impl_->writer.fence();
 }
 
 std::string Checkpointer::finish() {

@@ -41,6 +41,7 @@ std::string broadcast_text(ProcessGroup& g, const std::string& text, int root) {
 }  // namespace
 
 TransferReport transfer_state(ProcessGroup& outer, const View& view, int island, const Config& cfg, TrainingState& s) {
+  s.fence();  // the broadcast writes the receivers' state: the save in flight copies it first
   const std::vector<int> holders = view.holders();
   ATOLL_CHECK(!holders.empty()) << view.describe();
   const int root = view.position(holders.front());

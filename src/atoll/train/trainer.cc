@@ -140,6 +140,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
        .write_row = [&](const nlohmann::json& row) { metrics.write(row); },
        .save = [&] { return checkpointer.save({}); },
        .finish_saves = [&] { return checkpointer.finish(); },
+       .fence = [&] { return checkpointer.fence(); },
        .stop_after = opts.stop_after,
        .t_start = t_start,
        .stop_requested = [&] { return signals && signals->signal() != 0; }});
