@@ -45,6 +45,7 @@ class CudaEngine final : public Engine {
 
   std::string device_name() const override { return name_; }
   void zero_grads() override { model_.zero_grads(); }
+  std::vector<double> topk_choice_counts() const override { return model_.topk_choice_counts(); }
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override {
     return model_.forward_backward(inputs, targets, B, loss_scale);
   }

@@ -159,7 +159,7 @@ class Engine {
   virtual void join_island(const IslandLink& link) { (void)link; }
   virtual void island_grad_mean() {}
   // Model::topk_choice_counts of this worker's training passes since zero_grads ([L*E]; empty
-  // where the engine does not count them: the GPU).
+  // where the engine does not count them; the CUDA engine counts on the device).
   virtual std::vector<double> topk_choice_counts() const { return {}; }
 
   // For `atoll bench`: the device's matrix-multiply peak in train.precision's input type, the

@@ -3,7 +3,7 @@
 // Keeps [q|k] before and after the depthwise convolution, q and k before their norm with the
 // norms' inverses, q, k (after norm and RoPE), v, the attention output and each row's
 // log-sum-exp per layer, all in fp32 (as attention_gqa.cu, attention runs in fp32 under bf16
-// products too). The RoPE table and the gradients' buffers are shared by the layers.
+// products too). The RoPE tables (DeviceRopeTables) and the gradients' buffers are shared by the layers.
 #include "atoll/backend/cuda/attention.h"
 #include "atoll/backend/cuda/cca.h"
 #include "atoll/backend/cuda/check.h"
@@ -20,7 +20,7 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
  public:
   DeviceAttentionCca(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
                      DevicePartScratch& scratch, Carver& carve)
-      : m_(m), sh_(scratch.get<Scratch>(m, s, carve)) {
+      : m_(m), sh_(scratch.get<Scratch>(m, s, carve)), rope_(scratch.get<DeviceRopeTables>(m, carve)->of(m, layer)) {
     const std::string pre = layer_prefix(layer) + "attn.", qkv = pre + "qkv_proj.";
     auto at = [&](const std::string& name) { return layout.at(name).offset; };
     wq_ = at(qkv + "q_proj.weight"), wk_ = at(qkv + "k_proj.weight");
@@ -50,8 +50,8 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
     cca_conv_forward(z, y_, x_, mm.param(w0_), mm.param(b0_), mm.param(w1_), mm.param(b1_), d);
     cca_qk_mean_forward(q_, k_, z, x_, d);
     cca_qk_norm_forward(qn_, kn_, rq_, rk_, q_, k_, mm.param(temp_), d);
-    rope_forward(qn_, s.table, c.B, d.T, d.NH, d.HD);
-    rope_forward(kn_, s.table, c.B, d.T, d.NKV, d.HD);
+    rope_forward(qn_, rope_, c.B, d.T, d.NH, d.HD);
+    rope_forward(kn_, rope_, c.B, d.T, d.NKV, d.HD);
     linear_forward(*mm.blas, vc, h1, mm.weight(wvc_), N, C, KVD / 2, mm.dt);
     linear_forward(*mm.blas, vd, h1, mm.weight(wvd_), N, C, KVD / 2, mm.dt);
     cca_value_forward(v_, vc, vd, d);
@@ -70,8 +70,8 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
                     mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
     attention_backward(s.dqn, s.dkn, s.dv, s.datt, att_, lse_, qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD,
                        s.attn_scratch);
-    rope_backward(s.dqn, s.table, c.B, d.T, d.NH, d.HD);
-    rope_backward(s.dkn, s.table, c.B, d.T, d.NKV, d.HD);
+    rope_backward(s.dqn, rope_, c.B, d.T, d.NH, d.HD);
+    rope_backward(s.dkn, rope_, c.B, d.T, d.NKV, d.HD);
     cca_qk_norm_backward(s.dq, s.dk, g + temp_, s.part, s.dqn, s.dkn, q_, k_, rq_, rk_, mm.param(temp_), d);
     ATOLL_CUDA_CHECK(cudaMemset(s.dx, 0, sizeof(float) * N * CC));
     cca_qk_mean_backward(s.dz, s.dx, s.dq, s.dk, d);
@@ -89,7 +89,7 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
   }
 
  private:
-  // Shared by the layers: the RoPE table (uploaded once) and the gradients' buffers.
+  // Shared by the layers: the gradients' buffers.
   struct Scratch {
     Scratch(const ModelConfig& m, const DevicePartSizes& s, Carver& carve) {
       const CcaDims d = cca_dims(m, s.max_batch, m.seq_len);
@@ -100,17 +100,16 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
       dz = carve.take<float>(N * d.CC()), dx = carve.take<float>(N * d.CC());
       dy = carve.take<float>(size_t(s.max_batch) * d.TY() * d.CC()), part = carve.take<float>(N * d.NKV);
       attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
-      table = carve_rope_table(m, carve);
     }
     float *datt, *dqn, *dq, *dkn, *dv, *dk, *dvc, *dvd;  // [N,QD] x3, [N,KVD] x3, [N,KVD/2] x2
     float *dz, *dx, *dy, *part;                          // [N,CC] x2, [B,TY,CC], [N,NKV]
     float* attn_scratch;                                 // attention_scratch_floats(B, T, NH)
-    DeviceRopeTable table;                               // cos, sin [T, RD/2]
   };
 
   ModelConfig m_;
   size_t wq_, wk_, wvc_, wvd_, w0_, b0_, w1_, b1_, temp_, wo_;
   std::shared_ptr<Scratch> sh_;
+  DeviceRopeTable rope_;  // this layer's (model.rope_layers), from the shared DeviceRopeTables
   float *x_, *y_;                    // [N,CC] pre-convolution [q|k]; [B,TY,CC] depthwise output
   float *q_, *k_, *rq_, *rk_;        // before the norm [N,QD], [N,KVD]; 1/‖·‖ [N,NH], [N,NKV]
   float *qn_, *kn_, *v_, *att_, *lse_;  // after norm and RoPE; values; attention out; [B,NH,T]

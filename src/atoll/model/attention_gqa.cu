@@ -19,7 +19,8 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
  public:
   DeviceAttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
                      DevicePartScratch& scratch, Carver& carve)
-      : NH_(m.n_heads), NKV_(m.n_kv_heads), HD_(m.head_dim), sh_(scratch.get<Scratch>(m, s, carve)) {
+      : NH_(m.n_heads), NKV_(m.n_kv_heads), HD_(m.head_dim), sh_(scratch.get<Scratch>(m, s, carve)),
+        rope_(scratch.get<DeviceRopeTables>(m, carve)->of(m, layer)) {
     const std::string pre = layer_prefix(layer) + "attn.";
     wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
     wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
@@ -35,8 +36,8 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
     linear_forward(*mm.blas, q_, h1, mm.weight(wq_), N, C, QD, mm.dt);
     linear_forward(*mm.blas, k_, h1, mm.weight(wk_), N, C, KVD, mm.dt);
     linear_forward(*mm.blas, v_, h1, mm.weight(wv_), N, C, KVD, mm.dt);
-    rope_forward(q_, sh_->table, c.B, T_, NH_, HD_);
-    rope_forward(k_, sh_->table, c.B, T_, NKV_, HD_);
+    rope_forward(q_, rope_, c.B, T_, NH_, HD_);
+    rope_forward(k_, rope_, c.B, T_, NKV_, HD_);
     attention_forward(att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_);
     linear_forward(*mm.blas, out, mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
   }
@@ -50,8 +51,8 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
     linear_backward(*mm.blas, s.datt, g + wo_, mm.input(mm.dout16, dout, size_t(N) * C),
                     mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
     attention_backward(s.dq, s.dk, s.dv, s.datt, att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_, s.attn_scratch);
-    rope_backward(s.dq, s.table, c.B, T_, NH_, HD_);
-    rope_backward(s.dk, s.table, c.B, T_, NKV_, HD_);
+    rope_backward(s.dq, rope_, c.B, T_, NH_, HD_);
+    rope_backward(s.dk, rope_, c.B, T_, NKV_, HD_);
     const void* h1 = mm.input(mm.in16, h, size_t(N) * C);
     // dout16 holds one projection's d(output) at a time: each product is queued before the next
     // rounding overwrites it (one stream).
@@ -64,41 +65,49 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
   }
 
  private:
-  // Shared by the layers: the RoPE table (uploaded once) and the gradients' buffers.
+  // Shared by the layers: the gradients' buffers.
   struct Scratch {
     Scratch(const ModelConfig& m, const DevicePartSizes& s, Carver& carve) {
       const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
       dq = carve.take<float>(N * QD), dk = carve.take<float>(N * KVD), dv = carve.take<float>(N * KVD);
       datt = carve.take<float>(N * QD);
       attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
-      table = carve_rope_table(m, carve);
     }
     float *dq, *dk, *dv, *datt;  // [N,QD], [N,KVD] x2, [N,QD]
     float* attn_scratch;         // attention_scratch_floats(B, T, NH)
-    DeviceRopeTable table;       // cos, sin [T, RD/2]
   };
 
   int NH_, NKV_, HD_;
   size_t wq_, wk_, wv_, wo_;
   std::shared_ptr<Scratch> sh_;
+  DeviceRopeTable rope_;  // this layer's (model.rope_layers), from the shared DeviceRopeTables
   float *q_, *k_, *v_;  // after RoPE [N,QD], [N,KVD], [N,KVD]
   float *att_, *lse_;   // attention out [N,QD], row log-sum-exp [B,NH,T]
 };
 
 }  // namespace
 
-DeviceRopeTable carve_rope_table(const ModelConfig& m, Carver& carve) {
+namespace {
+
+// One RoPE table of base theta [T, RD/2].
+DeviceRopeTable carve_rope_table(const ModelConfig& m, double theta, Carver& carve) {
   const size_t half = size_t(m.seq_len) * (m.rotary_dim() / 2);
   float* cos = carve.take<float>(half);
   float* sin = carve.take<float>(half);
   if (carve.allocates()) {
-    const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, m.rope_theta, m.rotary_dim());
+    const RopeTable<float> rope = RopeTable<float>::build(m.seq_len, m.head_dim, theta, m.rotary_dim());
     ATOLL_CHECK_EQ(rope.cos.size(), half);
     copy_to_device(cos, rope.cos.data(), sizeof(float) * rope.cos.size());
     copy_to_device(sin, rope.sin.data(), sizeof(float) * rope.sin.size());
   }
   return {cos, sin, m.seq_len, m.head_dim, m.rotary_dim()};
 }
+
+}  // namespace
+
+DeviceRopeTables::DeviceRopeTables(const ModelConfig& m, Carver& carve)
+    : global(carve_rope_table(m, m.rope_theta, carve)),
+      local(m.any_rope_local() ? carve_rope_table(m, m.rope_theta_local, carve) : DeviceRopeTable{}) {}
 
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,

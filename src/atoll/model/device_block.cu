@@ -1,7 +1,6 @@
 #include "atoll/model/device_block.cuh"
 
 #include "atoll/backend/cuda/check.h"
-#include "atoll/backend/cuda/elementwise.h"
 #include "atoll/core/errors.h"
 
 namespace atl::gpu {
@@ -10,11 +9,6 @@ namespace {
 // The part kinds a config may choose per layer (ModelConfig::attention_at, router_at), as model/block.cc.
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
-  // The device attentions share one RoPE table, model.rope_theta's.
-  if (m.rope_theta_at(layer) != m.rope_theta)
-    throw ConfigError("model.rope_layers: layer " + std::to_string(layer) +
-                      " is local with model.rope_theta_local != model.rope_theta, not on the GPU yet; fix: leave "
-                      "model.rope_layers empty, or train.device = \"cpu\"");
   if (m.attention_at(layer) == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
   if (m.attention_at(layer) == "cca") return make_device_attention_cca(m, layout, layer, s, scratch, carve);
   throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
@@ -25,8 +19,10 @@ std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
   if (m.router_at(layer) == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
+  if (m.router_at(layer) == "zaya") return make_device_router_zaya(m, layout, layer, s, scratch, carve);
   throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
-                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\" (the zaya router runs on the CPU: train.device = \"cpu\")");
+                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\" or "
+                    "\"zaya\"");
 }
 
 }  // namespace
@@ -43,37 +39,38 @@ DeviceBlock::DeviceBlock(const ModelConfig& m, const ParamLayout& layout, int la
     : buf_(buf),
       attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s, carve),
       attention_(make_attention(m, layout, layer, s, scratch, carve)),
+      attn_merge_(m, layout, layer_prefix(layer) + "attn_merge", true, s, carve),
       xmid_(carve.take<float>(size_t(s.max_tokens) * m.dim)),
       moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s, carve),
       router_(make_router(m, layout, layer, s, scratch, carve)),
-      experts_(make_device_experts_swiglu(m, layout, layer, s, scratch, carve)) {
-  // The residual scaling's rows are in the layout, but no device part applies them yet.
-  if (m.residual_scaling)
-    throw ConfigError("model.residual_scaling is not on the GPU yet; fix: set it to false, or train.device = \"cpu\"");
-}
+      experts_(make_device_experts_swiglu(m, layout, layer, s, scratch, carve)),
+      moe_merge_(m, layout, layer_prefix(layer) + "moe_merge", true, s, carve) {}
 
 void DeviceBlock::forward(float* x_next, const float* x, double* losses, const DeviceContext& c) {
-  const size_t NC = size_t(c.d.N) * c.d.C;
   attn_norm_.forward(buf_.hn, x, c);
   attention_->forward(buf_.tmp, buf_.hn, c);
-  add(xmid_, x, buf_.tmp, NC);
+  attn_merge_.forward(xmid_, buf_.tmp, x, c);
   moe_norm_.forward(buf_.hn, xmid_, c);
   router_->forward(losses, buf_.hn, c);
   experts_->forward(buf_.tmp, buf_.hn, router_->topk_idx(), router_->topk_w(), c);
-  add(x_next, xmid_, buf_.tmp, NC);
+  moe_merge_.forward(x_next, buf_.tmp, xmid_, c);
 }
 
 // The forward in reverse. The norms' outputs are recomputed (rstd as kept, the same values).
+// A merge's backward leaves d(stream) in dx and hands back d(sub-layer output): dx itself for
+// the plain add, else buf_.tmp (free once xmid is at hand).
 void DeviceBlock::backward(const float* x, const DeviceContext& c) {
   const size_t NC = size_t(c.d.N) * c.d.C;
   moe_norm_.forward(buf_.hn, xmid_, c);
+  const float* dmoe = moe_merge_.backward(buf_.tmp, buf_.dx, xmid_, c);
   ATOLL_CUDA_CHECK(cudaMemset(buf_.dh, 0, sizeof(float) * NC));
-  experts_->backward(buf_.dh, buf_.dtopk_w, buf_.dx, buf_.hn, router_->topk_w(), c);
+  experts_->backward(buf_.dh, buf_.dtopk_w, dmoe, buf_.hn, router_->topk_w(), c);
   router_->backward(buf_.dh, buf_.dtopk_w, buf_.hn, c);
   moe_norm_.backward(buf_.dx, buf_.dh, xmid_, c);
   attn_norm_.forward(buf_.hn, x, c);
+  const float* dattn = attn_merge_.backward(buf_.tmp, buf_.dx, x, c);
   ATOLL_CUDA_CHECK(cudaMemset(buf_.dh, 0, sizeof(float) * NC));
-  attention_->backward(buf_.dh, buf_.dx, buf_.hn, c);
+  attention_->backward(buf_.dh, dattn, buf_.hn, c);
   attn_norm_.backward(buf_.dx, buf_.dh, x, c);
 }
 

@@ -1,7 +1,8 @@
 // One transformer block on the device (model/block.h's Block), composed of the device parts
 // (model/device_part.cuh) chosen per layer by the config, model.attention and model.router:
-//   xmid   = x + attention(attn_norm(x))
-//   x_next = xmid + experts(moe_norm(xmid), router(moe_norm(xmid)))
+//   xmid   = merge(attention(attn_norm(x)), x)
+//   x_next = merge(experts(moe_norm(xmid), router(moe_norm(xmid))), xmid)
+// where merge(a, r) is the residual add a + r, or ZAYA1's residual scaling (DeviceResidualMerge).
 // Forward calls the parts in that order; backward calls them in reverse.
 #pragma once
 
@@ -33,14 +34,22 @@ class DeviceBlock {
   // On entry buf.dx holds d(x_next); on exit d(x). x as in forward.
   void backward(const float* x, const DeviceContext& c);
 
+  // Links this block's router to the previous block's (ZAYA1's depth averaging), once, in
+  // layer order, before any forward (as Block::link_previous on the CPU).
+  void link_previous(DeviceBlock& prev) { router_->link_previous(*prev.router_); }
+  // The experts the router chose in the last forward [N,K] (device; kNoExpert for a skipped slot).
+  const int32_t* router_choice() const { return router_->topk_idx(); }
+
  private:
   DeviceBlockBuffers& buf_;
   DeviceRmsNorm attn_norm_;
   std::unique_ptr<DeviceAttentionPart> attention_;
+  DeviceResidualMerge attn_merge_;
   float* xmid_;  // [N,C] the residual stream between the two sub-layers, kept for backward
   DeviceRmsNorm moe_norm_;
   std::unique_ptr<DeviceRouterPart> router_;
   std::unique_ptr<DeviceExpertsPart> experts_;
+  DeviceResidualMerge moe_merge_;
 };
 
 }  // namespace atl::gpu

@@ -9,6 +9,7 @@
 #include "atoll/backend/cuda/embedding.h"
 #include "atoll/backend/cuda/linear.h"
 #include "atoll/backend/cuda/rmsnorm.h"
+#include "atoll/backend/cuda/router.h"
 #include "atoll/core/check.h"
 #include "atoll/model/device_model_buffers.h"
 
@@ -56,6 +57,10 @@ struct DeviceModel::Impl {
     carve(d, m, layout, max_batch, head_rows, dt == Dtype::kBF16, take);
     ATOLL_CUDA_CHECK(cudaMemset(d.params, 0, sizeof(float) * layout.total()));  // padding between tensors too
     ATOLL_CUDA_CHECK(cudaMemset(d.grads, 0, sizeof(float) * layout.total()));
+    zero_choice_counts();
+  }
+  void zero_choice_counts() {
+    ATOLL_CUDA_CHECK(cudaMemset(d.choice_counts, 0, sizeof(double) * cfg.n_layers * cfg.n_experts));
   }
 
   LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
@@ -95,12 +100,19 @@ LossParts DeviceModel::Impl::run(const int32_t* inputs, const int32_t* targets, 
   const DeviceContext c = context(B, loss_scale);
   const size_t embed = layout.at("embed").offset;
   embedding_forward(d.x[0], d.tokens, d.params + embed, N, C, V);
-  for (int l = 0; l < L; ++l) d.blocks[l]->forward(d.x[l + 1], d.x[l], d.losses + 2 * l, c);
+  d.input_merge->forward(d.x[0], d.x[0], nullptr, c);
+  for (int l = 0; l < L; ++l) {
+    d.blocks[l]->forward(d.x[l + 1], d.x[l], d.losses + 2 * l, c);
+    if (backward && cfg.router_at(l) == "topk")  // the loads of the metrics, as Model::count_choices
+      router_choice_counts(d.choice_counts + size_t(l) * cfg.n_experts, d.blocks[l]->router_choice(), N,
+                           cfg.n_experts, cfg.top_k);
+  }
   head_and_loss(c, backward);
   if (backward) {
     for (int l = L - 1; l >= 0; --l) d.blocks[l]->backward(d.x[l], c);
+    const float* dembed = d.input_merge->backward(d.blk.tmp, d.blk.dx, nullptr, c);
     // Sorted scatter: repeated tokens add in position order, as the CPU (bit-identical).
-    embedding_backward(d.grads + embed, d.blk.dx, d.tokens, N, C, V, Scatter::kSorted, d.ids_scratch);
+    embedding_backward(d.grads + embed, dembed, d.tokens, N, C, V, Scatter::kSorted, d.ids_scratch);
   }
   // One read-back per step: these copies wait for everything queued above.
   copy_to_host(host_ce.data(), d.ce_loss, sizeof(float) * N);
@@ -176,6 +188,13 @@ void DeviceModel::upload_grads(const float* host) {
 
 void DeviceModel::zero_grads() {
   ATOLL_CUDA_CHECK(cudaMemset(impl_->d.grads, 0, sizeof(float) * impl_->layout.total()));
+  impl_->zero_choice_counts();
+}
+
+std::vector<double> DeviceModel::topk_choice_counts() const {
+  std::vector<double> counts(size_t(impl_->cfg.n_layers) * impl_->cfg.n_experts);
+  copy_to_host(counts.data(), impl_->d.choice_counts, sizeof(double) * counts.size());
+  return counts;
 }
 
 LossParts DeviceModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) {

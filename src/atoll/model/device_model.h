@@ -8,8 +8,8 @@
 // Where things live, as on the CPU: device_model.cu is the model (embedding, the blocks, final
 // norm, head and loss, the arena; device_model_buffers.h its buffers); device_block.cu composes
 // one block from the device parts of device_part.cuh in model/block.cc's order; each part's
-// device side sits beside its CPU file pair: attention_gqa.cu, router_topk.cu, experts_swiglu.cu,
-// norm_residual.cu.
+// device side sits beside its CPU file pair: attention_gqa.cu, attention_cca.cu, router_topk.cu,
+// router_zaya.cu, experts_swiglu.cu, norm_residual.cu (norms and residual merges).
 //
 // Precision::kBf16 (train.precision = bf16), as Model<float>'s bf16 mode: parameters,
 // gradients and every non-product operation stay fp32; each forward rounds the parameters to
@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "atoll/model/layout.h"
 #include "atoll/model/model.h"
@@ -59,7 +60,13 @@ class DeviceModel {
   void download_params(float* host) const;
   void download_grads(float* host) const;
   void upload_grads(const float* host);
+  // Zeroes the gradients and the choice counts.
   void zero_grads();
+
+  // As Model::topk_choice_counts: slots each expert took in the training passes since
+  // zero_grads(), [L*E], for the softmax top-k layers (a zaya router leaves its loads in its
+  // balancing row's gradient slots instead); counted on the device, read back here.
+  std::vector<double> topk_choice_counts() const;
 
   // As Model<float>::forward_backward: inputs, targets [B,T] in host memory (ids checked on the
   // host), B <= max_batch; gradients of loss_scale * (ce + aux + z) accumulated (+=).

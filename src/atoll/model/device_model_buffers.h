@@ -21,6 +21,7 @@ namespace atl::gpu {
 struct DeviceBuffers {
   float *params, *grads;   // [layout.total()]
   std::vector<float*> x;   // [L+1][N,C] residual stream entering each block (x[L]: final norm input)
+  std::unique_ptr<DeviceResidualMerge> input_merge;  // after the embedding (residual scaling; else nothing)
   DeviceBlockBuffers blk;  // hn, tmp, dx, dh, dtopk_w: shared by the blocks and the head
   DevicePartScratch scratch;     // each part kind's scratch, shared by its layers
   std::vector<std::unique_ptr<DeviceBlock>> blocks;  // [L]
@@ -30,6 +31,7 @@ struct DeviceBuffers {
   int32_t *tokens, *targets;   // [N]
   int32_t* ids_scratch;        // routing and the sorted embedding backward
   double* losses;              // [L,2] aux and z of each layer
+  double* choice_counts;       // [L,E] slots each expert took (topk layers) since zero_grads
   // bf16 products only (null in fp32): the parameters rounded once per forward, and the
   // rounded copies of the products' activation inputs (everything else stays fp32).
   uint16_t* w16;               // [layout.total()]
@@ -50,9 +52,11 @@ inline void carve(DeviceBuffers& d, const ModelConfig& m, const ParamLayout& lay
   for (auto& x : d.x) x = c.take<float>(N * C);
   d.blk = DeviceBlockBuffers(m, int(N), c);
   const DevicePartSizes sizes{.max_batch = max_batch, .max_tokens = int(N), .bf16 = bf16};
+  d.input_merge = std::make_unique<DeviceResidualMerge>(m, layout, "input", false, sizes, c);
   d.blocks.clear();
   for (int l = 0; l < m.n_layers; ++l)
     d.blocks.push_back(std::make_unique<DeviceBlock>(m, layout, l, sizes, d.scratch, d.blk, c));
+  for (int l = 1; l < m.n_layers; ++l) d.blocks[l]->link_previous(*d.blocks[l - 1]);  // depth averaging
   d.rstdf = c.take<float>(N);
   d.logits = c.take<float>(size_t(head_rows) * m.vocab_size), d.ce_lse = c.take<float>(head_rows);
   d.ce_loss = c.take<float>(N);
@@ -67,6 +71,7 @@ inline void carve(DeviceBuffers& d, const ModelConfig& m, const ParamLayout& lay
   d.ids_scratch = c.take<int32_t>(
       size_t(std::max(routing_scratch_ints(int(N), int(K)), embedding_scratch_ints(int(N)))));
   d.losses = c.take<double>(2 * size_t(m.n_layers));
+  d.choice_counts = c.take<double>(size_t(m.n_layers) * m.n_experts);
 }
 
 }  // namespace atl::gpu

@@ -1,10 +1,11 @@
 // The device side of the block parts (model/part.h), for gpu::DeviceModel (model/device_model.h).
 // Each CPU part's CUDA mirror sits beside it with the same structure: attention_gqa.cu,
-// attention_cca.cu, router_topk.cu, experts_swiglu.cu and norm_residual.cu each hold that part's device buffers
-// (what it keeps for backward), its forward and its backward over the kernels of backend/cuda/,
-// with the offsets of its rows read from the layout table by name (the rows themselves are
-// declared once, by the CPU part). model/device_block.cu composes them per layer in
-// model/block.cc's order. There is no decode step on the device (`atoll generate` runs on the CPU).
+// attention_cca.cu, router_topk.cu, router_zaya.cu, experts_swiglu.cu and norm_residual.cu each
+// hold that part's device buffers (what it keeps for backward), its forward and its backward over
+// the kernels of backend/cuda/, with the offsets of its rows read from the layout table by name
+// (the rows themselves are declared once, by the CPU part). model/device_block.cu composes them
+// per layer in model/block.cc's order. There is no decode step on the device (`atoll generate`
+// runs on the CPU).
 //
 // Buffers: every buffer comes from the model's one device arena through a Carver. A part takes
 // what it keeps per layer in its constructor; scratch that no call keeps comes from a pool shared
@@ -114,11 +115,14 @@ class DeviceAttentionPart {
   virtual void backward(float* dh, const float* dout, const float* h, const DeviceContext& c) = 0;
 };
 
-// Chooses K experts per token: topk_idx[N,K], topk_w[N,K], and this layer's auxiliary losses,
-// left on the device in losses[2] (aux, z).
+// Chooses K experts per token: topk_idx[N,K] (kNoExpert, -1, for a slot no expert computes),
+// topk_w[N,K], and this layer's auxiliary losses, left on the device in losses[2] (aux, z).
+// As RouterPart on the CPU, a router may read the previous block's router state (ZAYA1's depth
+// averaging): the model links each block's router to the previous one once, in layer order.
 class DeviceRouterPart {
  public:
   virtual ~DeviceRouterPart() = default;
+  virtual void link_previous(DeviceRouterPart& prev) { (void)prev; }
   virtual void forward(double* losses, const float* h, const DeviceContext& c) = 0;
   virtual const int32_t* topk_idx() const = 0;
   virtual const float* topk_w() const = 0;
@@ -156,9 +160,36 @@ class DeviceRmsNorm {
   float* rstd_;  // [N]
 };
 
-// The config's RoPE table [T, RD/2] carved from the arena and (allocating pass) uploaded from
-// RopeTable<float>, for an attention part's shared scratch (attention_gqa.cu, attention_cca.cu).
-DeviceRopeTable carve_rope_table(const ModelConfig& m, Carver& carve);
+// Where a sub-layer's output joins the residual stream (norm_residual.cu; ResidualMerge on the
+// CPU): the plain add, or with model.residual_scaling ZAYA1's per-channel affines
+// (backend/cuda/residual_affine.h), rows "{name}.{out_scale,out_bias,res_scale,res_bias}", or
+// "{name}_scale", "{name}_bias" without a stream (after the embedding).
+class DeviceResidualMerge {
+ public:
+  DeviceResidualMerge(const ModelConfig& m, const ParamLayout& layout, const std::string& name, bool with_stream,
+                      const DevicePartSizes& s, Carver& carve);
+  // out[N,C] (=) from a[N,C] and r[N,C] (null without a stream); out may alias a or r. Keeps a
+  // when scaled (the scales' gradients need it).
+  void forward(float* out, const float* a, const float* r, const DeviceContext& c);
+  // On entry dstream[N,C] holds d(out); on exit d(r). Returns d(a): da[N,C] (=) when scaled,
+  // else dstream itself. The rows' gradients (+=); r as in forward.
+  const float* backward(float* da, float* dstream, const float* r, const DeviceContext& c);
+
+ private:
+  bool scaled_, stream_;
+  size_t out_scale_ = 0, out_bias_ = 0, res_scale_ = 0, res_bias_ = 0;
+  float* a_ = nullptr;  // [N,C] the sub-layer's output (scaled only)
+};
+
+// The RoPE tables [T, RD/2] carved from the arena and (allocating pass) uploaded from
+// RopeTable<float>: model.rope_theta's, and model.rope_theta_local's when some layer is local
+// (model.rope_layers). One set shared by every attention part (DevicePartScratch), as
+// attention_core.h's rope_of on the CPU.
+struct DeviceRopeTables {
+  DeviceRopeTables(const ModelConfig& m, Carver& carve);
+  const DeviceRopeTable& of(const ModelConfig& m, int layer) const { return m.rope_local_at(layer) ? local : global; }
+  DeviceRopeTable global, local;  // local: empty without local layers
+};
 
 // The parts of each kind, one per file (the choice between kinds is model/device_block.cu's).
 std::unique_ptr<DeviceAttentionPart> make_device_attention_gqa(const ModelConfig& m, const ParamLayout& layout,
@@ -168,6 +199,9 @@ std::unique_ptr<DeviceAttentionPart> make_device_attention_cca(const ModelConfig
                                                                int layer, const DevicePartSizes& s,
                                                                DevicePartScratch& scratch, Carver& carve);
 std::unique_ptr<DeviceRouterPart> make_device_router_topk(const ModelConfig& m, const ParamLayout& layout, int layer,
+                                                          const DevicePartSizes& s, DevicePartScratch& scratch,
+                                                          Carver& carve);
+std::unique_ptr<DeviceRouterPart> make_device_router_zaya(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                           const DevicePartSizes& s, DevicePartScratch& scratch,
                                                           Carver& carve);
 std::unique_ptr<DeviceExpertsPart> make_device_experts_swiglu(const ModelConfig& m, const ParamLayout& layout,

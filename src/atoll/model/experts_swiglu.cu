@@ -34,7 +34,8 @@ class DeviceExpertsSwiglu final : public DeviceExpertsPart {
     // Backward reuses this copy.
     std::vector<int32_t>& off = host_offsets_;
     copy_to_host(off.data(), routing_.offsets, sizeof(int32_t) * (E + 1));
-    ATOLL_CHECK(off[0] == 0 && off[E] == N * K) << "routing offsets of layer " << layer_;
+    // off[E] < N*K when the zaya router's skip class left slots to no expert.
+    ATOLL_CHECK(off[0] == 0 && off[E] <= N * K) << "routing offsets of layer " << layer_;
     expert_mlp_forward(*mm.blas, out, a_, b_, sh_->experts, h, routing_, off.data(), topk_w, mm.weight(w1_),
                        mm.weight(w3_), mm.weight(w2_), N, E, C, H, K, mm.dt);
   }

@@ -1,6 +1,7 @@
 #include "atoll/optim/device_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "atoll/backend/cuda/arena.h"
@@ -8,6 +9,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/optim/adamw.cuh"
+#include "atoll/optim/bias_balance.h"
 #include "atoll/optim/clip.cuh"
 #include "atoll/optim/muon.cuh"
 #include "atoll/optim/optimizer.h"
@@ -31,7 +33,13 @@ struct DeviceOptimizer::Impl {
         groups(group_tensors(c, layout)),
         muon_scratch_size(muon_scratch_for(groups)),
         arena(3 * DeviceArena::kAlign + sizeof(float) * (2 * total + size_t(muon_scratch_size)) +
-              sizeof(double) * size_t(grad_norm_scratch_doubles())) {
+              sizeof(double) * size_t(grad_norm_scratch_doubles())),
+        balance{.lr = c.bias_balance_lr, .beta1 = c.beta1, .beta2 = c.beta2, .eps = c.eps} {
+    for (const ParamEntry* row : balanced_rows(layout)) {
+      balanced.push_back(*row);
+      packed.push_back(*row), packed.back().offset = packed_size, packed_size += row->numel;
+    }
+    hp.resize(packed_size), hm.resize(packed_size), hv.resize(packed_size), hg.resize(packed_size);
     m = arena.alloc<float>(total);
     v = arena.alloc<float>(total);
     muon_scratch = arena.alloc<float>(size_t(muon_scratch_size));
@@ -49,6 +57,22 @@ struct DeviceOptimizer::Impl {
   double* norm_scratch = nullptr;
   Blas blas;  // Muon's products, on the default stream
   int64_t t = 0;
+  // Bias balancing (optim/bias_balance.h) on the host, as Optimizer::step does it: the balanced
+  // rows are a few dozen floats per layer, so they travel to the host and back each step.
+  AdamWOptions balance;
+  std::vector<ParamEntry> balanced, packed;  // the rows at their offsets, and packed one after another
+  size_t packed_size = 0;
+  std::vector<float> hp, hm, hv, hg;  // [packed_size] the rows' params, moments and loads on the host
+
+  // Each balanced row of a flat device buffer to its packed place in a host buffer, and back.
+  void rows_down(float* host, const float* dev) const {
+    for (size_t i = 0; i < balanced.size(); ++i)
+      copy_to_host(host + packed[i].offset, dev + balanced[i].offset, sizeof(float) * balanced[i].numel);
+  }
+  void rows_up(float* dev, const float* host) const {
+    for (size_t i = 0; i < balanced.size(); ++i)
+      copy_to_device(dev + balanced[i].offset, host + packed[i].offset, sizeof(float) * balanced[i].numel);
+  }
 };
 
 DeviceOptimizer::DeviceOptimizer(const OptimConfig& cfg, const ParamLayout& layout) {
@@ -77,10 +101,28 @@ void DeviceOptimizer::step(float* params, const float* grads, double lr) {
     gpu::muon_update(params + mm.offset, s.m + mm.offset, grads + mm.offset, mm.rows, mm.cols, opt, s.blas,
                      s.muon_scratch);
   }
+  // Bias balancing follows the step, as on the CPU; nothing where no row is balanced.
+  if (s.balanced.empty()) return;
+  s.rows_down(s.hp.data(), params), s.rows_down(s.hm.data(), s.m), s.rows_down(s.hv.data(), s.v);
+  s.rows_down(s.hg.data(), grads);
+  balance_biases(s.hp.data(), s.hm.data(), s.hv.data(), s.hg.data(), s.packed, s.t, s.balance);
+  s.rows_up(params, s.hp.data()), s.rows_up(s.m, s.hm.data()), s.rows_up(s.v, s.hv.data());
 }
 
+// The slots of balanced rows hold router loads, not gradients (optim/bias_balance.h): the norm
+// leaves them out, as optim/clip.h's left_out spans. They wait on the host while the norm runs
+// over the rest with them zeroed, then go back scaled as clip_to_norm scales the rest.
 double DeviceOptimizer::clip_grad_norm(float* grads, double max_norm) {
-  return gpu::clip_grad_norm(grads, impl_->total, max_norm, impl_->norm_scratch);
+  Impl& s = *impl_;
+  if (s.balanced.empty()) return gpu::clip_grad_norm(grads, s.total, max_norm, s.norm_scratch);
+  s.rows_down(s.hg.data(), grads);
+  for (const ParamEntry& row : s.balanced)
+    ATOLL_CUDA_CHECK(cudaMemset(grads + row.offset, 0, sizeof(float) * row.numel));
+  const double norm = gpu::clip_grad_norm(grads, s.total, max_norm, s.norm_scratch);
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm)
+    for (float& g : s.hg) g *= float(max_norm / norm);
+  s.rows_up(grads, s.hg.data());
+  return norm;
 }
 
 int64_t DeviceOptimizer::step_count() const { return impl_->t; }

@@ -25,11 +25,14 @@ class DeviceOptimizer {
   DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
 
   // One step at learning rate lr on params [layout.total()] (device), reading grads (device).
-  // Advances the step count first, so the first step has t = 1. Asynchronous.
+  // Advances the step count first, so the first step has t = 1. Then, as Optimizer::step, bias
+  // balancing on the balanced rows (optim/bias_balance.h; on the host: a few floats per layer,
+  // which makes a model with such rows wait for the device here). Otherwise asynchronous.
   void step(float* params, const float* grads, double lr);
 
-  // clip_grad_norm of optim/clip.h on grads [layout.total()] (device); returns the norm before
-  // clipping (reading it back waits for the device).
+  // clip_grad_norm of optim/clip.h on grads [layout.total()] (device), the balanced rows' slots
+  // left out of the norm (they hold router loads); returns the norm before clipping (reading it
+  // back waits for the device).
   double clip_grad_norm(float* grads, double max_norm);
 
   int64_t step_count() const;

@@ -1,6 +1,8 @@
 // MoE dispatch and combine on the device; semantics and row order of layers/moe_dispatch.h:
 // the R = N*K (token, slot) pairs sorted by expert, tokens ascending within an expert, so each
-// expert owns one contiguous block of rows. Device pointers.
+// expert owns one contiguous block of rows. A slot of expert id kNoExpert (-1, the zaya router's
+// skip class) sorts after every expert's rows and gets slot_row -1: no expert computes it, it
+// adds 0 to its token and gets no gradient. Device pointers.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +13,13 @@ namespace atl::gpu {
 
 // ExpertRouting's three arrays, in device memory owned by the caller.
 struct DeviceRouting {
-  int32_t* offsets = nullptr;    // [E+1] first row of each expert; offsets[E] = R
+  int32_t* offsets = nullptr;    // [E+1] first row of each expert; offsets[E] = R less the skipped slots
   int32_t* row_token = nullptr;  // [R] token of each row
-  int32_t* slot_row = nullptr;   // [R] row of (token n, slot j) at n*K + j
+  int32_t* slot_row = nullptr;   // [R] row of (token n, slot j) at n*K + j; -1 for a skipped slot
 };
 
-// Builds the routing from topk_idx[N,K] (expert ids in [0, E): not checked; check_ids in
-// arena.h does with one synchronisation). A stable sort of the slots by expert id (sort.h);
+// Builds the routing from topk_idx[N,K] (expert ids in [0, E) or kNoExpert: not checked;
+// check_ids in arena.h does with one synchronisation). A stable sort of the slots by expert id (sort.h);
 // scratch: routing_scratch_ints(N, K) int32.
 void build_routing(const DeviceRouting& routing, const int32_t* topk_idx, int N, int E, int K, int32_t* scratch,
                    cudaStream_t stream = nullptr);

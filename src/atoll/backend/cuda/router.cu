@@ -159,4 +159,25 @@ void router_backward(float* dlogits, const float* dtopk_w, const float* probs, c
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// Block per expert e.
+__global__ void router_choice_counts_kernel(double* counts, const int32_t* topk_idx, int64_t slots) {
+  __shared__ long long buf[kBlock];
+  const int e = blockIdx.x;
+  long long count = 0;
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) count += topk_idx[i] == e;
+  count = block_sum(count, buf);
+  if (threadIdx.x == 0) counts[e] += double(count);
+}
+
+}  // namespace
+
+void router_choice_counts(double* counts, const int32_t* topk_idx, int N, int E, int K, cudaStream_t stream) {
+  const int64_t slots = int64_t(N) * K;
+  if (slots <= 0 || E <= 0) return;
+  router_choice_counts_kernel<<<E, kBlock, 0, stream>>>(counts, topk_idx, slots);
+  ATOLL_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace atl::gpu

@@ -28,4 +28,8 @@ void router_backward(float* dlogits, const float* dtopk_w, const float* probs, c
                      const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef, double z_coef,
                      double loss_scale, int32_t* scratch, cudaStream_t stream = nullptr);
 
+// counts[E] (+=) the slots of topk_idx[N,K] that chose each expert (kNoExpert slots count for
+// none): the loads of Model::topk_choice_counts. A block per expert counts integers (exact).
+void router_choice_counts(double* counts, const int32_t* topk_idx, int N, int E, int K, cudaStream_t stream = nullptr);
+
 }  // namespace atl::gpu
