@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `atoll data prepare` at scale (issue 22): corpora of SIZES gigabytes of JSONL generated from
 # text already on the machine (headers, Python sources, fortunes; documents shuffled by a seed),
-# prepared with a fixed memory budget. Prints, per size: wall time, peak RSS, MB/s per core,
-# tokenizer training time and encoding speed. Usage: bench/data_prepare.sh [SIZES_GB...]
+# prepared with a fixed memory budget. Prints, per size: wall time, CPU time (user + system,
+# which a loaded machine distorts far less than wall time), peak RSS, MB/s per core and per
+# CPU-second, tokenizer training time and encoding speed. Usage: bench/data_prepare.sh [SIZES_GB...]
 # (default 0.2 1 5); ATOLL=build/atoll, MEMORY_MB=2048, VOCAB=8192, WORK=/tmp/atoll-bench-data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,8 @@ mkdir -p "$WORK"
 sizes=("$@")
 [ ${#sizes[@]} -eq 0 ] && sizes=(0.2 1 5)
 cores=$(nproc)
-echo "| corpus | wall s | peak RSS MB | MB/s per core | tokenizer s | tokens | M tokens/s encoding |"
-echo "|---|---|---|---|---|---|---|"
+echo "| corpus | wall s | CPU s | peak RSS MB | MB/s per core | MB per CPU-s | tokenizer s | tokens | M tokens/s encoding |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for gb in "${sizes[@]}"; do
   corpus=$WORK/corpus-$gb.jsonl
   [ -f "$corpus" ] || /usr/bin/python3 - "$corpus" "$gb" <<'PY'
@@ -40,11 +41,13 @@ PY
     --memory-mb "$MEMORY_MB" >"$WORK/log-$gb.out" 2>"$WORK/log-$gb.err"
   secs=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$WORK/log-$gb.err" |
     awk -F: '{ s = 0; for (i = 1; i <= NF; ++i) s = s * 60 + $i; print s }')
+  cpu=$(sed -n 's/.*\(User\|System\) time (seconds): //p' "$WORK/log-$gb.err" | awk '{ s += $1 } END { print s }')
   rss=$(( $(sed -n 's/.*Maximum resident set size (kbytes): //p' "$WORK/log-$gb.err") / 1024 ))
   tok_s=$(sed -n 's/.*tokenizer trained in \([0-9.]*\) s.*/\1/p' "$WORK/log-$gb.err")
   enc=$(sed -n 's/.*tokens encoded and written in \([0-9.]*\) s.*/\1/p' "$WORK/log-$gb.err")
   tokens=$(/usr/bin/python3 -c "import json; m = json.load(open('$WORK/d-$gb/meta.json')); print(m['train_tokens'] + m['val_tokens'])")
   bytes=$(stat -c %s "$corpus")
   awk -v gb="$gb" -v s="$secs" -v r="$rss" -v b="$bytes" -v c="$cores" -v t="$tok_s" -v n="$tokens" -v e="$enc" \
-    'BEGIN { printf "| %s GB | %.0f | %d | %.2f | %.0f | %d | %.2f |\n", gb, s, r, b / 1e6 / s / c, t, n, n / 1e6 / e }'
+    -v u="$cpu" 'BEGIN { printf "| %s GB | %.0f | %.0f | %d | %.2f | %.2f | %.0f | %d | %.2f |\n", gb, s, u, r, b / 1e6 / s / c,
+                         b / 1e6 / u, t, n, n / 1e6 / e }'
 done
