@@ -83,31 +83,6 @@ struct IslandState {
   Clock::time_point let_go_at{};
 };
 
-// Reads metrics.jsonl rows as they are appended (whole lines only).
-class MetricsTail {
- public:
-  explicit MetricsTail(std::string path) : path_(std::move(path)) {}
-  template <class Fn>
-  void poll(Fn&& row) {
-    std::ifstream f(path_);
-    if (!f) return;
-    f.seekg(offset_);
-    std::string line;
-    while (std::getline(f, line)) {
-      if (f.eof()) break;  // a line still being written
-      offset_ += std::streamoff(line.size() + 1);
-      try {
-        row(nlohmann::json::parse(line));
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
-  }
-
- private:
-  std::string path_;
-  std::streamoff offset_ = 0;
-};
-
 TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   const uint64_t seed = uint64_t(env_int("ATOLL_CHAOS_SEED", 19));
   const int64_t want_events = env_int("ATOLL_CHAOS_EVENTS", 22), steps = env_int("ATOLL_CHAOS_STEPS", 2400);

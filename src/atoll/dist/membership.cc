@@ -237,6 +237,7 @@ View Membership::initial_view() {
 }
 
 bool Membership::store_settling() {
+  std::lock_guard<std::mutex> lock(settle_mu_);  // alive() is also asked from an exchange's thread
   const uint64_t n = store_.reconnections();
   if (n != reconnections_seen_) {
     reconnections_seen_ = n;

@@ -140,7 +140,8 @@ class Membership {
   void announce();
   View initial_view();
 
-  // Liveness by position in v.islands.
+  // Liveness by position in v.islands. Thread-safe (a failed collective on an exchange's thread
+  // asks it: group.h GroupOptions::lost_ranks).
   std::vector<bool> alive(const View& v);
   bool all_alive(const View& v);
 
@@ -202,6 +203,7 @@ class Membership {
   std::condition_variable beat_cv_;
   bool stop_ = false;
   std::optional<uint64_t> admitted_;  // the epoch wait_admission last returned
+  std::mutex settle_mu_;  // guards the two below
   uint64_t reconnections_seen_ = 0;
   std::chrono::steady_clock::time_point settled_at_{};
 };
