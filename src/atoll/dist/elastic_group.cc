@@ -135,6 +135,11 @@ std::string ElasticGroup::await_round(const std::string& attempt, int64_t outer_
          deadline_s;
 }
 
+void ElasticGroup::admitted() {
+  if (view_.is_joining(island())) membership_.withdraw_join();
+  view_.joining.clear();
+}
+
 void ElasticGroup::enter(const View& next) {
   ATOLL_CHECK(next.epoch > view_.epoch && next.contains(island())) << next.describe() << " after " << view_.describe();
   drop();

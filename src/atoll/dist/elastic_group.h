@@ -95,7 +95,8 @@ class ElasticGroup {
   // Moves to `next` (a commit that admits joiners) and forms its group.
   void enter(const View& next);
   // The admission of the view's joining islands committed: they hold the state now.
-  void admitted() { view_.joining.clear(); }
+  // A joiner withdraws its join request (Membership::withdraw_join).
+  void admitted();
 
  private:
   ElasticGroup(Store& store, Membership& membership, std::unique_ptr<ProcessGroup> group, const ElasticGroupOptions& opts);

@@ -473,6 +473,11 @@ void Membership::request_join() {
   store_.keep("join", key("join/" + me_), token_);
 }
 
+void Membership::withdraw_join() {
+  store_.forget("join");
+  store_.erase_if_equal(key("join/" + me_), token_);
+}
+
 std::optional<View> Membership::wait_admission() {
   const auto epoch_now = [&]() -> std::optional<uint64_t> {
     const auto e = store_.get(key("epoch"));
