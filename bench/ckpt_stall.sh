@@ -5,6 +5,7 @@
 # wrote it alone, inside the step).
 #   bench/ckpt_stall.sh REV [STEPS] [EVERY]     # default 60 steps, a save every 5
 #   CONFIG=configs/small.toml bench/ckpt_stall.sh REV 20 5   # the issue's config (default tiny)
+#   RUNS=new bench/ckpt_stall.sh REV ...   # this tree alone (the reference measured before on this machine)
 # The reference is built once into $OUT/ref-<sha>/build (a git worktree, as bench/identity.sh
 # does). Both runs: $CONFIG (configs/tiny.toml), 2 x 2, diloco.inner_steps 5, train.threads 1.
 # Stall: this tree's rows carry ckpt_stall_s (the saving step blocked: the plan, plus any wait
@@ -35,14 +36,14 @@ flock -u 9
 new=$(pwd)/build/atoll
 runs=/tmp/atoll-ckpt-stall
 rm -rf "$runs"; mkdir -p "$runs"
-for which in ref new; do
+for which in ${RUNS:-ref new}; do
   bin=$new; [ $which = ref ] && bin=$ref/build/atoll
   "$bin" launch --islands 2 --workers-per-island 2 --config "${CONFIG:-configs/tiny.toml}" --set train.steps="$steps" \
     --set train.eval_every=0 --set train.threads=1 --set diloco.inner_steps=5 --set checkpoint.every="$every" \
     --set checkpoint.keep=2 --run-dir "$runs/$which" >"$runs/$which.log" 2>&1
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-python3 - "$runs" "$every" "$steps" <<'PY'
+python3 - "$runs" "$every" "$steps" "${RUNS:-ref new}" <<'PY'
 import json, statistics, sys
 runs, every, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def rows(which):
@@ -51,7 +52,7 @@ def rows(which):
         o = json.loads(line)
         r.setdefault((o["island"], o["rank"]), {})[o["step"]] = o
     return r
-for which in ("ref", "new"):
+for which in sys.argv[4].split():
     extra, step_s, stall, write = [], [], [], []
     for worker, by_step in rows(which).items():
         dt = {s: by_step[s]["time_s"] - by_step[s - 1]["time_s"] for s in by_step if s - 1 in by_step}
