@@ -3,11 +3,13 @@
 // a seed, plus ATOLL_FAULT points armed at the start for what random times rarely hit: a kill in
 // the ring, the source of a state transfer killed mid-transfer, a hang in the ring. Passes when
 //   - no outer step waits longer than kStallTimeouts × fault.timeout_s for the next, per
-//     disruption that came in that wait (no hang). The issue asks for 2 × the timeout; a single
-//     failure stays within it, but a failure that lands in an admission (the joiner's group
-//     rendezvous waits the full timeout for a member already lost, then the admission is
-//     re-formed and the group formed again) took up to 12.1 s = 3 × the timeout here, so the
-//     bound is 4 × (docs/islands.md "Chaos" says what is left to do);
+//     disruption that came in that wait (no hang). A failure that lands in an admission once
+//     took 3 × here (the group's rendezvous waited the timeout twice for a member already lost);
+//     a rendezvous now gives up on a member once its heartbeat lapses (cli_admission_loss_test).
+//     The issue asks for 2 ×; what still takes just over it (8.1 s with a 4 s timeout) is a worker
+//     stopped inside the ring and let go before the re-form: the ring waits the timeout, then
+//     the members wait up to as long again for each other's failure marks (group.h) because the
+//     stopped one's heartbeat is back. Hence 2.5 × (docs/islands.md "Chaos");
 //   - the launcher exits 0, and every outer step's θ and momentum hashes agree, the last one on
 //     all 4 islands;
 //   - the final validation loss is within 2% of the fault-free run with the same seed;
@@ -49,7 +51,7 @@ Clock::time_point seconds_after(Clock::time_point t, double s) {
 
 constexpr int kIslands = 4;
 constexpr int64_t kFirstEvent = 10;
-constexpr double kStallTimeouts = 4;
+constexpr double kStallTimeouts = 2.5;
 constexpr int64_t kH = 4;
 constexpr double kTimeoutS = 4, kTtlS = 1;
 
@@ -81,31 +83,6 @@ struct IslandState {
   int64_t logged = 0;           // its newest outer step in metrics.jsonl
   pid_t stopped = -1;           // stopped by SIGSTOP (ours or ATOLL_FAULT's), to let go
   Clock::time_point let_go_at{};
-};
-
-// Reads metrics.jsonl rows as they are appended (whole lines only).
-class MetricsTail {
- public:
-  explicit MetricsTail(std::string path) : path_(std::move(path)) {}
-  template <class Fn>
-  void poll(Fn&& row) {
-    std::ifstream f(path_);
-    if (!f) return;
-    f.seekg(offset_);
-    std::string line;
-    while (std::getline(f, line)) {
-      if (f.eof()) break;  // a line still being written
-      offset_ += std::streamoff(line.size() + 1);
-      try {
-        row(nlohmann::json::parse(line));
-      } catch (const nlohmann::json::exception&) {
-      }
-    }
-  }
-
- private:
-  std::string path_;
-  std::streamoff offset_ = 0;
 };
 
 TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {

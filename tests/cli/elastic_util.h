@@ -2,7 +2,8 @@
 // straggler_test.cc, watchdog_test.cc): finding a worker process under the launcher, reading a
 // run's hashes and events, and the launch arguments of a short 3-island run on the micro model
 // with fast fault settings; ShortLaunch, a shorter run with one fault (bad_update_test.cc,
-// rollback_test.cc).
+// rollback_test.cc); MetricsTail, metrics.jsonl read as it grows (chaos_test.cc,
+// admission_loss_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -101,6 +102,31 @@ inline int64_t newest_outer_step(const std::string& run) {
     return 0;
   }
 }
+
+// Reads metrics.jsonl rows as they are appended (whole lines only).
+class MetricsTail {
+ public:
+  explicit MetricsTail(std::string path) : path_(std::move(path)) {}
+  template <class Fn>
+  void poll(Fn&& row) {
+    std::ifstream f(path_);
+    if (!f) return;
+    f.seekg(offset_);
+    std::string line;
+    while (std::getline(f, line)) {
+      if (f.eof()) break;  // a line still being written
+      offset_ += std::streamoff(line.size() + 1);
+      try {
+        row(nlohmann::json::parse(line));
+      } catch (const nlohmann::json::exception&) {
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+  std::streamoff offset_ = 0;
+};
 
 class ElasticLaunch : public CliTest {
  protected:

@@ -30,6 +30,9 @@ TEST(FaultSpec, ParsesTheRingAndTransferForms) {
   EXPECT_EQ(b.rank, 1);
   EXPECT_EQ(b.transfer, 1);
   EXPECT_EQ(parse_fault_spec("hang:island=1:transfer=2").action, Action::kHang);
+  const FaultSpec adm = parse_fault_spec("kill:island=1:admission=2");
+  EXPECT_EQ(adm.admission, 2);
+  EXPECT_EQ(adm.transfer, -1);
   EXPECT_EQ(parse_fault_spec("").action, Action::kNone);
   const FaultSpec u = parse_fault_spec("corrupt:island=1:outer_step=4:update=replay");
   EXPECT_EQ(u.action, Action::kCorrupt);
@@ -83,6 +86,9 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"kill:island=1:outer_step=2", "go together"},
                {"kill:island=1", "name one point"},
                {"kill:island=1:transfer=1:outer_step=1:ring_chunk=1", "name one point"},
+               {"kill:island=1:transfer=1:admission=1", "name one point"},
+               {"kill:island=1:admission=0", "admission=0 is not a whole number >= 1"},
+               {"corrupt:island=1:admission=1", "state transfers (transfer=K) and updates"},
                {"corrupt:island=1:outer_step=1:ring_chunk=1", "state transfers (transfer=K) and updates"},
                {"corrupt:island=1:outer_step=1:update=zero", "update=zero is not nan, scale, flip or replay"},
                {"kill:island=1:outer_step=1:update=nan", "goes with corrupt"},

@@ -218,6 +218,50 @@ TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd
   EXPECT_EQ(out[2].substr(out[2].find('|')), "|done");
 }
 
+// An admitted worker withdraws its join request: were it lost later and let go (SIGCONT) with
+// its heartbeat back, a commit must not admit it again on the old request (the chaos test saw
+// such admissions wait out the timeout for a worker that was leaving the run).
+TEST_F(MembershipTest, AnAdmittedWorkerIsNotAdmittedAgainOnItsOldRequest) {
+  const auto out = run_processes(3, [&](int island) {
+    Store store(store_options("withdraw"));
+    const std::string flag = store.run_prefix() + "/test/";
+    auto m = std::make_unique<Membership>(store, options(island, 3));
+    m->start_heartbeat();
+    m->announce();
+    View v = m->initial_view();
+    if (island == 2) {
+      m.reset();
+      store.set(flag + "left", "1");
+      Membership again(store, options(2, 3));
+      again.start_heartbeat();
+      again.request_join();
+      const std::optional<View> admitted = again.wait_admission();
+      again.withdraw_join();
+      store.set(flag + "withdrawn", "1");
+      store.wait({flag + "checked0", flag + "checked1"});
+      return std::string(admitted ? "admitted" : "none");
+    }
+    store.wait({flag + "left"});
+    v = m->reform(v, {});  // epoch 1: islands 0 and 1
+    std::string r = "never admitted";
+    for (int k = 1; k <= 2000; ++k) {
+      const Decision d = m->decide(v, outer_attempt(k), true, true);
+      if (d.next) {
+        r = "admitted";
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    store.wait({flag + "withdrawn"});
+    // Island 2 lives on (its heartbeat too) but asks nothing: a commit over epoch 1 admits no one.
+    const Decision d = m->decide(v, outer_attempt(5000), true, true);
+    r += d.commit && !d.next ? ", then no one" : ", then " + (d.next ? d.next->describe() : "an abort");
+    store.set(flag + "checked" + std::to_string(island), "1");
+    return r;
+  });
+  EXPECT_EQ(out, (std::vector<std::string>{"admitted, then no one", "admitted, then no one", "admitted"}));
+}
+
 TEST_F(MembershipTest, AWrongOrMissingRunTokenIsRefusedAndWritesNothing) {
   Store store(store_options("token"));
   publish_run_token(store, "right");

@@ -29,8 +29,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
-                    "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K or "
-                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT copy, tensor, part, manifest, rename or latest), or "
+                    "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K, "
+                    "ACTION:island=I:admission=K or ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT copy, tensor, "
+                    "part, manifest, rename or latest), or "
                     "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, delay:island=I:outer_step=S:seconds=X, "
                     "delay:island=I[:rank=R]:ckpt=copy[:save=K]:seconds=X, "
                     "stall:island=I:step=K:seconds=X or corrupt:island=I:step=K:loss=nan|spike, "
@@ -61,7 +62,7 @@ struct Armed {
 };
 std::atomic<bool> g_armed{false};
 std::vector<std::unique_ptr<Armed>> g_faults;
-std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0}, g_saves{0};
+std::atomic<int64_t> g_outer_step{-1}, g_ring_messages{0}, g_transfers{0}, g_saves{0}, g_admissions{0};
 const char* const kCheckpointPoints[] = {"copy", "tensor", "part", "manifest", "rename", "latest"};
 
 void say(const std::string& what) {
@@ -117,6 +118,7 @@ FaultSpec parse_fault_spec(const std::string& text) {
     else if (key == "outer_step") f.outer_step = positive(text, key, value, 1);
     else if (key == "ring_chunk") f.ring_chunk = positive(text, key, value, 1);
     else if (key == "transfer") f.transfer = positive(text, key, value, 1);
+    else if (key == "admission") f.admission = positive(text, key, value, 1);
     else if (key == "save") f.save = positive(text, key, value, 1);
     else if (key == "ckpt") {
       if (std::find(std::begin(kCheckpointPoints), std::end(kCheckpointPoints), value) == std::end(kCheckpointPoints))
@@ -130,16 +132,17 @@ FaultSpec parse_fault_spec(const std::string& text) {
       f.loss = value == "nan" ? FaultSpec::Loss::kNan : FaultSpec::Loss::kSpike;
     } else {
       refuse(text, "unknown key '" + key +
-                       "' (island, rank, outer_step, ring_chunk, transfer, ckpt, save, update, step, seconds, loss)");
+                       "' (island, rank, outer_step, ring_chunk, transfer, admission, ckpt, save, update, step, seconds, loss)");
     }
   }
   if (f.island < 0) refuse(text, "no island=I");
   const bool timed = f.action == FaultSpec::Action::kDelay || f.action == FaultSpec::Action::kStall;
-  const bool others = f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty() || f.update != FaultSpec::Update::kNone;
+  const bool others = f.ring_chunk > 0 || f.transfer > 0 || f.admission > 0 || !f.ckpt.empty() ||
+                      f.update != FaultSpec::Update::kNone;
   if (timed != (f.seconds > 0)) refuse(text, "seconds=X (above 0) goes with delay and stall");
   if (f.action == FaultSpec::Action::kDelay) {
     const bool copy = f.ckpt == "copy" && f.outer_step < 0 && f.ring_chunk < 0 && f.transfer < 0 &&
-                      f.update == FaultSpec::Update::kNone;
+                      f.admission <= 0 && f.update == FaultSpec::Update::kNone;
     if (f.step > 0 || (!copy && (f.outer_step < 0 || others)))
       refuse(text, "delay takes outer_step=S:seconds=X alone (or ckpt=copy[:save=K]:seconds=X)");
     return f;
@@ -156,14 +159,14 @@ FaultSpec parse_fault_spec(const std::string& text) {
   }
   if (f.update != FaultSpec::Update::kNone) {
     if (f.action != FaultSpec::Action::kCorrupt) refuse(text, "update=... goes with corrupt");
-    if (f.outer_step < 0 || f.ring_chunk > 0 || f.transfer > 0 || !f.ckpt.empty())
+    if (f.outer_step < 0 || f.ring_chunk > 0 || f.transfer > 0 || f.admission > 0 || !f.ckpt.empty())
       refuse(text, "update=... takes outer_step=S alone");
     return f;
   }
   const bool ring = f.ring_chunk > 0 || f.outer_step > 0;
   if (ring && (f.ring_chunk < 0 || f.outer_step < 0)) refuse(text, "outer_step and ring_chunk go together");
-  if (int(ring) + int(f.transfer > 0) + int(!f.ckpt.empty()) != 1)
-    refuse(text, "name one point: outer_step=S:ring_chunk=K, transfer=K or ckpt=POINT");
+  if (int(ring) + int(f.transfer > 0) + int(f.admission > 0) + int(!f.ckpt.empty()) != 1)
+    refuse(text, "name one point: outer_step=S:ring_chunk=K, transfer=K, admission=K or ckpt=POINT");
   if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0)
     refuse(text, "corrupt applies to state transfers (transfer=K) and updates (update=...) only");
   return f;
@@ -226,6 +229,13 @@ bool fault_transfer_tensor() {
   for (auto& a : g_faults)
     if (a->spec.transfer == k) corrupt = fire(*a, "state transfer tensor " + std::to_string(k)) || corrupt;
   return corrupt;
+}
+
+void fault_admission() {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  const int64_t k = ++g_admissions;
+  for (auto& a : g_faults)
+    if (a->spec.admission == k) fire(*a, "admission " + std::to_string(k) + ", before its group's rendezvous");
 }
 
 void fault_before_exchange() {

@@ -16,6 +16,8 @@
 //     outer_step=S and ring_chunk=K   at the K-th ring message (1-based) this process sends while
 //                 attempting outer step S (the step number metrics.jsonl logs, 1-based)
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
+//     admission=K in the K-th admission of joiners this process takes part in as a member of the
+//                 run (1-based), before it reaches the rendezvous of the admitting view's group
 //     ckpt=POINT  in this process's save number `save` (save=K, 1-based; default 1) of a checkpoint
 //                 (ckpt/checkpoint.h), at POINT: copy (the background copy of the saved tensors
 //                 into staging begun, one tensor done, while the next step runs), tensor (its part file half written: after the
@@ -54,7 +56,7 @@ struct FaultSpec {
   enum class Action { kNone, kKill, kHang, kCorrupt, kCrash, kDelay, kStall };
   Action action = Action::kNone;
   int island = -1, rank = -1;  // -1: any
-  int64_t outer_step = -1, ring_chunk = -1, transfer = -1;
+  int64_t outer_step = -1, ring_chunk = -1, transfer = -1, admission = -1;
   std::string ckpt{};  // a checkpoint point ("" = none)
   int64_t save = 1;    // with ckpt: the save it fires in
   enum class Update { kNone, kNan, kScale, kFlip, kReplay };
@@ -80,6 +82,9 @@ void disarm_fault_injection();
 void fault_outer_step(int64_t outer_step);
 void fault_ring_message();
 bool fault_transfer_tensor();
+// fault_admission: this process, a member of the run, is about to form the group of a view that
+// admits joiners (counts them).
+void fault_admission();
 // fault_checkpoint_save: this process begins a checkpoint save (counts them). fault_checkpoint:
 // the save in progress reaches `point` (one of the ckpt=POINT names).
 void fault_checkpoint_save();

@@ -5,6 +5,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/fault_injection.h"
 
 namespace atl {
 
@@ -51,7 +52,7 @@ void ElasticGroup::form() {
     group_ = std::make_unique<ProcessGroup>(
         store_, GroupOptions{.name = opts_.name, .rank = view_.position(island()), .size = int(view_.islands.size()),
                              .epoch = view_.epoch, .connections = opts_.connections, .timeout = opts_.timeout,
-                             .member_name = member_name});
+                             .member_name = member_name, .lost_ranks = [this] { return lost_positions(); }});
   } catch (const Timeout& e) {
     formation_error_ = e.what();
   } catch (const PeerLost& e) {
@@ -67,12 +68,18 @@ void ElasticGroup::drop() {
   group_.reset();  // closes the connections: a peer waiting on us fails now
 }
 
-std::string ElasticGroup::lost_members() {
+std::vector<int> ElasticGroup::lost_positions() {
   const std::vector<bool> alive = membership_.alive(view_);
+  std::vector<int> lost;
+  for (size_t g = 0; g < alive.size(); ++g)
+    if (!alive[g]) lost.push_back(int(g));
+  return lost;
+}
+
+std::string ElasticGroup::lost_members() {
   std::string lost;
-  for (size_t g = 0; g < alive.size(); ++g) {
-    if (alive[g]) continue;
-    const int i = view_.islands[g];
+  for (const int g : lost_positions()) {
+    const int i = view_.islands[size_t(g)];
     lost += (lost.empty() ? "" : ", ") + (opts_.island_name ? opts_.island_name(i) : "island " + std::to_string(i));
   }
   return lost;
@@ -128,10 +135,16 @@ std::string ElasticGroup::await_round(const std::string& attempt, int64_t outer_
          deadline_s;
 }
 
+void ElasticGroup::admitted() {
+  if (view_.is_joining(island())) membership_.withdraw_join();
+  view_.joining.clear();
+}
+
 void ElasticGroup::enter(const View& next) {
   ATOLL_CHECK(next.epoch > view_.epoch && next.contains(island())) << next.describe() << " after " << view_.describe();
   drop();
   view_ = next;
+  fault_admission();
   form();
 }
 

@@ -12,7 +12,10 @@
 //      as before the attempt: nothing of a failed collective is kept), then reform() forms the
 //      next epoch's group from the workers that are ready, and the caller retries.
 // A group that does not form (a member of the new view died meanwhile) is an attempt that
-// fails: the caller votes "fail" without a collective and re-forms again.
+// fails: the caller votes "fail" without a collective and re-forms again. Its rendezvous gives up
+// as soon as a member's heartbeat lapses (within fault.heartbeat_ttl_s of its death, not after
+// fault.timeout_s: GroupOptions::lost_ranks), and so does a failed collective's wait for the
+// others' marks; a member alive but slow is waited for up to the timeout.
 //
 // Users of the group (DilocoSync's rings) are told through on_change: nullptr before the group
 // is dropped (they must let go of its connections), the new group after one forms. Others ask
@@ -92,12 +95,16 @@ class ElasticGroup {
   // Moves to `next` (a commit that admits joiners) and forms its group.
   void enter(const View& next);
   // The admission of the view's joining islands committed: they hold the state now.
-  void admitted() { view_.joining.clear(); }
+  // A joiner withdraws its join request (Membership::withdraw_join).
+  void admitted();
 
  private:
   ElasticGroup(Store& store, Membership& membership, std::unique_ptr<ProcessGroup> group, const ElasticGroupOptions& opts);
   void drop();
+  // Forms the view's group; its rendezvous gives up on a member as soon as its heartbeat lapses.
   void form();
+  // The group ranks (positions in the view) of the members whose heartbeat lapsed.
+  std::vector<int> lost_positions();
 
   Store& store_;
   Membership& membership_;

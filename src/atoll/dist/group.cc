@@ -110,6 +110,47 @@ bool timed_out_in_flight() {
   }
 }
 
+// How often the rendezvous's waits ask GroupOptions::lost_ranks (one MGET of the heartbeats).
+constexpr Ms kLivenessSlice(100);
+
+// Gloo's view of the store while it connects the full mesh: every wait ends by the rendezvous's
+// deadline (Gloo would wait the timeout once per peer), in slices between which `check` throws
+// when a member it waits for is known gone.
+class SlicedStore final : public gloo::rendezvous::Store {
+ public:
+  SlicedStore(gloo::rendezvous::Store& inner, std::chrono::steady_clock::time_point deadline,
+              std::function<void()> check)
+      : inner_(inner), deadline_(deadline), check_(std::move(check)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override { inner_.set(key, data); }
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, Ms(0)); }
+  // `timeout` 0: until the deadline.
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    const auto start = std::chrono::steady_clock::now();
+    const auto end = timeout.count() > 0 ? std::min(deadline_, start + timeout) : deadline_;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<Ms>(end - std::chrono::steady_clock::now());
+      try {
+        inner_.wait(keys, std::clamp(left, Ms(1), kLivenessSlice));
+        return;
+      } catch (const Timeout& e) {
+        if (std::chrono::steady_clock::now() >= end)
+          throw Timeout("waited " + seconds_text(std::chrono::duration_cast<Ms>(end - start)) + " (" + e.what() + ")");
+      }
+      check_();
+    }
+  }
+
+ private:
+  gloo::rendezvous::Store& inner_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::function<void()> check_;
+};
+
 void sum_floats(void* out, const void* a, const void* b, size_t n) {
   auto* o = static_cast<float*>(out);
   auto* x = static_cast<const float*>(a);
@@ -148,6 +189,7 @@ ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
   ATOLL_CHECK_GE(opts_.connections, 1);
   ATOLL_CHECK_GE(opts_.bucket_bytes, sizeof(float));
   ignore_sigpipe_once();
+  rendezvous_deadline_ = std::chrono::steady_clock::now() + std::min(opts_.timeout, store.timeout());
   if (opts_.hostname.empty() && opts_.iface.empty()) opts_.hostname = listen_address_towards(store_url_);
   // Each rank announces itself first, so a rendezvous that times out can name who never came.
   if (!store.set_if_absent(prefix_ + "/arrived/" + std::to_string(opts_.rank), opts_.hostname))
@@ -177,9 +219,10 @@ void ProcessGroup::connect(Store& store, int connection) {
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(opts_.rank, opts_.size);
   context->setTimeout(opts_.timeout);
-  auto view = store.gloo_view(prefix_ + "/c" + std::to_string(connection));
+  auto prefixed = store.gloo_view(prefix_ + "/c" + std::to_string(connection));
+  SlicedStore view(*prefixed, rendezvous_deadline_, [&] { check_lost("waiting for the peers' addresses"); });
   try {
-    context->connectFullMesh(*view, device);
+    context->connectFullMesh(view, device);
   } catch (...) {
     std::vector<bool> checked(size_t(opts_.size), false);
     checked[size_t(opts_.rank)] = true;
@@ -193,32 +236,56 @@ void ProcessGroup::connect_failed(Store& store, int connection) const {
   try {
     throw;
   } catch (const Timeout& e) {
-    std::vector<std::string> keys;
-    for (int r = 0; r < opts_.size; ++r) keys.push_back(prefix_ + "/arrived/" + std::to_string(r));
-    const std::vector<bool> here = store.exists(keys);
-    std::string missing;
-    for (int r = 0; r < opts_.size; ++r)
-      if (!here[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    const Ms limit = std::min(opts_.timeout, store.timeout());
-    if (!missing.empty())
-      throw Timeout(describe() + ": rank(s) " + missing + " of " + std::to_string(opts_.size) +
-                    " did not arrive within " + seconds_text(limit) + " (store " + store_url_ + ", prefix " + prefix_ +
-                    "); fix: start every rank with the same --store and run id, or raise the timeout");
+    throw_if_missing(store);
     throw Timeout(describe() + ": all ranks arrived but connection " + std::to_string(connection) +
-                  " was not set up within " + seconds_text(limit) + " (" + e.what() + ")");
+                  " was not set up within " + seconds_text(std::min(opts_.timeout, store.timeout())) + " (" +
+                  e.what() + ")");
   } catch (...) {
     rethrow_translated(describe() + ": rendezvous of connection " + std::to_string(connection));
   }
 }
 
+void ProcessGroup::throw_if_missing(Store& store) const {
+  std::vector<std::string> keys;
+  for (int r = 0; r < opts_.size; ++r) keys.push_back(prefix_ + "/arrived/" + std::to_string(r));
+  const std::vector<bool> here = store.exists(keys);
+  std::string missing;
+  for (int r = 0; r < opts_.size; ++r)
+    if (!here[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  if (!missing.empty())
+    throw Timeout(describe() + ": rank(s) " + missing + " of " + std::to_string(opts_.size) + " did not arrive within " +
+                  seconds_text(std::min(opts_.timeout, store.timeout())) + " (store " + store_url_ + ", prefix " +
+                  prefix_ + "); fix: start every rank with the same --store and run id, or raise the timeout");
+}
+
 void ProcessGroup::await_sizes(Store& store) const {
   std::vector<bool> checked(size_t(opts_.size), false);
   checked[size_t(opts_.rank)] = true;
-  const auto deadline = std::chrono::steady_clock::now() + std::min(opts_.timeout, store.timeout());
+  auto next_check = std::chrono::steady_clock::now() + kLivenessSlice;
   for (Ms pause(1); !check_sizes(store, checked); pause = std::min(pause * 2, Ms(10))) {
-    if (std::chrono::steady_clock::now() >= deadline) return;  // the rendezvous names who never came
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= rendezvous_deadline_) {
+      // No time is left to connect: a rank that never came is named here, so that ranks which
+      // arrived at different times all end alike (not one in a connect to a peer that gave up).
+      throw_if_missing(store);
+      return;  // all arrived, some size not yet stated: the connect says what went wrong
+    }
+    if (now >= next_check) {
+      check_lost(describe() + ": rendezvous (prefix " + prefix_ + ")");
+      next_check = now + kLivenessSlice;
+    }
     std::this_thread::sleep_for(pause);
   }
+}
+
+void ProcessGroup::check_lost(const std::string& during) const {
+  if (!opts_.lost_ranks) return;
+  std::string lost;
+  for (int r : opts_.lost_ranks())
+    if (r != opts_.rank) lost += (lost.empty() ? "" : ", ") + member(r);
+  if (!lost.empty())
+    throw PeerLost(during + ": " + lost + " gone (no heartbeat for fault.heartbeat_ttl_s) before the group formed; not waited for: " +
+                   "the survivors form the next epoch without it");
 }
 
 bool ProcessGroup::check_sizes(Store& store, std::vector<bool>& checked) const {
@@ -266,12 +333,19 @@ std::string ProcessGroup::mark_failed(Ms wait) const {
     std::vector<int> ranks;
     for (int r = 0; r < size(); ++r)
       if (r != rank()) keys.push_back(prefix_ + "/failed/" + std::to_string(r)), ranks.push_back(r);
-    try {
-      store.wait(keys, wait);
-    } catch (const Timeout&) {
-      // those still unmarked stalled
+    // In slices, so that the wait ends once every member still unmarked is known gone.
+    const auto end = std::chrono::steady_clock::now() + wait;
+    std::vector<bool> marked = store.exists(keys);
+    while (std::find(marked.begin(), marked.end(), false) != marked.end() &&
+           std::chrono::steady_clock::now() < end && !unmarked_all_gone(ranks, marked)) {
+      try {
+        const auto left = std::chrono::duration_cast<Ms>(end - std::chrono::steady_clock::now());
+        store.wait(keys, std::clamp(left, Ms(1), kLivenessSlice));
+      } catch (const Timeout&) {
+        // those still unmarked stalled, unless they mark in the next slice
+      }
+      marked = store.exists(keys);
     }
-    const std::vector<bool> marked = store.exists(keys);
     std::string stalled;
     for (size_t i = 0; i < keys.size(); ++i)
       if (!marked[i]) stalled += (stalled.empty() ? "" : ", ") + member(ranks[i]);
@@ -282,6 +356,14 @@ std::string ProcessGroup::mark_failed(Ms wait) const {
   } catch (const std::exception&) {
     return "";  // the store is unreachable too: nothing more to say
   }
+}
+
+bool ProcessGroup::unmarked_all_gone(const std::vector<int>& ranks, const std::vector<bool>& marked) const {
+  if (!opts_.lost_ranks) return false;
+  const std::vector<int> lost = opts_.lost_ranks();
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (!marked[i] && std::find(lost.begin(), lost.end(), ranks[i]) == lost.end()) return false;
+  return true;
 }
 
 std::string ProcessGroup::describe() const {

@@ -15,14 +15,18 @@
 // After a failure (Timeout or PeerLost) the group is broken: its collectives refuse to run, and
 // the survivors form a new group with a higher epoch (elastic_group.h).
 //
-// Timeouts: rendezvous waits at most `timeout` for every peer (capped by the store's timeout);
+// Timeouts: rendezvous waits at most `timeout` in all for every peer (capped by the store's
+// timeout), less when GroupOptions::lost_ranks names a member that cannot come any more;
 // every collective waits at most `timeout` for any one message. Failures raise Timeout (a peer
 // stalled or never came: the message names the missing ranks when it can) or PeerLost (a peer's
 // connection closed or broke). Every collective leaves the caller's buffers unchanged on failure.
 // A collective that times out names the member that stalled: each member whose collective fails
-// marks it in the store, and one that timed out waits (as long again, at most 10 s) for the
-// others' marks; those that never mark are the ones that stalled ("stalled: island 2 rank 0",
-// by member_name).
+// marks it in the store, and one that timed out waits (as long again, at most 10 s, less once
+// every member still unmarked is known gone) for the others' marks; those that never mark are
+// the ones that stalled ("stalled: island 2 rank 0", by member_name).
+//
+// A member that dies between publishing its address and connecting (a window of microseconds)
+// is still waited for up to Gloo's connect timeout: Gloo's pair connect cannot be interrupted.
 //
 // Sizes: every rank states in the store the group size it was started with, and a rank whose
 // size differs from a peer's is refused with GroupSizeMismatch naming both, rather than failing
@@ -67,6 +71,12 @@ struct GroupOptions {
   // How errors name a member, e.g. "island 2 rank 0" for rank 2 of an outer group (empty:
   // "rank 2").
   std::function<std::string(int rank)> member_name{};
+  // The ranks known gone (an elastic run: those whose heartbeat lapsed, membership.h), asked
+  // between slices of the waits that a gone member would otherwise leave to run out: the
+  // rendezvous, which then gives up at once with PeerLost naming them, and a failed collective's
+  // wait for the others' marks. A member that is only slow is not in it and is waited for up to
+  // the timeout. Empty: none is known gone before the timeout.
+  std::function<std::vector<int>()> lost_ranks{};
 };
 
 // A rank started with another group size than a peer's (e.g. a worker given another
@@ -150,16 +160,22 @@ class ProcessGroup {
   // GroupSizeMismatch at once for one that stated another; check_sizes looks once at the ranks
   // not yet `checked` and says whether every rank has stated one.
   void await_sizes(Store& store) const;
+  // PeerLost naming the members GroupOptions::lost_ranks says are gone, `during` in front; none: returns.
+  void check_lost(const std::string& during) const;
   bool check_sizes(Store& store, std::vector<bool>& checked) const;
   [[noreturn]] void connect_failed(Store& store, int connection) const;  // in a catch block
+  void throw_if_missing(Store& store) const;  // Timeout naming the ranks that never arrived, if any
   // Marks this member's failed collective in the store; with a `wait`, waits that long for the
   // others' marks and returns "; stalled: <members that never marked>".
   std::string mark_failed(std::chrono::milliseconds wait) const;
+  // Whether every one of `ranks` not `marked` is known gone (GroupOptions::lost_ranks).
+  bool unmarked_all_gone(const std::vector<int>& ranks, const std::vector<bool>& marked) const;
 
   GroupOptions opts_;
   std::string prefix_;
   std::string store_url_;
   std::string store_password_;  // for mark_failed's own connection
+  std::chrono::steady_clock::time_point rendezvous_deadline_{};  // the whole rendezvous's bound
   std::vector<std::shared_ptr<gloo::Context>> contexts_;
   std::vector<float> scratch_;
   uint32_t tag_ = 1;

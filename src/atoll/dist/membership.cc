@@ -237,6 +237,7 @@ View Membership::initial_view() {
 }
 
 bool Membership::store_settling() {
+  std::lock_guard<std::mutex> lock(settle_mu_);  // alive() is also asked from an exchange's thread
   const uint64_t n = store_.reconnections();
   if (n != reconnections_seen_) {
     reconnections_seen_ = n;
@@ -470,6 +471,11 @@ Membership::Round Membership::arrive(const View& v, const std::string& attempt, 
 void Membership::request_join() {
   store_.set(key("join/" + me_), token_);
   store_.keep("join", key("join/" + me_), token_);
+}
+
+void Membership::withdraw_join() {
+  store_.forget("join");
+  store_.erase_if_equal(key("join/" + me_), token_);
 }
 
 std::optional<View> Membership::wait_admission() {

@@ -15,7 +15,7 @@
 //   e<E>/<attempt>/decision       what every worker of the view does: {"commit": bool, "next"?: view}
 //   e<E>/<attempt>/arrived/I.R    this worker's token: it reached the attempt (fault.outer_deadline_s)
 //   e<E>/<attempt>/round          the islands of the attempt's round, once it closed (JSON array)
-//   join/I.R               a restarted worker's request to rejoin: its token
+//   join/I.R               a restarted worker's request to rejoin: its token (withdrawn once admitted)
 //   record/I.R             the worker's own record at its newest committed outer step (its data
 //                          cursor), which a restarted worker continues from
 //   done                   the run finished its last step
@@ -140,7 +140,8 @@ class Membership {
   void announce();
   View initial_view();
 
-  // Liveness by position in v.islands.
+  // Liveness by position in v.islands. Thread-safe (a failed collective on an exchange's thread
+  // asks it: group.h GroupOptions::lost_ranks).
   std::vector<bool> alive(const View& v);
   bool all_alive(const View& v);
 
@@ -169,6 +170,9 @@ class Membership {
   // the timeout (nothing left to rejoin).
   void request_join();
   std::optional<View> wait_admission();
+  // Once admitted: the request is withdrawn, so that this process, if it is later lost and let
+  // go (SIGCONT) with its heartbeat back, is not admitted again on it while it leaves the run.
+  void withdraw_join();
 
   std::optional<View> view(uint64_t epoch);
   void put_record(const std::string& record);                // this worker's
@@ -202,6 +206,7 @@ class Membership {
   std::condition_variable beat_cv_;
   bool stop_ = false;
   std::optional<uint64_t> admitted_;  // the epoch wait_admission last returned
+  std::mutex settle_mu_;  // guards the two below
   uint64_t reconnections_seen_ = 0;
   std::chrono::steady_clock::time_point settled_at_{};
 };

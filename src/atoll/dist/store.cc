@@ -175,6 +175,11 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
     std::lock_guard<std::mutex> lock(k->mu);
     k->slots[slot] = {key, value};
   }
+  void forget(const std::string& slot) {
+    const std::shared_ptr<KeptKeys> k = kept();
+    std::lock_guard<std::mutex> lock(k->mu);
+    k->slots.erase(slot);
+  }
   uint64_t reconnections() const { return reconnections_.load(); }
 
  private:
@@ -381,6 +386,8 @@ void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wai
 void Store::keep(const std::string& slot, const std::string& key, const std::string& value) {
   redis_->keep(slot, key, value);
 }
+
+void Store::forget(const std::string& slot) { redis_->forget(slot); }
 
 void Store::share_kept_keys_with(Store& other) { other.redis_->set_kept(redis_->kept()); }
 

@@ -115,6 +115,8 @@ class Store {
   // reconnection. One key per slot: a newer keep() of the slot replaces the older. Does not write
   // now (the caller has written it).
   void keep(const std::string& slot, const std::string& key, const std::string& value);
+  // Stops keeping the slot's key (nothing if none).
+  void forget(const std::string& slot);
   // `other` writes this store's kept keys back too when its own connection reconnects (a
   // heartbeat thread's connection notices a restart while the main thread computes).
   void share_kept_keys_with(Store& other);

@@ -1,0 +1,95 @@
+// A rendezvous gives up on a member known gone (GroupOptions::lost_ranks: in a run, its heartbeat
+// lapsed) with PeerLost naming it, whether it never arrived or arrived and died before it gave its
+// address; a member only slow (not known gone) is waited for and the group forms. Every rank a
+// real process; "gone" is a store key the member writes, which lost_ranks reads.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "atoll/core/errors.h"
+#include "atoll/dist/group.h"
+#include "dist_test_util.h"
+
+namespace atl {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::run_processes;
+
+class GroupLostMember : public testing::RedisSuite {
+ protected:
+  // Ranks 0 and 1 form a group of 3 whose rank 2 runs `rank2` instead (with the store); a timeout
+  // far longer than the test, so that only giving up early ends their rendezvous in time.
+  template <class Rank2>
+  static std::vector<std::string> form_without_rank_2(const std::string& run, Rank2&& rank2) {
+    return run_processes(3, [&](int rank) {
+      Store store(store_options(run));
+      const std::string gone = store.run_prefix() + "/gone/2";
+      if (rank == 2) {
+        rank2(store);
+        store.set(gone, "1");
+        return std::string("gone");
+      }
+      try {
+        ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3, .timeout = milliseconds(20000),
+                                           .member_name = [](int r) { return "member-" + std::to_string(r); },
+                                           .lost_ranks = [&] {
+                                             return store.get(gone) ? std::vector<int>{2} : std::vector<int>{};
+                                           }});
+        return std::string("formed");
+      } catch (const PeerLost& e) {
+        return std::string("PeerLost: ") + e.what();
+      } catch (const Timeout& e) {
+        return std::string("Timeout: ") + e.what();
+      }
+    });
+  }
+};
+
+TEST_F(GroupLostMember, OneThatNeverArrivesIsGivenUpOnceGone) {
+  const auto out = form_without_rank_2("never", [](Store&) {});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find("member-2 gone"), std::string::npos) << out[size_t(r)];
+  }
+}
+
+TEST_F(GroupLostMember, OneThatArrivedAndDiedBeforeItsAddressIsGivenUpOnceGone) {
+  const auto out = form_without_rank_2("arrived", [](Store& store) {
+    const std::string prefix = store.group_prefix("world", 0);
+    store.set_if_absent(prefix + "/arrived/2", "127.0.0.1");
+    store.set(prefix + "/size/2", "3");
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find("waiting for the peers' addresses: member-2 gone"), std::string::npos)
+        << out[size_t(r)];
+  }
+}
+
+// Rank 2 arrives only after both others have asked whether it is gone (and were told no).
+TEST_F(GroupLostMember, OneThatIsOnlySlowIsWaitedFor) {
+  const auto out = run_processes(3, [&](int rank) {
+    Store store(store_options("slow"));
+    const std::string asked = store.run_prefix() + "/asked/";
+    if (rank == 2) store.wait({asked + "0", asked + "1"});
+    bool told = false;
+    try {
+      ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3, .timeout = milliseconds(20000),
+                                         .lost_ranks = [&] {
+                                           if (!told) store.set(asked + std::to_string(rank), "1"), told = true;
+                                           return std::vector<int>{};
+                                         }});
+      g.barrier();
+      return std::string("formed");
+    } catch (const std::exception& e) {
+      return std::string("failed: ") + e.what();
+    }
+  });
+  EXPECT_EQ(out, (std::vector<std::string>{"formed", "formed", "formed"}));
+}
+
+}  // namespace
+}  // namespace atl
