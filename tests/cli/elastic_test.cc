@@ -136,6 +136,49 @@ TEST_F(ElasticLaunch, AWorkerStoppedPastTheTtlIsLeftOutAndRejoinsWhenLetGo) {
   EXPECT_GT(m["state"]["loaders"][1]["position"].get<int64_t>(), 0);
 }
 
+// The restart backoff doubles in a crash loop and starts again once the worker has taken part in
+// a committed outer step: island 2 killed after it rejoined and trained is restarted after the
+// first delay again (0.2 s, not 0.4), and its successor killed before it could rejoin after twice
+// that (0.4 s). Before, the delay doubled with every restart of the run, and a worker lost now and
+// then over a long run waited minutes and could miss the run's end.
+TEST_F(ElasticLaunch, TheRestartBackoffStartsAgainOnceTheWorkerContributes) {
+  const std::string run = dir("run");
+  Background b(args(run), dir("launch"));
+  const auto alive = [&] { return b.running(); };
+  const auto contributed_since = [&](int64_t outer_step) {  // island 2 logged an outer step after it
+    const RunView v = read_run(run);
+    for (auto it = v.theta.upper_bound(outer_step); it != v.theta.end(); ++it)
+      if (it->second.count(2)) return true;
+    return false;
+  };
+  // 1. Killed once it has trained: restart 1 after 0.2 s.
+  ASSERT_TRUE(wait_until([&] { return contributed_since(2); }, 60, alive)) << read_file(dir("launch") + ".err");
+  pid_t victim = worker_pid(b.pid(), 2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // 2. Killed after it rejoined and took part in a committed outer step: restart 2 after 0.2 s again.
+  ASSERT_TRUE(wait_until([&] { return read_run(run).count("join") == 1; }, 60, alive)) << read_file(dir("launch") + ".err");
+  const int64_t joined_at = read_run(run).events.at("join")[0]["outer_step"].get<int64_t>();
+  ASSERT_TRUE(wait_until([&] { return contributed_since(joined_at + 1); }, 60, alive)) << read_file(dir("launch") + ".err");
+  victim = worker_pid(b.pid(), 2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // 3. Its successor killed as soon as it starts, before it can rejoin: restart 3 after 0.4 s.
+  pid_t next = -1;
+  ASSERT_TRUE(wait_until([&] { return (next = worker_pid(b.pid(), 2)) > 0 && next != victim; }, 60, alive))
+      << read_file(dir("launch") + ".err");
+  ASSERT_EQ(read_run(run).count("join"), 1u) << "the successor rejoined before it was killed";
+  ASSERT_EQ(::kill(next, SIGKILL), 0);
+  ASSERT_TRUE(ends_with_exit_0(b));
+  const RunView v = read_run(run);
+  expect_agreement(v);
+  ASSERT_EQ(v.count("restart"), 3u);
+  std::vector<double> after;
+  for (const auto& e : v.events.at("restart")) after.push_back(e["after_s"].get<double>());
+  EXPECT_EQ(after, (std::vector<double>{0.2, 0.2, 0.4}));
+  EXPECT_EQ(steps_with(v, 3).back(), kSteps / kH) << "whole again at the end";
+}
+
 TEST_F(ElasticLaunch, BadFaultSettingsAreClearErrors) {
   child_env().push_back("ATOLL_FAULT=kill:island=1:outer_step=2");
   const RunResult r = run_atoll(args(dir("run")), 60);

@@ -112,6 +112,8 @@ bool timed_out_in_flight() {
 
 // How often the rendezvous's waits ask GroupOptions::lost_ranks (one MGET of the heartbeats).
 constexpr Ms kLivenessSlice(100);
+// The longest a timed-out member waits for the others' failure marks (ProcessGroup::fail).
+constexpr Ms kMarkWait(2000);
 
 // Gloo's view of the store while it connects the full mesh: every wait ends by the rendezvous's
 // deadline (Gloo would wait the timeout once per peer), in slices between which `check` throws
@@ -399,10 +401,13 @@ void ProcessGroup::fail(const std::string& op, Ms waited) {
   broken_ = true;
   // Every member whose collective fails says so in the store (a timed-out member may close its
   // connections, so its neighbours see a lost peer rather than a timeout of their own). A member
-  // that timed out then waits as long again (at most 10 s) for the others: those that never say
-  // so stalled. A lost peer is reported at once.
+  // that timed out then waits for the others' marks: those that never mark stalled. Members that
+  // gave up on the same stall time out within moments of each other (they waited on chained
+  // messages), so half its wait, at most kMarkWait, names who stalled; the wait only names, and
+  // every second of it delays the re-form. A lost peer is reported at once.
   const bool timed_out = timed_out_in_flight();
-  const std::string note = mark_failed(timed_out ? std::min(waited.count() > 0 ? waited : opts_.timeout, Ms(10000)) : Ms(0));
+  const Ms spent = waited.count() > 0 ? waited : opts_.timeout;
+  const std::string note = mark_failed(timed_out ? std::min(spent / 2, kMarkWait) : Ms(0));
   rethrow_translated(describe() + ": " + op, note);
 }
 

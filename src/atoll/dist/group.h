@@ -21,8 +21,8 @@
 // stalled or never came: the message names the missing ranks when it can) or PeerLost (a peer's
 // connection closed or broke). Every collective leaves the caller's buffers unchanged on failure.
 // A collective that times out names the member that stalled: each member whose collective fails
-// marks it in the store, and one that timed out waits (as long again, at most 10 s, less once
-// every member still unmarked is known gone) for the others' marks; those that never mark are
+// marks it in the store, and one that timed out waits (half as long as it waited, at most 2 s,
+// less once every member still unmarked is known gone) for the others' marks; those that never mark are
 // the ones that stalled ("stalled: island 2 rank 0", by member_name).
 //
 // A member that dies between publishing its address and connecting (a window of microseconds)

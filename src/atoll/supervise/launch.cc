@@ -144,7 +144,10 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
 // the run started (killed by a signal, or left with kWorkerRejoinExit: its island lost a worker,
 // or the others re-formed without it) is restarted with --join after a backoff, while another
 // island is whole to rejoin, up to fault.max_restarts times per worker; any other bad end (an
-// error that a restart would only repeat) fails the run as before. Once a worker has finished
+// error that a restart would only repeat) fails the run as before. The backoff doubles with each
+// restart since the worker last took part in a committed outer step, and starts again from
+// fault.restart_backoff_s once it has: a crash loop backs off, while a worker lost now and then
+// over a long run is not kept out for minutes (which could make it miss the run's end). Once a worker has finished
 // (exit 0: the run is over), a worker that never logged the last step (stopped, or excluded) is
 // stopped after the grace and ignored. Every incident goes to events.jsonl.
 // The watchdog (fault.step_timeout_s > 0): a running worker whose progress file
@@ -157,6 +160,7 @@ class RestartPolicy {
     int island = 0, rank = 0;
     std::vector<std::string> argv;  // for a restart: --join instead of --resume-from
     int restarts = 0;
+    int failing = 0;  // restarts since it last took part in a committed outer step: the backoff's exponent
     bool last_step = false;  // logged a row of the last step
     double started_s = wall_s();  // when it was (re)started: older progress marks are its predecessor's
     bool watchdog = false;        // killed by the watchdog
@@ -171,7 +175,9 @@ class RestartPolicy {
 
   void row(int child, const nlohmann::json& r) {
     started_ = true;
-    if (r.value("step", int64_t(0)) >= steps_) workers_[size_t(child)].last_step = true;
+    Worker& w = workers_[size_t(child)];
+    if (r.value("step", int64_t(0)) >= steps_) w.last_step = true;
+    if (r.contains("theta_hash")) w.failing = 0;
   }
 
   ExitAction on_exit(int child, const ChildExit& e) {
@@ -188,8 +194,8 @@ class RestartPolicy {
              ? " after " + std::to_string(w.restarts) + " restart(s) (fault.max_restarts)" : ", with no whole island left to rejoin";
       return {.kind = ExitAction::Kind::kFail};
     }
-    const double delay_s = std::min(kMaxBackoffS, fault_.restart_backoff_s * std::ldexp(1.0, w.restarts));
-    ++w.restarts;
+    const double delay_s = std::min(kMaxBackoffS, fault_.restart_backoff_s * std::ldexp(1.0, w.failing));
+    ++w.restarts, ++w.failing;
     events_.write(event_row("restart", {{"worker", w.name}, {"island", w.island}, {"rank", w.rank},
                                         {"restart", w.restarts}, {"after_s", delay_s},
                                         {"reason", w.watchdog ? "watchdog" : "lost"}}));
