@@ -107,7 +107,9 @@ for config in ("configs/tiny.toml", "configs/small.toml"):
     restart = next(e for e in ev if e["event"] == "restart")
     join = next((e for e in ev if e["event"] == "join"), None)
     params = next((e["params"] for e in ev if "params" in e), None)
-    print(f"join {config}: restart -> join {join['time'] - restart['time']:.2f} s (restart backoff 0.2 s included)"
+    print(f"join {config}: restart -> join {join['time'] - restart['time']:.2f} s (restart backoff 0.2 s included; "
+          f"waiting for the admitting commit {join.get('admission_wait_s', 0):.2f} s; state transfer "
+          f"{join.get('transfer_bytes', 0) / 1e6:.1f} MB in {join.get('transfer_s', 0):.2f} s)"
           + (f"; {params} parameters" if params else "") if join else f"join {config}: no join event")
 
 # 3. Goodput: a kill -9 of a random island every EVERY outer steps, against a fault-free run of

@@ -42,6 +42,9 @@ TEST_F(ElasticLaunch, AWorkerKilledMidRingIsRestartedAndRejoinsWithItsOwnDataSli
   const nlohmann::json& join = v.events.at("join")[0];
   EXPECT_EQ(join["island"], 2);
   EXPECT_EQ(join["rounds"], 1);
+  EXPECT_GT(join["transfer_bytes"].get<double>(), 0) << join.dump();  // the figures of the join benchmark
+  EXPECT_GT(join["transfer_s"].get<double>(), 0) << join.dump();
+  EXPECT_GE(join["admission_wait_s"].get<double>(), 0) << join.dump();
   const std::vector<int64_t> fewer = steps_with(v, 2), whole = steps_with(v, 3);
   ASSERT_FALSE(fewer.empty());
   EXPECT_EQ(fewer.front(), 3) << "the outer step the kill hit was retried without island 2";

@@ -295,7 +295,9 @@ struct Worker {
                         "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
     membership->request_join();
     if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
+    const auto asked = std::chrono::steady_clock::now();
     const std::optional<View> admitted = membership->wait_admission();
+    const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
     if (!admitted) {
       if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
       return false;
@@ -318,7 +320,8 @@ struct Worker {
       if (opts.rank == 0)
         stamp("join", {{"epoch", outer->view().epoch}, {"islands", outer->view().islands}, {"step", loop.step},
                        {"outer_step", diloco->outer_step()}, {"source", got.source}, {"rounds", got.rounds},
-                       {"refused", got.refused}, {"theta_hash", diloco->theta_hash()}});
+                       {"refused", got.refused}, {"theta_hash", diloco->theta_hash()}, {"admission_wait_s", waited_s},
+                       {"transfer_bytes", got.bytes}, {"transfer_s", got.seconds}});
       if (!opts.quiet)
         log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
                  " (" + outer->view().describe() + ")");

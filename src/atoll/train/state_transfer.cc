@@ -2,6 +2,7 @@
 #include "atoll/train/state_transfer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "atoll/core/check.h"
@@ -42,6 +43,7 @@ std::string broadcast_text(ProcessGroup& g, const std::string& text, int root) {
 
 TransferReport transfer_state(ProcessGroup& outer, const View& view, int island, const Config& cfg, TrainingState& s) {
   s.fence();  // the broadcast writes the receivers' state: the save in flight copies it first
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<int> holders = view.holders();
   ATOLL_CHECK(!holders.empty()) << view.describe();
   const int root = view.position(holders.front());
@@ -80,6 +82,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
       }
       if (!source && !joining) buffer = scratch.data();  // a member: receives and keeps nothing
       outer.broadcast(buffer, n * sizeof(float), root);
+      report.bytes += n * sizeof(float);
       if (joining && hash_floats(buffer, n) != manifest.at(name).at("hash").get<std::string>()) mine.push_back(name);
       else if (joining && !e.data) e.write(buffer);
     }
@@ -101,6 +104,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
     }
   }
   report.ok = true;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ struct TransferReport {
   int rounds = 0;                    // broadcast rounds (1 when nothing was refused)
   std::vector<std::string> refused{};  // tensors refused at least once (a hash mismatch)
   std::string why{};                   // when !ok
+  uint64_t bytes = 0;                  // tensor bytes broadcast by the successful transfer (refused ones sent again included)
+  double seconds = 0;                  // its wall time, hashes and manifest included
 };
 
 // One transfer over `outer` (every worker of `view` calls it); joiners' buffers are written.
