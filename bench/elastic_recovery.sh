@@ -131,6 +131,20 @@ contributed = sum(len(isl) for _, isl in tail.steps.values())
 goodput = contributed * H * (clean_s / steps) / (3 * wall_s)
 print(f"goodput: {kills} kills, one every {EVERY} outer steps (H = {H}): {contributed} island-outer-steps committed "
       f"of {3 * (steps // H)}; wall {wall_s:.1f} s against {clean_s:.1f} s fault-free; goodput {goodput:.3f}")
-json.dump({"recovery_s": recovery, "goodput": goodput, "kills": kills, "wall_s": wall_s, "clean_s": clean_s},
-          open(OUT + "/summary.json", "w"))
+# The analytic bound (docs/benchmarks.md): 1 - (T + R + (I-1) D + I X) / (I N T), from this run's own
+# figures: T the fault-free outer step, R restart -> join, D the kill's fault -> next commit less
+# the outer step's own rest (section 1), X the state transfer.
+ev = events(run)
+restarts = [e["time"] for e in ev if e["event"] == "restart"]
+joins = [e for e in ev if e["event"] == "join"]
+R = statistics.mean(j["time"] - max(t for t in restarts if t <= j["time"]) for j in joins) if joins else 0
+X = statistics.mean(j.get("transfer_s", 0) for j in joins) if joins else 0
+T = clean_s / (steps // H)
+D = max(0.0, statistics.median(recovery["kill -9"]) - T / 2)
+I = 3
+bound = 1 - (T + R + (I - 1) * D + I * X) / (I * EVERY * T)
+print(f"goodput bound: T {T:.2f} s, R {R:.2f} s, D {D:.2f} s, X {X:.3f} s over {len(joins)} joins: "
+      f"{bound:.3f}; measured {goodput:.3f} ({goodput / bound:.1%} of the bound)")
+json.dump({"recovery_s": recovery, "goodput": goodput, "bound": bound, "kills": kills, "wall_s": wall_s,
+           "clean_s": clean_s, "T": T, "R": R, "D": D, "X": X}, open(OUT + "/summary.json", "w"))
 PY
