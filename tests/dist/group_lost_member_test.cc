@@ -1,7 +1,8 @@
 // A rendezvous gives up on a member known gone (GroupOptions::lost_ranks: in a run, its heartbeat
 // lapsed) with PeerLost naming it, whether it never arrived or arrived and died before it gave its
-// address; a member only slow (not known gone) is waited for and the group forms. Every rank a
-// real process; "gone" is a store key the member writes, which lost_ranks reads.
+// address; a member only slow (not known gone) is waited for and the group forms. A ring mean
+// gives up the same way on a member that stops answering once it is known gone, long before the
+// timeout. Every rank a real process; "gone" is a store key, which lost_ranks reads.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/dist/group.h"
+#include "atoll/dist/ring_allreduce.h"
 #include "dist_test_util.h"
 
 namespace atl {
@@ -89,6 +91,51 @@ TEST_F(GroupLostMember, OneThatIsOnlySlowIsWaitedFor) {
     }
   });
   EXPECT_EQ(out, (std::vector<std::string>{"formed", "formed", "formed"}));
+}
+
+// Rank 2 forms the group and then stops answering without closing its connections (a stopped or
+// cut-off member); once it is known gone the others' ring mean fails with PeerLost naming it,
+// their buffers unchanged. Without the watch they would wait out the 20 s timeout and fail with
+// Timeout.
+TEST_F(GroupLostMember, ARingGivesUpOnAMemberOnceItIsKnownGone) {
+  const auto out = run_processes(3, [&](int rank) {
+    Store store(store_options("ring"));
+    const std::string gone = store.run_prefix() + "/gone/2", done = store.run_prefix() + "/done/";
+    ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3, .timeout = milliseconds(20000),
+                                       .member_name = [](int r) { return "member-" + std::to_string(r); },
+                                       .lost_ranks = [&] {
+                                         return store.get(gone) ? std::vector<int>{2} : std::vector<int>{};
+                                       }});
+    store.set(store.run_prefix() + "/formed/" + std::to_string(rank), "1");
+    if (rank == 2) {  // silent, its connections open, until the others are done
+      store.wait({store.run_prefix() + "/formed/0", store.run_prefix() + "/formed/1"});  // gone after the rendezvous
+      store.set(gone, "1");
+      store.wait({done + "0", done + "1"});
+      return std::string("silent");
+    }
+    std::vector<float> x(5000, float(rank + 1));
+    std::string result;
+    try {
+      RingAllreduce ring(g, RingOptions{.codec = Codec::kInt8});
+      ring.mean(x.data(), x.size());
+      result = "completed";
+    } catch (const PeerLost& e) {
+      result = std::string("PeerLost: ") + e.what();
+    } catch (const Timeout& e) {
+      result = std::string("Timeout: ") + e.what();
+    }
+    if (x != std::vector<float>(5000, float(rank + 1))) result += " (buffer changed)";
+    store.set(done + std::to_string(rank), "1");
+    store.wait({done + "0", done + "1"});  // connections open until both gave up on their own
+    return result;
+  });
+  EXPECT_EQ(out[2], "silent");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find("member-2 gone"), std::string::npos) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find("while the ring waited"), std::string::npos) << out[size_t(r)];
+    EXPECT_EQ(out[size_t(r)].find("buffer changed"), std::string::npos) << out[size_t(r)];
+  }
 }
 
 }  // namespace

@@ -176,6 +176,39 @@ TEST_F(MembershipTest, AWorkerLetGoAfterAStopInReformDoesNotDecideAlone) {
   EXPECT_NE(out[0].find("\"islands\":[0,1]"), std::string::npos) << out[0];
 }
 
+// A re-forming whose only ready island is a joiner waits for a holder of the run's state whose
+// heartbeat lapsed (stopped past the ttl here; a starved worker on a loaded host in the chaos
+// test) rather than proposing a view that holds no state and ends the run. Island 1 is being
+// admitted; island 0, the holder, is stopped while island 1 waits in reform and let go.
+TEST_F(MembershipTest, AReformWaitsForALapsedHolderRatherThanLeaveOnlyAJoiner) {
+  const auto out = run_processes(3, [&](int p) {
+    Store store(store_options("holder-lapsed"));
+    const std::string flag = store.run_prefix() + "/test/";
+    if (p == 2) {  // the controller: stops island 0 once island 1 waits, past the ttl, then lets it go
+      store.wait({flag + "pid0", store.run_prefix() + "/members/e1/ready/1.0"});
+      const pid_t holder = pid_t(std::stol(store.get(flag + "pid0").value()));
+      if (holder <= 0) return std::string("no pid");  // never kill(-1)
+      ::kill(holder, SIGSTOP);
+      std::this_thread::sleep_for(milliseconds(1200));  // 3 x the ttl
+      ::kill(holder, SIGCONT);
+      store.set(flag + "let-go", "1");
+      return std::string("controller");
+    }
+    Membership m(store, options(p, 2));
+    m.start_heartbeat();
+    m.announce();
+    const View v = m.initial_view();
+    if (p == 0) {
+      store.set(flag + "pid0", std::to_string(::getpid()));
+      store.wait({flag + "let-go"});
+    }
+    return m.reform(v, {1}).describe();
+  });
+  EXPECT_EQ(out[2], "controller");
+  EXPECT_EQ(out[0], "epoch 1: islands 0, 1 (joining 1)");
+  EXPECT_EQ(out[1], out[0]);
+}
+
 TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd) {
   const auto out = run_processes(3, [&](int island) {
     Store store(store_options("join"));

@@ -310,13 +310,18 @@ TEST_F(RingTest, AStalledPeerIsATimeoutWithinTheBoundAndTheInputIsUnchanged) {
     return what + "|ms=" + std::to_string(ms) + "|unchanged=" + std::to_string(data == before);
   });
   EXPECT_EQ(out[2], "released");
+  // The first to time out may close its connections (Gloo does on a timeout), so the other can
+  // see a lost peer instead of its own timeout (seen under load); at least one times out.
+  int timeouts = 0;
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(out[r].rfind("Timeout: ", 0), 0u) << out[r];
+    timeouts += out[r].rfind("Timeout: ", 0) == 0;
+    EXPECT_TRUE(out[r].rfind("Timeout: ", 0) == 0 || out[r].rfind("PeerLost: ", 0) == 0) << out[r];
     EXPECT_NE(out[r].find("unchanged=1"), std::string::npos) << out[r];
     const long ms = std::stol(out[r].substr(out[r].find("ms=") + 3));
     EXPECT_GE(ms, 900) << out[r];
     EXPECT_LT(ms, 4000) << out[r];
   }
+  EXPECT_GE(timeouts, 1) << out[0] << "\n" << out[1];
 }
 
 }  // namespace

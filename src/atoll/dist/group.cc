@@ -280,12 +280,16 @@ void ProcessGroup::await_sizes(Store& store) const {
   }
 }
 
-void ProcessGroup::check_lost(const std::string& during) const {
-  if (!opts_.lost_ranks) return;
+std::string ProcessGroup::lost_members() const {
   std::string lost;
-  for (int r : opts_.lost_ranks())
-    if (r != opts_.rank) lost += (lost.empty() ? "" : ", ") + member(r);
-  if (!lost.empty())
+  if (opts_.lost_ranks)
+    for (int r : opts_.lost_ranks())
+      if (r != opts_.rank) lost += (lost.empty() ? "" : ", ") + member(r);
+  return lost;
+}
+
+void ProcessGroup::check_lost(const std::string& during) const {
+  if (const std::string lost = lost_members(); !lost.empty())
     throw PeerLost(during + ": " + lost + " gone (no heartbeat for fault.heartbeat_ttl_s) before the group formed; not waited for: " +
                    "the survivors form the next epoch without it");
 }

@@ -73,8 +73,9 @@ struct GroupOptions {
   std::function<std::string(int rank)> member_name{};
   // The ranks known gone (an elastic run: those whose heartbeat lapsed, membership.h), asked
   // between slices of the waits that a gone member would otherwise leave to run out: the
-  // rendezvous, which then gives up at once with PeerLost naming them, and a failed collective's
-  // wait for the others' marks. A member that is only slow is not in it and is waited for up to
+  // rendezvous, which then gives up at once with PeerLost naming them, a ring mean
+  // (ring_allreduce.h), which fails the same way while it waits, and a failed collective's
+  // wait for the others' marks. Called from other threads than the group's caller. A member that is only slow is not in it and is waited for up to
   // the timeout. Empty: none is known gone before the timeout.
   std::function<std::vector<int>()> lost_ranks{};
 };
@@ -153,6 +154,10 @@ class ProcessGroup {
   [[noreturn]] void fail(const std::string& op, std::chrono::milliseconds waited = {});
   // "rank 2", or what GroupOptions::member_name says.
   std::string member(int rank) const;
+  // The other members GroupOptions::lost_ranks says are gone, named and joined by ", " ("" when
+  // none, or without lost_ranks). Thread-safe when lost_ranks is.
+  std::string lost_members() const;
+  bool watches_liveness() const { return bool(opts_.lost_ranks); }
 
  private:
   void connect(Store& store, int connection);

@@ -392,7 +392,7 @@ View Membership::reform(const View& v, const std::vector<int>& joining, const st
       continue;
     }
     View proposal{.epoch = next, .islands = {}, .joining = {}, .tokens = {}};
-    bool pending = false;
+    bool pending = false, holder_lost = false;
     for (size_t j = 0; j < v.islands.size(); ++j) {
       bool all_ready = true, lost = false;
       for (size_t r = 0; r < M; ++r) {
@@ -414,8 +414,14 @@ View Membership::reform(const View& v, const std::vector<int>& joining, const st
         }
       } else if (!lost && !late) {
         pending = true;
+      } else if (lost && !late && std::find(joining.begin(), joining.end(), v.islands[j]) == joining.end()) {
+        holder_lost = true;
       }
     }
+    // A view without an island that holds the run's state ends the run; a holder whose heartbeat
+    // lapsed may only be starved (a loaded host), so it is waited for, up to the timeout, before
+    // such a view is proposed.
+    if (proposal.holders().empty() && holder_lost) pending = true;
     if (!pending || deadline.passed()) return publish(proposal);
     backoff.pause();
   }

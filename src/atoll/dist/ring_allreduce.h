@@ -39,7 +39,8 @@
 // length][payload]; without it, the codec bytes alone.
 //
 // Failures: a peer that stalls for `timeout` on any message -> Timeout; a closed connection ->
-// PeerLost. Either way the caller's buffer and the residual are left as they were (the ring
+// PeerLost; a member the group knows gone (GroupOptions::lost_ranks: its heartbeat lapsed, asked
+// every 100 ms while the lanes run) -> PeerLost at once, without waiting out the timeout. Either way the caller's buffer and the residual are left as they were (the ring
 // works on a copy), the other connections' waits are aborted at once, and the group is broken.
 // A mean that succeeded here but is discarded (another island failed the same outer step:
 // elastic_group.h) is taken back with undo_residual(): the residual before it returns.
@@ -97,6 +98,7 @@ class RingAllreduce {
   struct Conn;        // one connection's lanes, buffers and Gloo unbound buffers (ring_allreduce.cc)
   struct Run;         // one call's geometry and failure state
   class LaneStepper;  // one connection thread's schedule
+  class LivenessWatch;  // fails the run when a member is known gone
 
   void run_connection(Run& run, int c);
   void abort_all();
