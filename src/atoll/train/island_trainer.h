@@ -89,6 +89,10 @@ struct WorkerResult {
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
 
+// Islands on a time budget (diloco.sync_seconds > 0) have one worker each: an island's ranks
+// would each end the round on their own clock. A ConfigError naming the keys and the fix.
+void check_time_budget_placement(const DilocoConfig& d, int workers_per_island);
+
 // The resolved config TOML without the placement keys (what workers must agree on).
 std::string shared_config_toml(const Config& cfg);
 
