@@ -109,6 +109,13 @@ TEST_F(TimeBudget, ASlowIslandSyncsAfterFewerStepsWithAWeightByTokens) {
       EXPECT_TRUE(commits.count(e["step"].get<int64_t>())) << e.dump();
     }
   EXPECT_GE(saves, 2u);
+  // The data cursors count the batches each island read: its rows (batch_size 4 windows each).
+  const nlohmann::json loaders = nlohmann::json::parse(read_file(run + "/checkpoints/step-00000100/manifest.json"))
+                                     .at("state").at("loaders");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(loaders.at(i).at("epoch"), 0) << "the corpus holds the run's windows";
+    EXPECT_EQ(loaders.at(i).at("position").get<int64_t>(), int64_t(by.at(i).rows.size()) * 4) << loaders.dump();
+  }
 }
 
 TEST_F(TimeBudget, ARunResumesFromItsCheckpoint) {
@@ -150,6 +157,7 @@ TEST_F(TimeBudget, RefusedCombinationsNameTheKeysAndTheFix) {
                                         "diloco.fragments = 1 and diloco.overlap_steps = 0 (here 2 and 0); fix:"},
       {{"--set", "diloco.overlap_steps=1"}, "(here 1 and 1); fix: set diloco.fragments = 1 and diloco.overlap_steps = 0"},
       {{"--set", "diloco.sync_seconds=60"}, "diloco.sync_seconds (60.0) must be below fault.timeout_s (60.0)"},
+      {{"--set", "fault.outer_deadline_s=0.5"}, "fault.outer_deadline_s (0.5) must exceed diloco.sync_seconds (1.0)"},
       {{"--workers-per-island", "2"}, "works with one worker per island (here --workers-per-island 2); fix: "
                                       "--workers-per-island 1, or diloco.sync_seconds = 0"}};
   for (const Case& c : cases) {

@@ -542,6 +542,12 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("diloco.sync_seconds (" + fmt_double(c.diloco.sync_seconds) + ") must be below fault.timeout_s (" +
          fmt_double(c.fault.timeout_s) + "): an island that reaches diloco.inner_steps early waits up to a budget "
          "for the others; fix: raise fault.timeout_s well above diloco.sync_seconds, or lower diloco.sync_seconds");
+  // The straggler deadline runs from an island's arrival: a fast island at the cap H early would
+  // otherwise close the round on an island still within its budget.
+  if (c.diloco.sync_seconds > 0 && c.fault.outer_deadline_s > 0 && c.fault.outer_deadline_s <= c.diloco.sync_seconds)
+    fail("fault.outer_deadline_s (" + fmt_double(c.fault.outer_deadline_s) + ") must exceed diloco.sync_seconds (" +
+         fmt_double(c.diloco.sync_seconds) + "), or an island that reaches diloco.inner_steps early leaves out one "
+         "still within its budget; fix: raise fault.outer_deadline_s above diloco.sync_seconds (or 0: no deadline)");
   const auto& f = c.fault;
   if (!(f.heartbeat_ttl_s > f.heartbeat_s))
     fail("fault.heartbeat_ttl_s (" + fmt_double(f.heartbeat_ttl_s) + ") must exceed fault.heartbeat_s (" +
