@@ -160,6 +160,7 @@ void visit_config(Config& c, V&& v) {
   v.str("diloco.compress", g.compress, "lossless zstd over the codec's bytes on the wire (int8: ~5% fewer bytes)", {"zstd", "none"});
   v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", closed(1, 64));
   v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", closed(4, 1 << 20));
+  v.num("diloco.sync_seconds", g.sync_seconds, "islands sync on a time budget: a round ends after the inner step during which this many seconds passed (at most diloco.inner_steps steps), and the mean weights each island's pseudo-gradient by the tokens it trained (0 = every diloco.inner_steps steps)", closed(0.0, 1e6));
   v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", closed(0, kInt64Max));
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
@@ -528,6 +529,25 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("train.micro_batch_size (" + std::to_string(micro) + ") must divide train.batch_size (" + std::to_string(t.batch_size) + "); fix: change one of them");
   if (t.batch_ramp_start > t.batch_size)
     fail("train.batch_ramp_start exceeds train.batch_size; fix: start the ramp at or below the target batch");
+  // A time budget ends each island's round on its own clock: fragments would each need their own
+  // rounds, and an overlapped exchange would straddle two of them.
+  if (c.diloco.sync_seconds > 0 && (c.diloco.fragments != 1 || c.diloco.overlap_steps != 0))
+    fail("diloco.sync_seconds > 0 (islands syncing on a time budget) works with diloco.fragments = 1 and "
+         "diloco.overlap_steps = 0 (here " + std::to_string(c.diloco.fragments) + " and " +
+         std::to_string(c.diloco.overlap_steps) + "); fix: set diloco.fragments = 1 and diloco.overlap_steps = 0, "
+         "or diloco.sync_seconds = 0");
+  // An island that reaches the cap H early waits at the outer step's barrier for up to a budget;
+  // that wait is bounded by fault.timeout_s, past which the outer step fails.
+  if (c.diloco.sync_seconds >= c.fault.timeout_s)
+    fail("diloco.sync_seconds (" + fmt_double(c.diloco.sync_seconds) + ") must be below fault.timeout_s (" +
+         fmt_double(c.fault.timeout_s) + "): an island that reaches diloco.inner_steps early waits up to a budget "
+         "for the others; fix: raise fault.timeout_s well above diloco.sync_seconds, or lower diloco.sync_seconds");
+  // The straggler deadline runs from an island's arrival: a fast island at the cap H early would
+  // otherwise close the round on an island still within its budget.
+  if (c.diloco.sync_seconds > 0 && c.fault.outer_deadline_s > 0 && c.fault.outer_deadline_s <= c.diloco.sync_seconds)
+    fail("fault.outer_deadline_s (" + fmt_double(c.fault.outer_deadline_s) + ") must exceed diloco.sync_seconds (" +
+         fmt_double(c.diloco.sync_seconds) + "), or an island that reaches diloco.inner_steps early leaves out one "
+         "still within its budget; fix: raise fault.outer_deadline_s above diloco.sync_seconds (or 0: no deadline)");
   const auto& f = c.fault;
   if (!(f.heartbeat_ttl_s > f.heartbeat_s))
     fail("fault.heartbeat_ttl_s (" + fmt_double(f.heartbeat_ttl_s) + ") must exceed fault.heartbeat_s (" +

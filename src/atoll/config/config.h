@@ -91,6 +91,7 @@ struct DilocoConfig {
   int connections = 2;          // TCP streams per peer for the outer all-reduce
   int chunk_kb = 1024;          // fp32 KiB per pipelined chunk of the outer all-reduce
   int64_t dp_warmup_steps = 0;  // first steps in plain data parallel across all islands, then DiLoCo
+  double sync_seconds = 0.0;    // > 0: a round ends once this much wall time passed (H its cap); Δ weighted by tokens
 };
 
 struct CheckpointConfig {

@@ -137,7 +137,7 @@ double DilocoSync::exchange(int f) {
   UpdateTag tag{.outer_step = outer_step() + 1, .theta_hash = fragment_hash(f)};
   corrupt_for_fault(f, mean_.data(), lo, hi, tag);
   // Both throw before anything of ours changed (mean_ is scratch: Δ_f stays for a retry).
-  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard);
+  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard, round_);
   ring.mean(mean_.data() + lo, hi - lo);
   exchanged_[size_t(f)] = true;
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
@@ -174,7 +174,10 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
           .momentum_hash = fragment_momentum_hash(f),
           .bytes_sent = sent_[size_t(f)],
           .seconds = exchange_s_[size_t(f)],
-          .incidents = guarded_[size_t(f)].incidents};
+          .incidents = guarded_[size_t(f)].incidents,
+          .furthest_step = guarded_[size_t(f)].furthest_step,
+          .round_tokens = guarded_[size_t(f)].tokens,
+          .weight = guarded_[size_t(f)].weight};
 }
 
 void DilocoSync::corrupt_for_fault(int f, float* flat, size_t lo, size_t hi, UpdateTag& tag) {

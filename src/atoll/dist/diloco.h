@@ -41,6 +41,14 @@
 // is the outer step being attempted (outer_step() + 1) and the hash of θ_f. What was dropped or
 // clipped comes back in SyncResult::incidents when the step is applied.
 //
+// Time budget (diloco.sync_seconds, streaming.h): islands end their rounds after different
+// numbers of inner steps. set_round() gives the exchange this island's round (its step and
+// tokens); with GuardOptions::weight_by_tokens the mean weights each Δ by its tokens, and the
+// applied step reports the round's furthest step and its tokens in all, which every island
+// then adopts. Error feedback keeps its residual in the units the ring sent (the weighted Δ): what
+// a round left out of its contribution to the mean is owed to the mean, whatever the next
+// round's weight, so the sum of what an island sent stays the sum of what it meant to send.
+//
 // Elastic runs (elastic_group.h): an exchange leaves θ, m, θ_local and Δ_f as they were (the
 // mean goes to its own buffer), so an outer step that is not committed is simply not applied:
 // discard() takes back the residual the ring moved on, and the same Δ_f is exchanged again
@@ -77,6 +85,9 @@ struct SyncResult {
   uint64_t bytes_sent = 0; // by this sync
   double seconds = 0;      // wall time of the exchange (and the whole call for sync())
   std::vector<UpdateIncident> incidents{};  // Δs of the round dropped or clipped (members by group rank)
+  int64_t furthest_step = 0;  // the round's largest step (set_round), over its members
+  int64_t round_tokens = 0;   // the round's tokens over its members (set_round)
+  double weight = 1.0;        // the token weight this island's Δ got (update_guard.h)
 };
 
 class DilocoSync {
@@ -104,6 +115,9 @@ class DilocoSync {
   // Fragment f's exchange will not be applied: the ring's residual goes back to before it (a
   // no-op when the exchange failed, which changed nothing). Δ_f stays for another exchange.
   void discard(int f);
+  // This island's round for the exchanges that follow (time budget; zeros otherwise).
+  void set_round(const RoundWork& work) { round_ = work; }
+  const GuardResult& guarded(int f) const { return guarded_[size_t(f)]; }  // fragment f's last exchange
   // Lets go of the outer group (the rings and their connections), keeping the residuals; and
   // takes a new group (rings over it, the residuals carried over). Between the two no
   // exchange may run.
@@ -161,6 +175,7 @@ class DilocoSync {
   std::vector<double> exchange_s_;         // per fragment: wall time of its last exchange
   std::vector<int64_t> outer_steps_;       // per fragment
   std::vector<GuardResult> guarded_;       // per fragment: the guard's verdict on its last exchange
+  RoundWork round_{};                      // this island's round (set_round)
   // Fault injection only (a replayed Δ): per fragment, the input and tag of its last exchange.
   std::vector<std::pair<std::vector<float>, UpdateTag>> sent_before_;
 };

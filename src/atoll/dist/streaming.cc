@@ -11,6 +11,9 @@ StreamingDiloco::StreamingDiloco(DilocoSync& sync, ProcessGroup& outer, const St
     : sync_(sync), outer_(&outer), opts_(opts), schedule_(opts.inner_steps, sync.fragments()) {
   ATOLL_CHECK(opts.overlap_steps == 0 || int64_t(opts.overlap_steps) * sync.fragments() < opts.inner_steps)
       << "overlap " << opts.overlap_steps << ", fragments " << sync.fragments() << ", H " << opts.inner_steps;
+  ATOLL_CHECK(opts.sync_seconds <= 0 || (opts.overlap_steps == 0 && sync.fragments() == 1))
+      << "a time budget with overlap " << opts.overlap_steps << ", fragments " << sync.fragments();
+  begin_round();
 }
 
 StreamingDiloco::StreamingDiloco(DilocoSync& sync, ElasticGroup& elastic, const StreamingOptions& opts)
@@ -29,6 +32,30 @@ std::optional<View> StreamingDiloco::take_admission() {
   std::optional<View> v = std::move(admission_);
   admission_.reset();
   return v;
+}
+
+void StreamingDiloco::begin_round() {
+  round_start_ = now_s();
+  round_steps_ = round_tokens_ = 0;
+}
+
+void StreamingDiloco::count_step(int64_t tokens) {
+  ++round_steps_;
+  round_tokens_ += tokens;
+}
+
+int StreamingDiloco::due(int64_t step, int64_t last_step) {
+  if (!budget()) return schedule_.due(step, last_step);
+  if (step != decided_step_) {
+    decided_step_ = step;
+    const bool over = round_steps_ >= opts_.inner_steps || now_s() - round_start_ >= opts_.sync_seconds;
+    decided_ = step < last_step && round_steps_ >= 1 && over ? 0 : -1;
+  }
+  return decided_;
+}
+
+bool StreamingDiloco::may_admit(int f, bool admit) const {
+  return admit && (!budget() || sync_.guarded(f).furthest_step < last_step_);
 }
 
 std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
@@ -63,7 +90,7 @@ SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_loca
   const std::string attempt = outer_attempt(sync_.outer_step() + 1);  // a retry keeps the step's number
   for (;;) {
     const double d0 = now_s();
-    const Decision d = elastic_->decide(attempt, failure.empty(), admit);
+    const Decision d = elastic_->decide(attempt, failure.empty(), may_admit(f, admit));
     out.comm_s += now_s() - d0;
     if (d.commit) {
       if (d.next) admission_ = d.next;
@@ -162,9 +189,21 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, Str
 }
 
 StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* theta_local) {
+  StreamStep out = step_once(step, last_step, theta_local);
+  if (budget() && out.synced) {
+    out.round_steps = round_steps_;
+    out.round_tokens = round_tokens_;
+    begin_round();
+  }
+  return out;
+}
+
+StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* theta_local) {
   StreamStep out;
+  last_step_ = last_step;
   const bool last = step >= last_step;
-  const int due = last ? -1 : schedule_.due(step, last_step);
+  const int due = last ? -1 : this->due(step, last_step);
+  if (budget()) sync_.set_round({.step = step, .tokens = round_tokens_});
   if (in_flight() && (last || step >= flight_step_ + opts_.overlap_steps))
     out.synced = finish_in_flight(theta_local, /*admit=*/!last && due < 0, out);
   if (last) {

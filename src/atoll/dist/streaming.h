@@ -14,6 +14,16 @@
 //   The last step: every exchange in flight is finished (applied and merged), then one blocking
 //     sync of every fragment (θ_local ← θ), so every island ends on the same θ.
 //
+// Time budget (sync_seconds > 0, with one fragment and τ = 0: config.cc refuses the rest): a
+// round (the inner steps between two outer steps) ends at the end of the inner step during which
+// sync_seconds of wall time have passed since it began (the previous outer step's commit, or the
+// construction / begin_round()), after at least 1 inner step and at most H. The caller reports
+// each inner step's tokens (count_step) before after_step(); the exchange carries the round's
+// step and tokens (DilocoSync::set_round), the mean weights each Δ by its tokens, and the
+// applied step reports the round's furthest step, which the caller adopts. Joiners are not
+// admitted at a commit whose furthest step is the last. The decision of a step is taken once
+// (due() reads the clock on its first call for that step), so the caller and after_step agree.
+//
 // Threads: only the background thread uses the outer group while an exchange is in flight (the
 // validation τ·P < H means the next fragment's sync starts no earlier than this one's end, and
 // checkpoints wait until nothing is in flight); the in-island gradient all-reduce runs on
@@ -53,6 +63,7 @@ struct StreamingOptions {
   int64_t inner_steps = 100;  // H
   int overlap_steps = 0;      // τ
   double mixing = 0.5;        // α, used when τ > 0
+  double sync_seconds = 0;    // > 0: rounds end on this time budget, H their cap (see above)
 };
 
 // What after_step() did on the main thread.
@@ -63,6 +74,7 @@ struct StreamStep {
   double idle_s = 0;                 // at the barrier before a blocking sync
   double overlap_s = 0;              // wall time of an overlapped exchange finished here
   std::vector<UpdateIncident> incidents;  // Δs dropped or clipped in the outer steps applied here
+  int64_t round_steps = 0, round_tokens = 0;  // time budget, synced: this island's round just committed
 };
 
 class StreamingDiloco {
@@ -78,6 +90,14 @@ class StreamingDiloco {
   // Called after inner step `step` (1-based) of `last_step`, with the live local parameters.
   StreamStep after_step(int64_t step, int64_t last_step, float* theta_local);
 
+  // The fragment whose sync starts after inner step `step` (the schedule, or under the time
+  // budget 0 once the round is over), or -1; the last step is the final sync, not counted here.
+  int due(int64_t step, int64_t last_step);
+  // Time budget: the inner step just taken trained `tokens` on this island (before after_step).
+  void count_step(int64_t tokens);
+  // Time budget: a round begins now (the rounds begin by themselves at every committed outer step).
+  void begin_round();
+
   bool in_flight() const { return flight_f_ >= 0; }
   const FragmentSchedule& schedule() const { return schedule_; }
   // The view a committed outer step admitted joiners into, once (elastic only).
@@ -85,6 +105,8 @@ class StreamingDiloco {
 
  private:
   ProcessGroup& outer();
+  // after_step() less the time budget's round bookkeeping.
+  StreamStep step_once(int64_t step, int64_t last_step, float* theta_local);
   // Barrier and exchange of fragment f (Δ_f taken); "" or why it failed (elastic only).
   std::string try_exchange(int f, StreamStep& out);
   // Before an elastic exchange: the stragglers' round of the step attempted (ElasticGroup::await_round).
@@ -97,6 +119,9 @@ class StreamingDiloco {
   SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
   // The applied step's incidents into out, each with its member's island.
   SyncResult note_incidents(SyncResult r, StreamStep& out);
+  bool budget() const { return opts_.sync_seconds > 0; }
+  // Time budget: whether a commit may admit joiners (not when the round reached the last step).
+  bool may_admit(int f, bool admit) const;
 
   DilocoSync& sync_;
   ProcessGroup* outer_ = nullptr;    // a fixed group, or
@@ -110,6 +135,12 @@ class StreamingDiloco {
   std::string flight_failure_;  // elastic: why the exchange in flight failed or was not started
   double flight_s_ = 0;
   std::optional<View> admission_;
+  // The time budget's round: when it began, its inner steps and tokens; due()'s decision for a step.
+  double round_start_ = 0;
+  int64_t round_steps_ = 0, round_tokens_ = 0;
+  int64_t decided_step_ = -1;
+  int decided_ = -1;
+  int64_t last_step_ = 0;
 };
 
 }  // namespace atl

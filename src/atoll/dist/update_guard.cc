@@ -20,6 +20,7 @@ struct Report {
   bool finite = true;
   double norm = 0;
   UpdateTag tag;
+  RoundWork work;
   std::vector<double> sketch;  // kSketch buckets
 };
 
@@ -48,11 +49,12 @@ double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 1.0;
 }
 
-// "finite norm outer_step theta_hash sketch..." (hexfloats: exact)
+// "finite norm outer_step theta_hash step tokens sketch..." (hexfloats: exact)
 std::string encode(const Report& r) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "%d %a %" PRId64 " %s", r.finite ? 1 : 0, r.norm, r.tag.outer_step,
-                r.tag.theta_hash.empty() ? "-" : r.tag.theta_hash.c_str());
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%d %a %" PRId64 " %s %" PRId64 " %" PRId64, r.finite ? 1 : 0, r.norm,
+                r.tag.outer_step, r.tag.theta_hash.empty() ? "-" : r.tag.theta_hash.c_str(), r.work.step,
+                r.work.tokens);
   std::string out = buf;
   for (double v : r.sketch) std::snprintf(buf, sizeof buf, " %a", v), out += buf;
   return out;
@@ -63,7 +65,7 @@ Report decode(const std::string& s) {
   int finite = 0;
   std::istringstream in(s);
   std::string norm, hash;
-  in >> finite >> norm >> r.tag.outer_step >> hash;
+  in >> finite >> norm >> r.tag.outer_step >> hash >> r.work.step >> r.work.tokens;
   ATOLL_CHECK(!in.fail()) << "update report '" << s.substr(0, 100) << "'";
   r.finite = finite != 0;
   r.norm = std::strtod(norm.c_str(), nullptr);
@@ -77,8 +79,9 @@ std::string tag_text(const UpdateTag& t) { return "outer step " + std::to_string
 
 }  // namespace
 
-GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts) {
-  Report mine{.finite = true, .norm = 0, .tag = tag, .sketch = {}};
+GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts,
+                         const RoundWork& work) {
+  Report mine{.finite = true, .norm = 0, .tag = tag, .work = work, .sketch = {}};
   double ss = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) mine.finite = false;
@@ -157,12 +160,24 @@ GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTa
   std::sort(res.incidents.begin(), res.incidents.end(),
             [](const UpdateIncident& a, const UpdateIncident& b) { return a.member < b.member; });
   const int me = group.rank();
+  int64_t kept_tokens = 0;
+  for (int m = 0; m < P; ++m) {
+    const RoundWork& w = all[size_t(m)].work;
+    res.furthest_step = std::max(res.furthest_step, w.step);
+    res.tokens += w.tokens;
+    if (kept[size_t(m)]) kept_tokens += w.tokens;
+  }
   if (!kept[size_t(me)]) {
+    res.weight = 0;
     std::fill(x, x + n, 0.0f);
     return res;
   }
+  // Weighted by tokens: K·nᵢ/Σn, exactly 1 when the counts are equal (both products are exact
+  // integers in a double), so the mean over the K below becomes Σ nᵢΔᵢ / Σ nᵢ.
+  if (opts.weight_by_tokens && kept_tokens > 0)
+    res.weight = double(res.contributors) * double(all[size_t(me)].work.tokens) / double(kept_tokens);
   // The ring divides by P: scaling the kept ones by P/K makes it the mean over the K.
-  const double s = scale[size_t(me)] * double(P) / double(res.contributors);
+  const double s = scale[size_t(me)] * double(P) / double(res.contributors) * res.weight;
   if (s != 1.0)
     for (size_t i = 0; i < n; ++i) x[i] = float(double(x[i]) * s);
   return res;

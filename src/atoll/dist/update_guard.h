@@ -14,11 +14,18 @@
 //      (a sign-flipped Δ: honest DiLoCo pseudo-gradients of one θ point the same way);
 //   4. a kept Δ whose norm exceeds clip_factor times the median norm of the kept ones (the lower
 //      median, so that with two members the smaller norm bounds the larger) is scaled down to
-//      that bound (clip_factor = 0: no clipping).
+//      that bound (clip_factor = 0: no clipping);
+//   5. with weight_by_tokens (islands that sync on a time budget, diloco.sync_seconds), each kept
+//      Δ is weighted by the tokens nᵢ its island trained in the round: scaled by K·nᵢ/Σn (Σ over
+//      the kept), so the ring's mean is Σ nᵢΔᵢ / Σ nᵢ. The decisions above read the unweighted Δ.
+//      Equal counts give a weight of exactly 1 (K·n / (K·n) in doubles), so today's mean.
 // Every member sees the same gathered figures, so every member reaches the same verdict, and the
 // ring result stays bit-identical everywhere. The tag catches a stale Δ: one computed from an
 // older θ (a confused or replaying island); it cannot catch a member that lies about its tag,
 // whose Δ the clip still bounds.
+//
+// Each member also sends its round's work (RoundWork: its step and tokens), so every member
+// learns the round's furthest step and its tokens in all (the time budget's step agreement).
 //
 // Costs one all-gather of ~2.5 KB per member, and a pass over Δ.
 #pragma once
@@ -37,6 +44,12 @@ struct UpdateTag {
   std::string theta_hash;  // of the θ it was computed from
 };
 
+// What a member trained in the round its Δ is of (the time budget: diloco.sync_seconds).
+struct RoundWork {
+  int64_t step = 0;    // the member's step count at the end of its round
+  int64_t tokens = 0;  // tokens it trained in the round
+};
+
 struct UpdateIncident {
   std::string kind;  // "dropped_update" | "clipped_update"
   int member = 0;    // the group rank whose Δ it was
@@ -50,16 +63,21 @@ struct GuardOptions {
   // With 3 or more kept, a Δ whose direction's cosine with the round's median direction is below
   // this is dropped; -1 = never (independent random Δs, as in tests of the ring, have cosine ~0).
   double min_cosine = -1.0;
+  bool weight_by_tokens = false;  // weight each kept Δ by its RoundWork::tokens (step 5 above)
 };
 
 struct GuardResult {
   int contributors = 0;  // K
   std::vector<UpdateIncident> incidents;  // every member's drop or clip, in member order
+  int64_t furthest_step = 0;  // the largest RoundWork::step of the round's members
+  int64_t tokens = 0;         // Σ RoundWork::tokens over every member, dropped ones included (they trained)
+  double weight = 1.0;        // this member's token weight K·nᵢ/Σn (0 when dropped; 1 without weighting)
 };
 
 // In place on this member's x[n] (zeros when dropped, scaled when clipped or when others were
 // dropped). Every member of `group` calls it with its own Δ and tag; throws Timeout/PeerLost
 // (the group's) with x unchanged.
-GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts);
+GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts,
+                         const RoundWork& work = {});
 
 }  // namespace atl

@@ -285,6 +285,7 @@ int launch(const LaunchOptions& o) {
   const Config& cfg = o.config;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
+  check_time_budget_placement(cfg.diloco, M);
   check_memory_fits(cfg, {.processes = W, .workers_per_island = M});  // every worker on this machine, before the data is prepared
   if (o.resume && o.run_dir.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
   const std::string run_dir = o.run_dir.empty() ? default_run_dir() : o.run_dir;

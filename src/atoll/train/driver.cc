@@ -54,6 +54,10 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   bool saved = false, checkpoint_due = false;
   std::optional<double> fenced;  // the fence's wait for the last save's copy, until a row reports it
   const std::vector<const ParamEntry*> balanced = balanced_rows(engine.layout());
+  // Whether the step count crossed a multiple of `every` since `from` (a hook may move it ahead
+  // by more than one: DiLoCo's time budget); with steps of one, loop.step % every == 0.
+  auto crossed = [&](int64_t every, int64_t from) { return every > 0 && loop.step / every > from / every; };
+  int64_t agreed_at = loop.step;  // the step at the last point where every island held the same step
   auto checkpoint = [&](StepRow* row) {
     const SaveReport cost = opts.save();
     saved = true;
@@ -64,6 +68,8 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
   };
   while (loop.step < cfg.train.steps) {
     hooks.before_step(loop);
+    const int64_t before = loop.step;  // a joiner's admission may have set it
+    if (hooks.steps_agreed()) agreed_at = before;
     const double t0 = now_s();
     const int batch = batch_at(cfg.train, loop.tokens, T);
     const LossParts loss = loop.gradients(batch);
@@ -92,7 +98,7 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     const double dt = now_s() - t0;
     row.tokens_per_s = double(batch) * T * opts.workers / dt;
     const bool last = loop.step == cfg.train.steps;
-    if (opts.evaluates() && loop.has_val() && cfg.train.eval_every > 0 && (loop.step % cfg.train.eval_every == 0 || last)) {
+    if (opts.evaluates() && loop.has_val() && cfg.train.eval_every > 0 && (crossed(cfg.train.eval_every, before) || last)) {
       row.val_loss = result.final_val_loss = loop.validate();
       for (size_t i = 0; loop.train_data.mixes() && i < loop.val_losses.size(); ++i)
         if (!std::isnan(loop.val_losses[i])) row.val_losses[loop.train_data.dirs()[i]] = loop.val_losses[i];
@@ -107,8 +113,10 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     if (loop.step == 1 || result.first_loss == 0) result.first_loss = loss.ce;
     result.final_loss = loss.ce;
     const bool stopping = !last && opts.stop_requested && opts.stop_requested();
-    checkpoint_due = checkpoint_due || (cfg.checkpoint.every > 0 && loop.step % cfg.checkpoint.every == 0) || last ||
-                     stopping;
+    if (hooks.steps_agreed()) {
+      checkpoint_due = checkpoint_due || crossed(cfg.checkpoint.every, agreed_at) || last || stopping;
+      agreed_at = loop.step;
+    }
     if (checkpoint_due && hooks.can_checkpoint()) checkpoint(&row), checkpoint_due = false;
     if (loop.step % cfg.train.log_every == 0 || last || row.val_loss || row.theta_hash || row.ckpt_stall_s ||
         row.ckpt_fence_s)

@@ -11,7 +11,10 @@
 // row (written every train.log_every steps, at the last, and at rows with val_loss, theta_hash
 // or a checkpoint), the progress line, and a checkpoint at checkpoint.every (and at the last
 // step, and when a stop is requested: then the run ends there) once hooks.can_checkpoint()
-// allows it. A checkpoint blocks the step only for its plan (state_checkpoint.h); its copy of the
+// allows it. A hook may move loop.step ahead (islands on a time budget adopt the round's
+// furthest step): validation then runs when the step crossed a multiple of train.eval_every, a
+// checkpoint falls due where the steps agree (hooks.steps_agreed) and the step crossed a multiple
+// of checkpoint.every since the last such point. A checkpoint blocks the step only for its plan (state_checkpoint.h); its copy of the
 // saved tensors runs in the background while the next step computes its gradients, which only
 // read them, and that step waits at its fence (opts.fence, after hooks.after_gradients) before
 // anything writes them: a rollback, the optimizer step, the outer steps. The row of the step
@@ -60,6 +63,10 @@ class StepHooks {
   virtual void finish_row(StepRow& row, const StepClocks& clocks) { (void)row, (void)clocks; }
   // Whether a due checkpoint may be written now; false delays it (an exchange in flight).
   virtual bool can_checkpoint() { return true; }
+  // Whether every island holds this step now: always, except for islands on a time budget
+  // (diloco.sync_seconds), which agree only right after a committed outer step (where a slow one
+  // may have jumped ahead). Checkpoints fall due only there.
+  virtual bool steps_agreed() { return true; }
 };
 
 // Hooks in a row: each call goes to every hook in the order given (the step meets them in that
@@ -88,6 +95,11 @@ class HookList final : public StepHooks {
   bool can_checkpoint() override {
     for (StepHooks* h : hooks_)
       if (!h->can_checkpoint()) return false;
+    return true;
+  }
+  bool steps_agreed() override {
+    for (StepHooks* h : hooks_)
+      if (!h->steps_agreed()) return false;
     return true;
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/optim/bias_balance.h"
 #include "atoll/train/metrics.h"
@@ -117,9 +118,18 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
   // fragment due, the last step, or an exchange in flight, which may finish here), up after
   // (no-ops on the CPU). after_step() touches θ at no other step.
   const int64_t inner_step = loop.step - dp_warmup_;  // DiLoCo's step count, 0 at its start
-  if (inner_step <= 0) return;
+  agreed_ = true;
+  if (inner_step <= 0) {  // the warm start: every island takes every step; the first round begins after it
+    if (budget_) streaming_.begin_round();
+    return;
+  }
+  if (budget_) {
+    const int64_t tokens = int64_t(row.batch_size) * seq_len_;
+    streaming_.count_step(tokens * place_.workers_per_island);
+    round_counted_ += tokens * place_.workers_per_island * place_.islands;  // what the driver added to loop.tokens
+  }
   const bool theta_on_host = inner_step >= diloco_steps_ || streaming_.in_flight() ||
-                             streaming_.schedule().due(inner_step, diloco_steps_) >= 0;
+                             streaming_.due(inner_step, diloco_steps_) >= 0;
   if (theta_on_host) engine.to_host(kParams);
   const StreamStep st = streaming_.after_step(inner_step, diloco_steps_, engine.host().params);
   if (theta_on_host) engine.to_device(kParams);
@@ -131,8 +141,27 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     row.fragment = st.synced->fragment;
     row.theta_hash = theta_hash_ = st.synced->theta_hash;
     row.momentum_hash = st.synced->momentum_hash;
+    if (budget_) adopt_round(loop, row, st);
   }
+  agreed_ = !budget_ || st.synced.has_value();
   log_incidents(st, loop);
+}
+
+// Every island of the round adopts the same figures from the guard's all-gather: the step of the
+// island that went furthest (a slow island jumps ahead; the optimizer's count moves with it, so
+// run-wide state stays run-wide), and the run's tokens corrected from the driver's count (every
+// worker's batch taken as this one's, every step) to what the round's islands trained.
+void DilocoHook::adopt_round(Loop& loop, StepRow& row, const StreamStep& st) {
+  const SyncResult& r = *st.synced;
+  const int64_t jump = dp_warmup_ + r.furthest_step - loop.step;
+  ATOLL_CHECK(jump >= 0) << place_.who << ": the round's furthest step " << r.furthest_step << " is behind this island's "
+                         << loop.step - dp_warmup_;
+  loop.step += jump;
+  loop.engine->set_optimizer_steps(loop.engine->optimizer_steps() + jump);
+  loop.tokens += r.round_tokens - round_counted_;
+  round_counted_ = 0;
+  row.step = loop.step, row.tokens = loop.tokens;
+  row.round_steps = st.round_steps, row.round_tokens = st.round_tokens, row.round_weight = r.weight;
 }
 
 void DilocoHook::log_incidents(const StreamStep& st, const Loop& loop) {

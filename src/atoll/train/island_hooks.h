@@ -11,7 +11,10 @@
 //   DilocoHook      after_inner_step: the outer steps that streaming DiLoCo has due
 //                   (dist/streaming.h), on the host copy of the parameters, and their dropped or
 //                   clipped Δs (dist/update_guard.h) as events; can_checkpoint: not while an
-//                   exchange is in flight.
+//                   exchange is in flight. Time budget (diloco.sync_seconds): each step's tokens
+//                   to the round; at a commit the island adopts the round's furthest step (the
+//                   step counter and the optimizer's, so the schedule, checkpoints and the run's
+//                   end agree) and its tokens in all; steps_agreed only right after a commit.
 //   ElasticHook     before_step: the joiners a committed outer step admitted receive the run's
 //                   state before anyone takes the next step (state_transfer.h);
 //                   after_inner_step: after a committed outer step, this worker's membership
@@ -95,21 +98,29 @@ class DilocoHook final : public StepHooks {
   DilocoHook(const Config& cfg, const IslandPlace& place, ElasticGroup& outer, StreamingDiloco& streaming,
              JsonlWriter* incidents)
       : place_(place), outer_(outer), streaming_(streaming), incidents_(incidents), dp_warmup_(dp_warmup_steps(cfg)),
-        diloco_steps_(cfg.train.steps - dp_warmup_) {}
+        diloco_steps_(cfg.train.steps - dp_warmup_), budget_(cfg.diloco.sync_seconds > 0),
+        seq_len_(cfg.model.seq_len) {}
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
-  bool can_checkpoint() override { return !streaming_.in_flight(); }
+  bool can_checkpoint() override { return !streaming_.in_flight() && agreed_; }
+  bool steps_agreed() override { return agreed_; }
   const std::string& theta_hash() const { return theta_hash_; }  // after the newest outer step
 
  private:
   // The outer steps' dropped and clipped Δs in events.jsonl, from the view's lowest island (each
   // rank for its shard of Δ, which its outer group guarded).
   void log_incidents(const StreamStep& st, const Loop& loop);
+  // Time budget: a committed round's furthest step and tokens, adopted (see above).
+  void adopt_round(Loop& loop, StepRow& row, const StreamStep& st);
 
   IslandPlace place_;
   ElasticGroup& outer_;
   StreamingDiloco& streaming_;
   JsonlWriter* incidents_;
   int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
+  bool budget_;                       // diloco.sync_seconds > 0
+  int seq_len_;
+  bool agreed_ = true;                // every island holds this step (steps_agreed)
+  int64_t round_counted_ = 0;         // tokens the driver counted in this round (every worker's batch as this one's)
   std::string theta_hash_;
 };
 
@@ -151,6 +162,7 @@ class IslandHooks final : public StepHooks {
   }
   void finish_row(StepRow& row, const StepClocks& clocks) override { list_.finish_row(row, clocks); }
   bool can_checkpoint() override { return list_.can_checkpoint(); }
+  bool steps_agreed() override { return list_.steps_agreed(); }
 
   // θ's hash after the newest outer step, or at the end of the warm start; "" before either.
   const std::string& theta_hash() const {

@@ -122,6 +122,13 @@ void expect_same_state(ProcessGroup& inner, ProcessGroup& outer, const std::stri
 
 }  // namespace
 
+void check_time_budget_placement(const DilocoConfig& d, int workers_per_island) {
+  if (d.sync_seconds > 0 && workers_per_island > 1)
+    throw ConfigError("diloco.sync_seconds > 0 (islands syncing on a time budget) works with one worker per island "
+                      "(here --workers-per-island " + std::to_string(workers_per_island) + "); fix: "
+                      "--workers-per-island 1, or diloco.sync_seconds = 0");
+}
+
 std::string shared_config_toml(const Config& cfg) {
   Config c = cfg;
   c.train.device = Config().train.device;
@@ -138,7 +145,9 @@ DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeou
                    .timeout = timeout,
                    .error_feedback = cfg.diloco.error_feedback,
                    .compress = cfg.diloco.compress == "zstd"},
-          .guard = {.clip_factor = cfg.fault.clip_factor, .min_cosine = cfg.fault.min_cosine}};
+          .guard = {.clip_factor = cfg.fault.clip_factor,
+                    .min_cosine = cfg.fault.min_cosine,
+                    .weight_by_tokens = cfg.diloco.sync_seconds > 0}};
 }
 
 // One worker of the run: what it holds of the run, in the order it builds it (and tears it down
@@ -399,6 +408,7 @@ struct Worker {
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = opts.islands, M = opts.workers_per_island, W = N * M;
+  check_time_budget_placement(cfg.diloco, M);
   // Before any thread starts, so that every thread leaves the signals to it (stop_signals.h).
   std::unique_ptr<StopSignals> signals;
   if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
@@ -454,7 +464,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   StreamingDiloco streaming(diloco, outer,
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
-                             .mixing = cfg.diloco.mixing});
+                             .mixing = cfg.diloco.mixing,
+                             .sync_seconds = cfg.diloco.sync_seconds});
   engine.to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     begin_run(rd, cfg);
@@ -484,7 +495,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .finish_saves = [&] { return wk.checkpointer->finish(); },
                    .fence = [&] { return wk.checkpointer->fence(); },
                    .t_start = t_start,
-                   .stop_requested = [&] { return wk.stop_requested(signals.get()); }});
+                   // On a time budget the islands stop only where their steps agree (after a commit).
+                   .stop_requested = [&] { return wk.stop_requested(signals.get()) && hooks.steps_agreed(); }});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
     throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   } catch (const Timeout& e) {

@@ -20,7 +20,10 @@
 //
 // DiLoCo may be streaming (diloco.fragments, diloco.overlap_steps: dist/streaming.h): θ is cut
 // into fragments of whole layers that sync in turn, each exchange optionally overlapped with the
-// next inner steps.
+// next inner steps. Or the islands sync on a time budget (diloco.sync_seconds, one worker per
+// island: check_time_budget_placement): each round ends on the island's clock, H the cap, the
+// mean weighted by tokens, and every island adopts the round's furthest step at each commit
+// (train/island_hooks.h DilocoHook), where alone checkpoints and stops happen.
 //
 // Elastic (docs/islands.md "Faults, membership and rejoin"): the outer groups follow the
 // membership views of dist/membership.h; every outer step is voted on, and one that fails is
@@ -88,6 +91,10 @@ struct WorkerResult {
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
+
+// Islands on a time budget (diloco.sync_seconds > 0) have one worker each: an island's ranks
+// would each end the round on their own clock. A ConfigError naming the keys and the fix.
+void check_time_budget_placement(const DilocoConfig& d, int workers_per_island);
 
 // The resolved config TOML without the placement keys (what workers must agree on).
 std::string shared_config_toml(const Config& cfg);

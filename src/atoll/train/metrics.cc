@@ -31,6 +31,9 @@ nlohmann::json to_json(const StepRow& r) {
   put("outer_step", r.outer_step);
   put("fragment", r.fragment);
   put("theta_hash", r.theta_hash);
+  put("round_steps", r.round_steps);
+  put("round_tokens", r.round_tokens);
+  put("round_weight", r.round_weight);
   put("momentum_hash", r.momentum_hash);
   auto put_list = [&](const char* key, const auto& field) {
     if (!field.empty()) row[key] = field;

@@ -49,6 +49,10 @@ struct StepRow {
   std::optional<int64_t> outer_step{};
   std::optional<int> fragment{};
   std::optional<std::string> theta_hash{}, momentum_hash{};
+  // Islands on a time budget (diloco.sync_seconds), at an outer step: this island's inner steps
+  // and tokens in the round, and the token weight its Δ got in the mean (dist/update_guard.h).
+  std::optional<int64_t> round_steps{}, round_tokens{};
+  std::optional<double> round_weight{};
 
   std::vector<int> load_layer{};
   std::vector<double> load_entropy{}, load_max{}, load_min{}, load_skip{};
