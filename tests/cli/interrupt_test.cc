@@ -110,15 +110,23 @@ TEST_F(Interrupt, SigtermStopsTheSameWay) {
 
 TEST_F(Interrupt, ASecondCtrlCExitsAtOnceNamingTheLastCheckpoint) {
   base_run();
-  const std::string run = dir("run"), log = dir("log");
-  auto b = start(run, log);
-  ::kill(b->pid(), SIGINT);
-  // The second once the first was taken (two signals sent at once may arrive as one).
-  ASSERT_TRUE(wait_for_text(log + ".err", "atoll: interrupted:", 60, [&] { return b->running(); }))
-      << read_file(log + ".err");
-  ::kill(b->pid(), SIGINT);
-  const int status = b->wait();
-  const std::string err = read_file(log + ".err");
+  std::string run, err;
+  int status = 0;
+  // The first stop can finish its step and checkpoint before the second signal arrives (a tiny
+  // step, a busy machine): then the run stopped cleanly, which is another test's case; try again.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    run = dir("run" + std::to_string(attempt));
+    const std::string log = dir("log" + std::to_string(attempt));
+    auto b = start(run, log);
+    ::kill(b->pid(), SIGINT);
+    // The second once the first was taken (two signals sent at once may arrive as one).
+    ASSERT_TRUE(wait_for_text(log + ".err", "atoll: interrupted:", 60, [&] { return b->running(); }))
+        << read_file(log + ".err");
+    ::kill(b->pid(), SIGINT);
+    status = b->wait();
+    err = read_file(log + ".err");
+    if (err.find("stopped by signal") == std::string::npos) break;
+  }
   ASSERT_TRUE(WIFEXITED(status)) << status << "\n" << err;
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << err;
   EXPECT_NE(err.find("interrupted again"), std::string::npos) << err;

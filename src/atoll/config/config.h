@@ -43,8 +43,10 @@ struct OptimConfig {
   double muon_momentum = 0.95;
   int ns_steps = 5;
   // Bias balancing of the zaya router (optim/bias_balance.h): AdamW's learning rate on the
-  // balancing biases, whose gradient is each expert's load error p_e - 1/E.
-  double bias_balance_lr = 1e-3;
+  // balancing biases, whose gradient is each expert's load error p_e - 1/E. 1e-4: the biases add
+  // to probabilities, and Adam moves them about lr a step whatever the error, so a larger rate
+  // overshoots and herds the tokens onto one expert (docs/benchmarks.md, the balancing-rate sweep).
+  double bias_balance_lr = 1e-4;
   // ZeRO-1 inside an island (optim/zero_shard.h): with more than one worker per island, each
   // holds and steps 1/M of the optimizer state. Off by default: see docs/islands.md.
   bool zero1 = false;
