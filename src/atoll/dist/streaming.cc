@@ -93,6 +93,12 @@ SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_loca
     const Decision d = elastic_->decide(attempt, failure.empty(), may_admit(f, admit));
     out.comm_s += now_s() - d0;
     if (d.commit) {
+      // The others committed without this worker's vote: they counted it lost (its heartbeat
+      // lapsed: stopped or starved after its part of the ring), and its own exchange then failed,
+      // so it lacks the mean they applied. It leaves to rejoin with the committed state.
+      if (!failure.empty())
+        throw LeftRun("outer step " + std::to_string(sync_.outer_step() + 1) + " was committed without this worker (" +
+                      "counted lost) while its exchange failed (" + failure + "); it leaves the run to rejoin");
       if (d.next) admission_ = d.next;
       return note_incidents(sync_.apply(f, theta_local, mixing), out);
     }
