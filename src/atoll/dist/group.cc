@@ -110,8 +110,6 @@ bool timed_out_in_flight() {
   }
 }
 
-// How often the rendezvous's waits ask GroupOptions::lost_ranks (one MGET of the heartbeats).
-constexpr Ms kLivenessSlice(100);
 // The longest a timed-out member waits for the others' failure marks (ProcessGroup::fail).
 constexpr Ms kMarkWait(2000);
 
@@ -137,7 +135,7 @@ class SlicedStore final : public gloo::rendezvous::Store {
     for (;;) {
       const auto left = std::chrono::duration_cast<Ms>(end - std::chrono::steady_clock::now());
       try {
-        inner_.wait(keys, std::clamp(left, Ms(1), kLivenessSlice));
+        inner_.wait(keys, std::clamp(left, Ms(1), kLivenessPoll));
         return;
       } catch (const Timeout& e) {
         if (std::chrono::steady_clock::now() >= end)
@@ -263,7 +261,7 @@ void ProcessGroup::throw_if_missing(Store& store) const {
 void ProcessGroup::await_sizes(Store& store) const {
   std::vector<bool> checked(size_t(opts_.size), false);
   checked[size_t(opts_.rank)] = true;
-  auto next_check = std::chrono::steady_clock::now() + kLivenessSlice;
+  auto next_check = std::chrono::steady_clock::now() + kLivenessPoll;
   for (Ms pause(1); !check_sizes(store, checked); pause = std::min(pause * 2, Ms(10))) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= rendezvous_deadline_) {
@@ -274,7 +272,7 @@ void ProcessGroup::await_sizes(Store& store) const {
     }
     if (now >= next_check) {
       check_lost(describe() + ": rendezvous (prefix " + prefix_ + ")");
-      next_check = now + kLivenessSlice;
+      next_check = now + kLivenessPoll;
     }
     std::this_thread::sleep_for(pause);
   }
@@ -346,7 +344,7 @@ std::string ProcessGroup::mark_failed(Ms wait) const {
            std::chrono::steady_clock::now() < end && !unmarked_all_gone(ranks, marked)) {
       try {
         const auto left = std::chrono::duration_cast<Ms>(end - std::chrono::steady_clock::now());
-        store.wait(keys, std::clamp(left, Ms(1), kLivenessSlice));
+        store.wait(keys, std::clamp(left, Ms(1), kLivenessPoll));
       } catch (const Timeout&) {
         // those still unmarked stalled, unless they mark in the next slice
       }

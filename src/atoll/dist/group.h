@@ -80,6 +80,10 @@ struct GroupOptions {
   std::function<std::vector<int>()> lost_ranks{};
 };
 
+// How often the waits that GroupOptions::lost_ranks can end (the rendezvous, a ring mean, the
+// wait for failure marks) ask it: one MGET of the heartbeats each time.
+inline constexpr std::chrono::milliseconds kLivenessPoll{100};
+
 // A rank started with another group size than a peer's (e.g. a worker given another
 // --islands): this rank's rank and size, and the first peer found with another size.
 class GroupSizeMismatch : public ConfigError {

@@ -106,8 +106,6 @@ class RingAllreduce::LivenessWatch {
   }
 
  private:
-  static constexpr std::chrono::milliseconds kLivenessPoll{100};
-
   void watch() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, kLivenessPoll, [this] { return done_; })) {

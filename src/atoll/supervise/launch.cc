@@ -147,9 +147,10 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
 // error that a restart would only repeat) fails the run as before. The backoff doubles with each
 // restart since the worker last took part in a committed outer step, and starts again from
 // fault.restart_backoff_s once it has: a crash loop backs off, while a worker lost now and then
-// over a long run is not kept out for minutes (which could make it miss the run's end). Once a worker has finished
-// (exit 0: the run is over), a worker that never logged the last step (stopped, or excluded) is
-// stopped after the grace and ignored. Every incident goes to events.jsonl.
+// over a long run is not kept out for minutes (which could make it miss the run's end). Once a
+// worker has finished (exit 0: the run is over), a worker that never logged the last step
+// (stopped, or excluded) is stopped after the grace and ignored. Every incident goes to
+// events.jsonl.
 // The watchdog (fault.step_timeout_s > 0): a running worker whose progress file
 // (train/progress_mark.h), touched since it (re)started, is older than the timeout is hung in a
 // step; it is killed (SIGKILL) and restarted like any lost worker, `restart` saying `watchdog`.
