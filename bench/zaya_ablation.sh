@@ -15,9 +15,14 @@
 #   SEEDS="1 2 3" JOBS=2 THREADS=1 ARMS="mixtral cca router residual zaya" bench/zaya_ablation.sh
 #
 # Runs go to $ATOLL_BENCH_OUT (default /tmp/atoll-zaya-ablation)/<config>/<arm>-s<seed>; a run
-# whose eval.json exists is kept (SKIP_DONE=0 reruns it), so an interrupted study resumes.
+# whose eval.json exists is kept (SKIP_DONE=0 reruns it), and a run cut short continues from its
+# newest checkpoint (`atoll train --resume`, bit-identical to an unbroken run; one save per tenth
+# of the steps), so an interrupted study resumes where it stopped: the small config's hour per
+# arm can span sessions.
 # JOBS runs at a time, each with THREADS threads, at nice 19 (so it uses only idle cores when
 # the machine is shared; losses do not depend on load, tokens/s does: see the load printed).
+# tokens/s is measured apart, by `atoll bench` (3 steps after 1 warm-up, THREADS threads) before
+# the runs: the runs' own speeds share the machine with each other and with whatever else runs.
 # Prints one markdown table: validation loss (mean and spread over seeds), tokens/s, KV-cache
 # bytes per token, attention and total training FLOPs per token, and the expert load balance
 # (entropy, min and max load over the last quarter of the steps, zaya router arms).
@@ -47,22 +52,28 @@ arm_sets() {  # the --set overrides that turn the zaya config into the arm
   esac
 }
 
-bench_json() {  # flops_per_token and the KV-cache bytes of an arm, from one untimed-size bench step
+bench_json() {  # flops_per_token, tokens/s and the KV-cache bytes of an arm, from a short bench
   local arm=$1
   local out=$base/$arm.bench.json
   [ -s "$out" ] || OMP_NUM_THREADS=$threads nice -n 19 "$atoll" bench --config "$config" $(arm_sets "$arm") \
-    --steps 1 --warmup 0 | tail -1 >"$out"
+    --steps 3 --warmup 1 | tail -1 >"$out"
   echo "$out"
 }
 
 run_one() {  # arm seed steps dir
   local arm=$1 seed=$2 n=$3 dir=$4
   if [[ ${SKIP_DONE:-1} == 1 && -s $dir/eval.json ]]; then return 0; fi
-  rm -rf "$dir"
-  OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive nice -n 19 "$atoll" train --config "$config" $(arm_sets "$arm") \
-    --set train.steps="$n" --set train.seed="$seed" --set model.init_seed="$seed" \
-    --set train.eval_every=$((n / 3 > 0 ? n / 3 : 1)) --set checkpoint.every="$n" --set checkpoint.keep=1 \
-    --run-dir "$dir" --no-sample >"$dir.log" 2>&1
+  if [[ ${SKIP_DONE:-1} == 1 && -s $dir/config.toml ]]; then  # cut short: continue it
+    echo "$arm seed $seed: resuming $dir" >&2
+    OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive nice -n 19 "$atoll" train --resume --run-dir "$dir" \
+      --no-sample >>"$dir.log" 2>&1
+  else
+    rm -rf "$dir"
+    OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive nice -n 19 "$atoll" train --config "$config" $(arm_sets "$arm") \
+      --set train.steps="$n" --set train.seed="$seed" --set model.init_seed="$seed" \
+      --set train.eval_every=$((n / 3 > 0 ? n / 3 : 1)) --set checkpoint.every=$((n / 10 > 0 ? n / 10 : 1)) \
+      --set checkpoint.keep=1 --run-dir "$dir" --no-sample >"$dir.log" 2>&1
+  fi
   OMP_NUM_THREADS=$threads nice -n 19 "$atoll" eval --checkpoint "$dir" >"$dir/eval.json.tmp"
   mv "$dir/eval.json.tmp" "$dir/eval.json"
   echo "$arm seed $seed ($n steps) done: $(cat "$dir/eval.json")" >&2
@@ -130,8 +141,8 @@ for arm in sorted(arms, key=lambda a: ["mixtral", "cca", "router", "residual", "
     flops_cell = "same steps"
     if os.path.exists(os.path.join(fl, "eval.json")):
         flops_cell = f"{resolved(fl)['train']['steps']}: {json.load(open(os.path.join(fl, 'eval.json')))['loss']:.4f}"
-    tps = statistics.median(r["tokens_per_s"] for d in runs for r in rows(d) if r.get("tokens_per_s"))
     b = json.load(open(os.path.join(base, f"{arm}.bench.json")))
+    tps = b["tokens_per_s"]
     cfg = resolved(runs[0])
     tail = [r for d in runs for r in rows(d) if "load_entropy" in r and r["step"] > 0.75 * steps]
     if tail:
