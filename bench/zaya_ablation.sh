@@ -80,6 +80,7 @@ run_one() {  # arm seed steps dir
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $jobs jobs x $threads threads at nice 19" >&2
+for arm in mixtral $arms; do bench_json "$arm" >/dev/null; done  # all before any run: speeds on an idle machine
 base_fpt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flops_per_token"])' "$(bench_json mixtral)")
 pids=()
 wait_slot() { while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || true; done; }
