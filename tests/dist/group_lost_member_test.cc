@@ -2,7 +2,8 @@
 // lapsed) with PeerLost naming it, whether it never arrived or arrived and died before it gave its
 // address; a member only slow (not known gone) is waited for and the group forms. A ring mean
 // gives up the same way on a member that stops answering once it is known gone, long before the
-// timeout. Every rank a real process; "gone" is a store key, which lost_ranks reads.
+// timeout, and so do the group's own collectives (barrier, allgather, reduce-scatter). Every rank
+// a real process; "gone" is a store key, which lost_ranks reads.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -97,9 +98,15 @@ TEST_F(GroupLostMember, OneThatIsOnlySlowIsWaitedFor) {
 // cut-off member); once it is known gone the others' ring mean fails with PeerLost naming it,
 // their buffers unchanged. Without the watch they would wait out the 20 s timeout and fail with
 // Timeout.
-TEST_F(GroupLostMember, ARingGivesUpOnAMemberOnceItIsKnownGone) {
+// A ring mean and the group's own collectives as a silent member's peers see them: each gives up
+// on it once it is known gone, with PeerLost naming it, not after the 20 s timeout; the buffers
+// are unchanged.
+class GroupCollectiveLostMember : public GroupLostMember, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(GroupCollectiveLostMember, GivesUpOnAMemberOnceItIsKnownGone) {
+  const std::string op = GetParam();
   const auto out = run_processes(3, [&](int rank) {
-    Store store(store_options("ring"));
+    Store store(store_options("collective-" + op));
     const std::string gone = store.run_prefix() + "/gone/2", done = store.run_prefix() + "/done/";
     ProcessGroup g(store, GroupOptions{.rank = rank, .size = 3, .timeout = milliseconds(20000),
                                        .member_name = [](int r) { return "member-" + std::to_string(r); },
@@ -108,23 +115,28 @@ TEST_F(GroupLostMember, ARingGivesUpOnAMemberOnceItIsKnownGone) {
                                        }});
     store.set(store.run_prefix() + "/formed/" + std::to_string(rank), "1");
     if (rank == 2) {  // silent, its connections open, until the others are done
-      store.wait({store.run_prefix() + "/formed/0", store.run_prefix() + "/formed/1"});  // gone after the rendezvous
+      store.wait({store.run_prefix() + "/formed/0", store.run_prefix() + "/formed/1"});
       store.set(gone, "1");
       store.wait({done + "0", done + "1"});
       return std::string("silent");
     }
-    std::vector<float> x(5000, float(rank + 1));
+    std::vector<float> x(3000, float(rank + 1));
+    const auto start = std::chrono::steady_clock::now();
     std::string result;
     try {
-      RingAllreduce ring(g, RingOptions{.codec = Codec::kInt8});
-      ring.mean(x.data(), x.size());
+      if (op == "ring") RingAllreduce(g, RingOptions{.codec = Codec::kInt8}).mean(x.data(), x.size());
+      if (op == "barrier") g.barrier();
+      if (op == "allgather") g.allgather(std::string(100, char('a' + rank)));
+      if (op == "reduce_scatter_sum") g.reduce_scatter_sum(x.data(), {1000, 1000, 1000});
       result = "completed";
     } catch (const PeerLost& e) {
       result = std::string("PeerLost: ") + e.what();
     } catch (const Timeout& e) {
       result = std::string("Timeout: ") + e.what();
     }
-    if (x != std::vector<float>(5000, float(rank + 1))) result += " (buffer changed)";
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s > 10) result += " (after " + std::to_string(s) + " s)";
+    if (x != std::vector<float>(3000, float(rank + 1))) result += " (buffer changed)";
     store.set(done + std::to_string(rank), "1");
     store.wait({done + "0", done + "1"});  // connections open until both gave up on their own
     return result;
@@ -132,11 +144,16 @@ TEST_F(GroupLostMember, ARingGivesUpOnAMemberOnceItIsKnownGone) {
   EXPECT_EQ(out[2], "silent");
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find(op == "ring" ? "ring mean" : op), std::string::npos) << out[size_t(r)];
     EXPECT_NE(out[size_t(r)].find("member-2 gone"), std::string::npos) << out[size_t(r)];
-    EXPECT_NE(out[size_t(r)].find("while the ring waited"), std::string::npos) << out[size_t(r)];
+    EXPECT_EQ(out[size_t(r)].find("(after"), std::string::npos) << out[size_t(r)];
     EXPECT_EQ(out[size_t(r)].find("buffer changed"), std::string::npos) << out[size_t(r)];
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Collectives, GroupCollectiveLostMember,
+                         ::testing::Values("ring", "barrier", "allgather", "reduce_scatter_sum"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace atl

@@ -1,10 +1,8 @@
 // Process groups over Gloo (see group.h).
 #include "atoll/dist/group.h"
 
-#include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
@@ -19,8 +17,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -112,6 +110,72 @@ bool timed_out_in_flight() {
 
 // The longest a timed-out member waits for the others' failure marks (ProcessGroup::fail).
 constexpr Ms kMarkWait(2000);
+
+// The top byte of the slots of exchange_all's messages (Gloo's own use 0x01.., the ring 0xA7,
+// reduce_scatter_sum 0xA8).
+constexpr uint64_t kExchangeSlotPrefix = 0xA9;
+
+// PeerLost for waits a LivenessWatch aborted.
+[[noreturn]] void throw_gone(const LivenessWatch& watch, const char* what) {
+  throw PeerLost(watch.lost() + " gone (no heartbeat for fault.heartbeat_ttl_s) while the " + what +
+                 " waited; not waited for");
+}
+
+// One phase of exchange_all on slot `slot`: bytes [0, send_n) of `out` go to every other rank,
+// rank r's n[r] bytes arrive at off[r] of `in`; every wait ends by `deadline` or when a member is
+// known gone (PeerLost).
+void exchange_phase(const ProcessGroup& g, gloo::transport::UnboundBuffer& out, size_t send_n,
+                    gloo::transport::UnboundBuffer& in, const std::vector<size_t>& off, const std::vector<size_t>& n,
+                    uint64_t slot, std::chrono::steady_clock::time_point deadline) {
+  LivenessWatch watch(g, [&](const std::string&) { in.abortWaitRecv(), out.abortWaitSend(); });
+  int recvs = 0, sends = 0;
+  for (int r = 0; r < g.size(); ++r) {
+    if (r == g.rank()) continue;
+    if (n[size_t(r)] > 0) in.recv(r, slot, off[size_t(r)], n[size_t(r)]), ++recvs;
+    if (send_n > 0) out.send(r, slot, 0, send_n), ++sends;
+  }
+  auto left = [&] { return std::max(Ms(1), std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now())); };
+  for (int i = 0; i < recvs; ++i)
+    if (!in.waitRecv(left())) watch.stop(), throw_gone(watch, "exchange");
+  for (int i = 0; i < sends; ++i)
+    if (!out.waitSend(left())) watch.stop(), throw_gone(watch, "exchange");
+}
+
+// Every rank's `mine`, in rank order, each rank sending its own to every other directly: the
+// sizes (8 bytes) first, then the blobs; 2 (P-1) messages per rank and phase. For the few bytes
+// of a barrier or an allgather, on the group's own unbound buffers, whose waits (unlike those of
+// Gloo's collectives) a LivenessWatch can abort.
+std::vector<std::string> exchange_all(ProcessGroup& g, const std::string& mine) {
+  const int P = g.size(), me = g.rank();
+  const auto& ctx = g.context(0);
+  const uint64_t tag = g.next_tag() & 0xffffff;
+  auto slot = [&](uint64_t phase) { return (kExchangeSlotPrefix << 56) | (tag << 32) | phase; };
+  const auto deadline = std::chrono::steady_clock::now() + g.timeout();
+  const size_t np = static_cast<size_t>(P);
+  std::vector<uint64_t> sizes(np, 0);
+  uint64_t my_size = mine.size();
+  std::vector<size_t> off(np), n(np, sizeof(uint64_t));
+  for (int r = 0; r < P; ++r) off[size_t(r)] = size_t(r) * sizeof(uint64_t);
+  n[size_t(me)] = 0;
+  {
+    auto out = ctx->createUnboundBuffer(&my_size, sizeof my_size);
+    auto in = ctx->createUnboundBuffer(sizes.data(), sizes.size() * sizeof(uint64_t));
+    exchange_phase(g, *out, sizeof my_size, *in, off, n, slot(0), deadline);
+  }
+  sizes[size_t(me)] = 0;
+  size_t total = 0;
+  for (int r = 0; r < P; ++r) off[size_t(r)] = total, n[size_t(r)] = size_t(sizes[size_t(r)]), total += n[size_t(r)];
+  std::string all(total, '\0');
+  if (total > 0 || !mine.empty()) {
+    char none = 0;  // Gloo wants a buffer even where nothing is sent or received
+    auto out = ctx->createUnboundBuffer(mine.empty() ? &none : const_cast<char*>(mine.data()), std::max<size_t>(mine.size(), 1));
+    auto in = ctx->createUnboundBuffer(total ? all.data() : &none, std::max<size_t>(total, 1));
+    exchange_phase(g, *out, mine.size(), *in, off, n, slot(1), deadline);
+  }
+  std::vector<std::string> blobs(np);
+  for (int r = 0; r < P; ++r) blobs[size_t(r)] = r == me ? mine : all.substr(off[size_t(r)], n[size_t(r)]);
+  return blobs;
+}
 
 // Gloo's view of the store while it connects the full mesh: every wait ends by the rendezvous's
 // deadline (Gloo would wait the timeout once per peer), in slices between which `check` throws
@@ -413,19 +477,49 @@ void ProcessGroup::fail(const std::string& op, Ms waited) {
   rethrow_translated(describe() + ": " + op, note);
 }
 
+LivenessWatch::LivenessWatch(const ProcessGroup& group, std::function<void(const std::string&)> on_lost)
+    : group_(group), on_lost_(std::move(on_lost)) {
+  if (group_.size() > 1 && group_.watches_liveness()) thread_ = std::thread([this] { watch(); });
+}
+
+LivenessWatch::~LivenessWatch() { stop(); }
+
+void LivenessWatch::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void LivenessWatch::watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, kLivenessPoll, [this] { return done_; })) {
+    std::string lost;
+    try {
+      lost = group_.lost_members();
+    } catch (const std::exception&) {
+      continue;  // the store is unreachable: the timeout still bounds the wait
+    }
+    if (lost.empty()) continue;
+    lost_ = lost;
+    on_lost_(lost_);
+    return;
+  }
+}
+
 void ProcessGroup::barrier() {
   check_usable("barrier");
   if (size() == 1) return;
   const double t0 = now_s();
   try {
-    gloo::BarrierOptions o(contexts_[0]);
-    o.setTag(next_tag());
-    o.setTimeout(opts_.timeout);
-    gloo::barrier(o);
+    exchange_all(*this, std::string());  // no rank's sizes arrive before every rank is here
   } catch (...) {
     fail("barrier");
   }
-  record(0, now_s() - t0);
+  record(sizeof(uint64_t) * size_t(size() - 1), now_s() - t0);
 }
 
 void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
@@ -454,34 +548,13 @@ std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {
   check_usable("allgather");
   if (size() == 1) return {blob};
   const double t0 = now_s();
-  std::vector<uint64_t> sizes(size());
-  uint64_t mine = blob.size();
-  std::vector<char> padded, all;
+  std::vector<std::string> out;
   try {
-    gloo::AllgatherOptions s(contexts_[0]);
-    s.setInput(&mine, 1);
-    s.setOutput(sizes.data(), sizes.size());
-    s.setTag(next_tag());
-    s.setTimeout(opts_.timeout);
-    gloo::allgather(s);
-    const uint64_t longest = *std::max_element(sizes.begin(), sizes.end());
-    if (longest > 0) {  // blobs padded to the longest, since Gloo's allgather is fixed-size
-      padded.assign(longest, 0);
-      std::copy(blob.begin(), blob.end(), padded.begin());
-      all.resize(longest * size());
-      gloo::AllgatherOptions o(contexts_[0]);
-      o.setInput(padded.data(), longest);
-      o.setOutput(all.data(), all.size());
-      o.setTag(next_tag());
-      o.setTimeout(opts_.timeout);
-      gloo::allgather(o);
-    }
+    out = exchange_all(*this, blob);
   } catch (...) {
     fail("allgather");
   }
-  std::vector<std::string> out(size());
-  for (int r = 0; r < size(); ++r) out[r].assign(all.data() + r * padded.size(), sizes[r]);
-  record((sizeof(uint64_t) + padded.size()) * (size() - 1), now_s() - t0);
+  record((sizeof(uint64_t) + blob.size()) * size_t(size() - 1), now_s() - t0);
   return out;
 }
 
@@ -563,6 +636,8 @@ void ProcessGroup::reduce_scatter_sum(float* data, const std::vector<size_t>& co
     const auto& ctx = contexts_[0];
     auto out_ub = ctx->createUnboundBuffer(out.data(), most * sizeof(float));
     auto in_ub = ctx->createUnboundBuffer(in.data(), most * sizeof(float));
+    LivenessWatch watch(*this, [&](const std::string&) { in_ub->abortWaitRecv(), out_ub->abortWaitSend(); });
+    auto aborted = [&] { watch.stop(), throw_gone(watch, "reduce-scatter"); };
     // At step s rank r sends its partial sum of part (r-s-1) and receives the left's of part
     // (r-s-2), adding its own: after P-1 steps the part received is its own, summed by all.
     const int first = (r + P - 1) % P;
@@ -572,8 +647,8 @@ void ProcessGroup::reduce_scatter_sum(float* data, const std::vector<size_t>& co
       const uint64_t slot = (kSlotPrefix << 56) | (tag << 32) | uint64_t(s);
       if (counts[kr]) in_ub->recv(left, slot, 0, counts[kr] * sizeof(float));
       if (counts[ks]) out_ub->send(right, slot, 0, counts[ks] * sizeof(float));
-      if (counts[kr] && !in_ub->waitRecv(opts_.timeout)) throw gloo::IoException("reduce-scatter receive aborted");
-      if (counts[ks] && !out_ub->waitSend(opts_.timeout)) throw gloo::IoException("reduce-scatter send aborted");
+      if (counts[kr] && !in_ub->waitRecv(opts_.timeout)) aborted();
+      if (counts[ks] && !out_ub->waitSend(opts_.timeout)) aborted();
       sent += counts[ks] * sizeof(float);
       const float* own = data + offs[kr];
       for (size_t i = 0; i < counts[kr]; ++i) in[i] += own[i];  // the left's partial + this rank's

@@ -24,6 +24,11 @@
 // marks it in the store, and one that timed out waits (half as long as it waited, at most 2 s,
 // less once every member still unmarked is known gone) for the others' marks; those that never mark are
 // the ones that stalled ("stalled: island 2 rank 0", by member_name).
+// With GroupOptions::lost_ranks, no wait outlasts a member known gone: the rendezvous checks it
+// between slices, and the collectives atoll runs on its own unbound buffers (barrier, allgather,
+// reduce_scatter_sum, the ring of ring_allreduce.h) abort their waits through a LivenessWatch:
+// PeerLost within the heartbeat ttl, not after the timeout. Gloo's own collectives here
+// (broadcast, gather, allgatherv, allreduce_sum) cannot be aborted and wait for the timeout.
 //
 // A member that dies between publishing its address and connecting (a window of microseconds)
 // is still waited for up to Gloo's connect timeout: Gloo's pair connect cannot be interrupted.
@@ -38,11 +43,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -191,6 +198,32 @@ class ProcessGroup {
   std::atomic<bool> broken_{false};
   mutable std::mutex stats_mu_;
   CommStats stats_;
+};
+
+// While a collective waits: a thread that asks the group's lost_ranks every kLivenessPoll and,
+// the first time a member is named, calls on_lost with the names ("island 2 rank 0") and ends.
+// on_lost must make the guarded waits return (abortWaitRecv/abortWaitSend) and may run while
+// they do. No thread without lost_ranks or with one member. stop() (or the destructor) ends the
+// watch; fired() says afterwards whether on_lost ran.
+class LivenessWatch {
+ public:
+  LivenessWatch(const ProcessGroup& group, std::function<void(const std::string& lost)> on_lost);
+  ~LivenessWatch();
+  LivenessWatch(const LivenessWatch&) = delete;
+  LivenessWatch& operator=(const LivenessWatch&) = delete;
+  void stop();
+  bool fired() const { return !lost_.empty(); }  // after stop()
+  const std::string& lost() const { return lost_; }
+
+ private:
+  void watch();
+  const ProcessGroup& group_;
+  std::function<void(const std::string&)> on_lost_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string lost_;  // written by the thread before it ends
+  std::thread thread_;
 };
 
 // Part `part` of [0, n) cut into `parts` nearly equal runs, [n·part/parts, n·(part+1)/parts),

@@ -85,56 +85,6 @@ struct RingAllreduce::Run {
   }
 };
 
-// While the lanes run, a thread asks the group every kLivenessPoll whether a member is known gone
-// (GroupOptions::lost_ranks: its heartbeat lapsed) and if so fails the run with PeerLost and
-// aborts every wait: a stopped or cut-off member is given up on within the heartbeat ttl, not
-// after the timeout. A ring that completes as a member goes is failed too (the member is out of
-// the next view anyway, and a failed attempt commits nothing).
-class RingAllreduce::LivenessWatch {
- public:
-  LivenessWatch(RingAllreduce& ring, Run& run) : ring_(ring), run_(run) {
-    if (ring_.group_.size() > 1 && ring_.group_.watches_liveness()) thread_ = std::thread([this] { watch(); });
-  }
-  ~LivenessWatch() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  void watch() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, kLivenessPoll, [this] { return done_; })) {
-      std::string lost;
-      try {
-        lost = ring_.group_.lost_members();
-      } catch (const std::exception&) {
-        continue;  // the store is unreachable: the timeout still bounds the wait
-      }
-      if (lost.empty()) continue;
-      std::lock_guard<std::mutex> failure(run_.mu);
-      if (!run_.failed) {
-        run_.failed = true;
-        run_.error = std::make_exception_ptr(
-            PeerLost(lost + " gone (no heartbeat for fault.heartbeat_ttl_s) while the ring waited; not waited for"));
-        ring_.abort_all();
-      }
-      return;
-    }
-  }
-
-  RingAllreduce& ring_;
-  Run& run_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
 RingAllreduce::RingAllreduce(ProcessGroup& group, const RingOptions& opts) : group_(group), opts_(opts) {
   ATOLL_CHECK_GE(opts_.chunk_bytes, sizeof(float));
   if (opts_.connections == 0) opts_.connections = group_.connections();
@@ -195,7 +145,17 @@ void RingAllreduce::mean(float* data, size_t n) {
   const uint64_t sent_before = stats_.bytes_sent;
 
   {
-    LivenessWatch watch(*this, run);
+    // A member known gone (its heartbeat lapsed) fails the run and aborts every wait: it is given
+    // up on within the ttl, not after the timeout. A ring that completes as a member goes is
+    // failed too (the member is out of the next view anyway, and a failed attempt commits nothing).
+    LivenessWatch watch(group_, [&](const std::string& lost) {
+      std::lock_guard<std::mutex> failure(run.mu);
+      if (run.failed) return;
+      run.failed = true;
+      run.error = std::make_exception_ptr(
+          PeerLost(lost + " gone (no heartbeat for fault.heartbeat_ttl_s) while the ring waited; not waited for"));
+      abort_all();
+    });
     run_parallel(run.conns, [&](int c) { run_connection(run, c); });
   }
   if (run.error) {

@@ -98,7 +98,6 @@ class RingAllreduce {
   struct Conn;        // one connection's lanes, buffers and Gloo unbound buffers (ring_allreduce.cc)
   struct Run;         // one call's geometry and failure state
   class LaneStepper;  // one connection thread's schedule
-  class LivenessWatch;  // fails the run when a member is known gone
 
   void run_connection(Run& run, int c);
   void abort_all();
