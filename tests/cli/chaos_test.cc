@@ -10,8 +10,11 @@
 //   - no process of the run (worker or redis-server) is left once the launcher has exited.
 // Random events come only after two outer steps committed since the last disruption (so that
 // such overlaps are rare, from ATOLL_FAULT or the metrics' lag). At most 2 islands are disrupted at once (one is again once it has logged an outer step after
-// its disruption), so the run state always has a holder; no event is drawn in the last fifth of
-// the run, so every island is back for the end.
+// its disruption), so the run state always has a holder. Every island must be back for the end:
+// an event is drawn only while the rest of the run, at the fault-free run's pace, leaves it time
+// to come back (kRejoinS after a kill, that plus the hang for a hang, whose length is capped to
+// fit); counting outer steps is not enough, as the micro model runs the last hundreds of them in
+// a few seconds.
 //
 // bench/chaos.sh runs this test at scale through the environment: ATOLL_CHAOS_EVENTS (22),
 // ATOLL_CHAOS_SEED (19), ATOLL_CHAOS_STEPS (2400), ATOLL_CHAOS_KEEP (a folder to copy the chaos
@@ -48,6 +51,12 @@ constexpr int64_t kFirstEvent = 10;
 constexpr double kStallTimeouts = 2;
 constexpr int64_t kH = 4;
 constexpr double kTimeoutS = 4, kTtlS = 1;
+// A killed or let-go worker's way back: the restart backoff, a process start, admission at the
+// next commit and the state transfer (join takes about 1.5 s on tiny: docs/benchmarks.md).
+constexpr double kRejoinS = 4;
+// The micro model's batch: large enough that an outer step takes tens of milliseconds, so that the
+// 22 events fit in the run's first part with room for the last one's island to come back.
+constexpr int kBatch = 16;
 
 class Chaos : public CliTest {
  protected:
@@ -58,7 +67,17 @@ class Chaos : public CliTest {
             "--set", "checkpoint.every=" + std::to_string(steps / 4), "--set", "optim.warmup_steps=0",
             "--set", "fault.heartbeat_s=0.2", "--set", "fault.heartbeat_ttl_s=" + std::to_string(kTtlS),
             "--set", "fault.timeout_s=" + std::to_string(kTimeoutS), "--set", "fault.restart_backoff_s=0.2",
-            "--set", "fault.max_restarts=100000"};
+            "--set", "fault.max_restarts=100000", "--set", "train.batch_size=" + std::to_string(kBatch)};
+  }
+
+  // Seconds per outer step of a fault-free run, between its first and last checkpoint events, so
+  // that the start-up is not counted.
+  static double outer_step_seconds(const std::string& run) {
+    std::vector<std::pair<int64_t, double>> at;  // (step, time)
+    for (const auto& row : read_jsonl(run + "/events.jsonl"))
+      if (row.value("event", "") == "checkpoint") at.emplace_back(row["step"].get<int64_t>(), row["time"].get<double>());
+    if (at.size() < 2 || at.back().first <= at.front().first) return 0;
+    return (at.back().second - at.front().second) / (double(at.back().first - at.front().first) / double(kH));
   }
 
   static double final_val_loss(const std::string& run) {
@@ -89,6 +108,11 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   ASSERT_EQ(c.exit_code, 0) << c.describe();
   const double clean_loss = final_val_loss(clean);
   ASSERT_GT(clean_loss, 0);
+  const double pace_s = outer_step_seconds(clean);
+  ASSERT_GT(pace_s, 0) << "no two checkpoint events in the fault-free run";
+  // The rest of the run in seconds at the fault-free pace; three quarters of it, as the islands
+  // that are left run faster on a shared machine than all four.
+  auto remaining_s = [&](int64_t newest) { return 0.75 * pace_s * double(outer_steps - newest); };
 
   const std::string run = dir("run");
   // Before the random events (from outer step kFirstEvent on): island 1 killed in the ring, island
@@ -106,6 +130,7 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   MetricsTail tail(run + "/metrics.jsonl");
   int64_t newest = 0, events = 0;
   int64_t last_disruption = 0;  // the newest outer step at the last disruption
+  int64_t last_event_at = 0;    // the newest outer step at the last random event
   auto progressed_at = Clock::now();
   double longest_wait_s = 0;      // the longest wait for the next outer step, over its bound
   int64_t longest_wait_after = 0;  // the outer step it followed
@@ -145,7 +170,8 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
     }
     // The next random event: on an island that is whole, while at most one other is disrupted,
     // once the run has committed an outer step since the last disruption (a stall is one event's).
-    if (events < want_events && now >= next_event && newest >= kFirstEvent && newest < outer_steps * 4 / 5 &&
+    const double left_s = remaining_s(newest) - kRejoinS;  // for a hang, once the way back is counted
+    if (events < want_events && now >= next_event && newest >= kFirstEvent && left_s > 1.5 * kTtlS &&
         disrupted < 2 && newest > last_disruption + 1) {
       std::vector<int> whole;
       for (int i = 0; i < kIslands; ++i)
@@ -155,11 +181,14 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
         IslandState& is = islands[size_t(i)];
         const bool hang = rng() % 2 == 1;
         if (is.pid > 0 && ::kill(is.pid, hang ? SIGSTOP : SIGKILL) == 0) {  // never kill(-1)
-          ++events, ++tally[hang ? "hang" : "kill"];
+          ++events, ++tally[hang ? "hang" : "kill"], last_event_at = newest;
           is.disrupted = true, is.disrupted_at = newest, last_disruption = newest, ++disruptions_in_wait;
           // Held past the ttl: shorter than the timeout (the others may get on before it is out)
           // or longer (it is out, leaves when let go, and rejoins).
-          if (hang) is.stopped = is.pid, is.let_go_at = seconds_after(now, uniform(1.5 * kTtlS, 2 * kTimeoutS));
+          // Capped so that the island is back before the end.
+          if (hang)
+            is.stopped = is.pid,
+            is.let_go_at = seconds_after(now, uniform(1.5 * kTtlS, std::min(2 * kTimeoutS, left_s)));
           log += (hang ? "hang island " : "kill island ") + std::to_string(i) + " at outer step " +
                  std::to_string(newest) + "\n";
         }
@@ -183,8 +212,10 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   EXPECT_LE(longest_wait_s, kStallTimeouts * kTimeoutS)
       << "an outer step waited longer than " << kStallTimeouts << " x fault.timeout_s per disruption in the wait, after "
       << "outer step " << longest_wait_after;
-  std::printf("chaos seed %lu: longest wait for an outer step %.1f s per disruption (after outer step %ld)\n",
-              (unsigned long)seed, longest_wait_s, (long)longest_wait_after);
+  std::printf("chaos seed %lu: longest wait for an outer step %.1f s per disruption (after outer step %ld); "
+              "fault-free pace %.1f ms per outer step; the last event at outer step %ld of %ld\n",
+              (unsigned long)seed, longest_wait_s, (long)longest_wait_after, 1e3 * pace_s, (long)last_event_at,
+              (long)outer_steps);
   const RunView v = read_run(run);
   for (const auto& [step, by_island] : v.theta) {
     std::set<std::string> t, m;
