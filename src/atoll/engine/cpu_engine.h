@@ -22,6 +22,7 @@ class CpuEngine final : public Engine {
   void set_optimizer_steps(int64_t t) override { host_opt_.set_step_count(t); }
   void to_host(unsigned) override {}
   void to_device(unsigned) override {}
+  void grad_rows_to_host(const std::vector<const ParamEntry*>&) override {}
 
   PeakRate matmul_peak(Precision precision) const override;
   void reset_phase_times() override;

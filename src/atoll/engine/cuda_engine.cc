@@ -4,6 +4,7 @@
 // optimizer) serve initialisation, checkpoints and DiLoCo's outer step.
 #include "atoll/engine/cuda_engine.h"
 
+#include "atoll/backend/cuda/arena.h"
 #include "atoll/backend/cuda/device.h"
 #include "atoll/backend/cuda/nccl.h"
 #include "atoll/core/check.h"
@@ -78,6 +79,12 @@ class CudaEngine final : public Engine {
       opt_.upload_state(h.m, h.v);
       opt_.set_step_count(host_opt_.step_count());
     }
+  }
+
+  void grad_rows_to_host(const std::vector<const ParamEntry*>& rows) override {
+    const HostBuffers h = host();
+    for (const ParamEntry* row : rows)
+      gpu::copy_to_host(h.grads + row->offset, model_.grads() + row->offset, sizeof(float) * row->numel);
   }
 
   bool has_island_mean() const override { return nccl_ != nullptr; }

@@ -151,6 +151,9 @@ class Engine {
   // Copies of `parts` (StatePart flags) from the working buffers to host() and back.
   virtual void to_host(unsigned parts) = 0;
   virtual void to_device(unsigned parts) = 0;
+  // The gradient slots of `rows` alone to host().grads: the balancing loads that the metrics
+  // read every step are a few dozen floats per layer, not worth the whole gradient's copy.
+  virtual void grad_rows_to_host(const std::vector<const ParamEntry*>& rows) = 0;
 
   // The in-island gradient mean in the engine's own memory (NCCL on the GPU), set up by
   // join_island (collective over the island). False where the engine has none: the caller

@@ -57,6 +57,16 @@ void router_zaya_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(std::move(biases));
 }
 
+ZayaRouterOffsets zaya_router_offsets(const ModelConfig& m, const ParamLayout& layout, int layer) {
+  const std::string pre = gate_prefix(layer);
+  auto at = [&](const char* name) { return layout.at(pre + name).offset; };
+  ZayaRouterOffsets o{.down = at("down"), .down_b = at("down_bias"), .norm = at("norm"), .fc1 = at("fc1"),
+                      .fc1_b = at("fc1_bias"), .fc2 = at("fc2"), .fc2_b = at("fc2_bias"), .out = at("out"),
+                      .biases = at("balancing_biases")};
+  if (zaya_depth_averaging(m, layer)) o.depth_scale = at("depth_scale");
+  return o;
+}
+
 // g: a GELU output [N,R]; d1, d2: gradients [N,R]; ds: d(s) [N,R]; carry: d(s_prev) [N,R], from
 // one router's backward to the previous router's; logits and their gradient [N,E1].
 template <typename T>
@@ -70,12 +80,7 @@ RouterZaya<T>::RouterZaya(const ModelConfig& m, const ParamLayout& layout, int l
                           PartScratch& scratch)
     : E1_(m.n_experts + 1), K_(m.top_k), R_(m.router_hidden_size), eps_(m.norm_eps),
       depth_(zaya_depth_averaging(m, layer)) {
-  const std::string pre = gate_prefix(layer);
-  auto at = [&](const char* name) { return layout.at(pre + name).offset; };
-  down_ = at("down"), down_b_ = at("down_bias"), norm_ = at("norm");
-  if (depth_) scale_ = at("depth_scale");
-  fc1_ = at("fc1"), fc1_b_ = at("fc1_bias"), fc2_ = at("fc2"), fc2_b_ = at("fc2_bias");
-  out_ = at("out"), biases_ = at("balancing_biases");
+  at_ = zaya_router_offsets(m, layout, layer);
   const size_t N = s.max_tokens, NR = N * R_;
   sh_ = scratch.get<Scratch>(NR, N * E1_);
   s_.resize(NR), xn_.resize(NR), a1_.resize(NR), a2_.resize(NR), rstd_.resize(N), probs_.resize(N * E1_);
@@ -98,24 +103,24 @@ RouterLosses RouterZaya<T>::forward(const T* h, const PartContext<T>& c) {
   const size_t NR = size_t(N) * R;
   auto P = [&](size_t off) { return c.mm.param(off); };
   T *s = s_.data(), *g = sh_->g.data();
-  cpu::linear_forward(s, h, P(down_), N, C, R);
-  add_bias(s, P(down_b_), N, R);
+  cpu::linear_forward(s, h, P(at_.down), N, C, R);
+  add_bias(s, P(at_.down_b), N, R);
   if (depth_) {
     ATOLL_CHECK(prev_ != nullptr) << "zaya router with depth averaging not linked to the previous block's";
-    const T *sp = prev_->s_.data(), *scale = P(scale_);
+    const T *sp = prev_->s_.data(), *scale = P(at_.depth_scale);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n)
       for (int r = 0; r < R; ++r) s[size_t(n) * R + r] += sp[size_t(n) * R + r] * scale[r];
   }
-  rmsnorm_forward(xn_.data(), rstd_.data(), s, P(norm_), N, R, eps_);
-  cpu::linear_forward(a1_.data(), xn_.data(), P(fc1_), N, R, R);
-  add_bias(a1_.data(), P(fc1_b_), N, R);
+  rmsnorm_forward(xn_.data(), rstd_.data(), s, P(at_.norm), N, R, eps_);
+  cpu::linear_forward(a1_.data(), xn_.data(), P(at_.fc1), N, R, R);
+  add_bias(a1_.data(), P(at_.fc1_b), N, R);
   gelu_forward(g, a1_.data(), NR);
-  cpu::linear_forward(a2_.data(), g, P(fc2_), N, R, R);
-  add_bias(a2_.data(), P(fc2_b_), N, R);
+  cpu::linear_forward(a2_.data(), g, P(at_.fc2), N, R, R);
+  add_bias(a2_.data(), P(at_.fc2_b), N, R);
   gelu_forward(g, a2_.data(), NR);
-  cpu::linear_forward(sh_->logits.data(), g, P(out_), N, R, E1_);
-  zaya_route_forward(probs_.data(), choice_.data(), topk_w_.data(), sh_->logits.data(), P(biases_), N, E1_, K_);
+  cpu::linear_forward(sh_->logits.data(), g, P(at_.out), N, R, E1_);
+  zaya_route_forward(probs_.data(), choice_.data(), topk_w_.data(), sh_->logits.data(), P(at_.biases), N, E1_, K_);
   // The skip class reaches no expert: the experts compute nothing for it and add 0.
   for (size_t i = 0; i < size_t(N) * K_; ++i) topk_idx_[i] = choice_[i] == E1_ - 1 ? kNoExpert : choice_[i];
   return {};
@@ -133,23 +138,23 @@ void RouterZaya<T>::backward(T* dh, const T* dtopk_w, const T* h, const PartCont
   zaya_route_backward(sh_->dlogits.data(), dtopk_w, probs_.data(), choice_.data(), N, E1_, K_);
   gelu_forward(g, a2_.data(), NR);
   std::fill(d1, d1 + NR, T(0));
-  cpu::linear_backward(d1, c.grads + out_, sh_->dlogits.data(), g, P(out_), N, R, E1_);
+  cpu::linear_backward(d1, c.grads + at_.out, sh_->dlogits.data(), g, P(at_.out), N, R, E1_);
   gelu_backward(d1, d1, a2_.data(), NR);
-  bias_grad(c.grads + fc2_b_, d1, N, R);
+  bias_grad(c.grads + at_.fc2_b, d1, N, R);
   gelu_forward(g, a1_.data(), NR);
   std::fill(d2, d2 + NR, T(0));
-  cpu::linear_backward(d2, c.grads + fc2_, d1, g, P(fc2_), N, R, R);
+  cpu::linear_backward(d2, c.grads + at_.fc2, d1, g, P(at_.fc2), N, R, R);
   gelu_backward(d2, d2, a1_.data(), NR);
-  bias_grad(c.grads + fc1_b_, d2, N, R);
+  bias_grad(c.grads + at_.fc1_b, d2, N, R);
   std::fill(d1, d1 + NR, T(0));
-  cpu::linear_backward(d1, c.grads + fc1_, d2, xn_.data(), P(fc1_), N, R, R);
+  cpu::linear_backward(d1, c.grads + at_.fc1, d2, xn_.data(), P(at_.fc1), N, R, R);
   // d(s): what the next block's router handed back through carry, plus the norm's path.
   if (has_next_) std::copy(carry, carry + NR, ds);
   else std::fill(ds, ds + NR, T(0));
-  rmsnorm_backward(ds, c.grads + norm_, d1, s_.data(), rstd_.data(), P(norm_), N, R);
+  rmsnorm_backward(ds, c.grads + at_.norm, d1, s_.data(), rstd_.data(), P(at_.norm), N, R);
   if (depth_) {  // d(depth_scale) and d(s_prev) = d(s) ⊙ depth_scale for the previous router
-    const T *sp = prev_->s_.data(), *scale = P(scale_);
-    T* dscale = c.grads + scale_;
+    const T *sp = prev_->s_.data(), *scale = P(at_.depth_scale);
+    T* dscale = c.grads + at_.depth_scale;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < R; ++r) {
       double acc = 0;
@@ -160,12 +165,12 @@ void RouterZaya<T>::backward(T* dh, const T* dtopk_w, const T* h, const PartCont
     for (int n = 0; n < N; ++n)
       for (int r = 0; r < R; ++r) carry[size_t(n) * R + r] = ds[size_t(n) * R + r] * scale[r];
   }
-  bias_grad(c.grads + down_b_, ds, N, R);
-  cpu::linear_backward(dh, c.grads + down_, ds, h, P(down_), N, C, R);
+  bias_grad(c.grads + at_.down_b, ds, N, R);
+  cpu::linear_backward(dh, c.grads + at_.down, ds, h, P(at_.down), N, C, R);
   // The loads for bias balancing: each class's share of this batch's slots, scaled as the loss.
   std::vector<int64_t> counts(E1_);
   zaya_class_counts(counts.data(), choice_.data(), N, E1_, K_);
-  for (int e = 0; e < E1_; ++e) c.grads[biases_ + e] += T(c.loss_scale * double(counts[e]) / (double(N) * K_));
+  for (int e = 0; e < E1_; ++e) c.grads[at_.biases + e] += T(c.loss_scale * double(counts[e]) / (double(N) * K_));
 }
 
 template class RouterZaya<float>;

@@ -28,12 +28,7 @@ class DeviceRouterZaya final : public DeviceRouterPart {
         eps_(m.norm_eps),
         depth_(zaya_depth_averaging(m, layer)),
         sh_(scratch.get<Scratch>(m, s, carve)) {
-    const std::string pre = layer_prefix(layer) + "moe.gate.";
-    auto at = [&](const char* name) { return layout.at(pre + name).offset; };
-    down_ = at("down"), down_b_ = at("down_bias"), norm_ = at("norm");
-    if (depth_) scale_ = at("depth_scale");
-    fc1_ = at("fc1"), fc1_b_ = at("fc1_bias"), fc2_ = at("fc2"), fc2_b_ = at("fc2_bias");
-    out_ = at("out"), biases_ = at("balancing_biases");
+    at_ = zaya_router_offsets(m, layout, layer);
     const size_t N = s.max_tokens, NR = N * R_;
     s_ = carve.take<float>(NR), xn_ = carve.take<float>(NR), a1_ = carve.take<float>(NR), a2_ = carve.take<float>(NR);
     rstd_ = carve.take<float>(N), probs_ = carve.take<float>(N * E1_);
@@ -55,21 +50,21 @@ class DeviceRouterZaya final : public DeviceRouterPart {
     Blas& blas = *c.mm.blas;
     auto P = [&](size_t off) { return c.mm.param(off); };
     float* g = sh_->g;
-    linear_forward(blas, s_, h, P(down_), N, C, R);  // fp32 in both modes, as the CPU
-    add_bias(s_, P(down_b_), N, R);
+    linear_forward(blas, s_, h, P(at_.down), N, C, R);  // fp32 in both modes, as the CPU
+    add_bias(s_, P(at_.down_b), N, R);
     if (depth_) {
       ATOLL_CHECK(prev_ != nullptr) << "zaya router with depth averaging not linked to the previous block's";
-      zaya_depth_forward(s_, prev_->s_, P(scale_), N, R);
+      zaya_depth_forward(s_, prev_->s_, P(at_.depth_scale), N, R);
     }
-    rmsnorm_forward(xn_, rstd_, s_, P(norm_), N, R, eps_);
-    linear_forward(blas, a1_, xn_, P(fc1_), N, R, R);
-    add_bias(a1_, P(fc1_b_), N, R);
+    rmsnorm_forward(xn_, rstd_, s_, P(at_.norm), N, R, eps_);
+    linear_forward(blas, a1_, xn_, P(at_.fc1), N, R, R);
+    add_bias(a1_, P(at_.fc1_b), N, R);
     gelu_forward(g, a1_, NR);
-    linear_forward(blas, a2_, g, P(fc2_), N, R, R);
-    add_bias(a2_, P(fc2_b_), N, R);
+    linear_forward(blas, a2_, g, P(at_.fc2), N, R, R);
+    add_bias(a2_, P(at_.fc2_b), N, R);
     gelu_forward(g, a2_, NR);
-    linear_forward(blas, sh_->logits, g, P(out_), N, R, E1_);
-    zaya_route_forward(probs_, choice_, topk_w_, topk_idx_, sh_->logits, P(biases_), N, E1_, K_);
+    linear_forward(blas, sh_->logits, g, P(at_.out), N, R, E1_);
+    zaya_route_forward(probs_, choice_, topk_w_, topk_idx_, sh_->logits, P(at_.biases), N, E1_, K_);
     ATOLL_CUDA_CHECK(cudaMemsetAsync(losses, 0, 2 * sizeof(double), nullptr));  // no auxiliary loss
   }
   const int32_t* topk_idx() const override { return topk_idx_; }
@@ -86,28 +81,28 @@ class DeviceRouterZaya final : public DeviceRouterPart {
     zaya_route_backward(s.dlogits, dtopk_w, probs_, choice_, N, E1_, K_);
     gelu_forward(s.g, a2_, NR);
     zero(s.d1, NR);
-    linear_backward(blas, s.d1, grads + out_, s.dlogits, s.g, P(out_), N, R, E1_);
+    linear_backward(blas, s.d1, grads + at_.out, s.dlogits, s.g, P(at_.out), N, R, E1_);
     gelu_backward(s.d1, s.d1, a2_, NR);
-    bias_backward(grads + fc2_b_, s.d1, N, R);
+    bias_backward(grads + at_.fc2_b, s.d1, N, R);
     gelu_forward(s.g, a1_, NR);
     zero(s.d2, NR);
-    linear_backward(blas, s.d2, grads + fc2_, s.d1, s.g, P(fc2_), N, R, R);
+    linear_backward(blas, s.d2, grads + at_.fc2, s.d1, s.g, P(at_.fc2), N, R, R);
     gelu_backward(s.d2, s.d2, a1_, NR);
-    bias_backward(grads + fc1_b_, s.d2, N, R);
+    bias_backward(grads + at_.fc1_b, s.d2, N, R);
     zero(s.d1, NR);
-    linear_backward(blas, s.d1, grads + fc1_, s.d2, xn_, P(fc1_), N, R, R);
+    linear_backward(blas, s.d1, grads + at_.fc1, s.d2, xn_, P(at_.fc1), N, R, R);
     // d(s): what the next block's router handed back through carry, plus the norm's path.
     if (has_next_)
       ATOLL_CUDA_CHECK(cudaMemcpyAsync(s.ds, s.carry, sizeof(float) * NR, cudaMemcpyDeviceToDevice, nullptr));
     else
       zero(s.ds, NR);
-    rmsnorm_backward(s.ds, grads + norm_, s.d1, s_, rstd_, P(norm_), N, R);
+    rmsnorm_backward(s.ds, grads + at_.norm, s.d1, s_, rstd_, P(at_.norm), N, R);
     // d(depth_scale), and d(s_prev) = d(s) ⊙ depth_scale into carry for the previous router.
-    if (depth_) zaya_depth_backward(grads + scale_, s.carry, s.ds, prev_->s_, P(scale_), N, R);
-    bias_backward(grads + down_b_, s.ds, N, R);
-    linear_backward(blas, dh, grads + down_, s.ds, h, P(down_), N, C, R);
+    if (depth_) zaya_depth_backward(grads + at_.depth_scale, s.carry, s.ds, prev_->s_, P(at_.depth_scale), N, R);
+    bias_backward(grads + at_.down_b, s.ds, N, R);
+    linear_backward(blas, dh, grads + at_.down, s.ds, h, P(at_.down), N, C, R);
     // The loads for bias balancing: each class's share of this batch's slots, scaled as the loss.
-    zaya_class_loads(grads + biases_, choice_, N, E1_, K_, c.loss_scale);
+    zaya_class_loads(grads + at_.biases, choice_, N, E1_, K_, c.loss_scale);
   }
 
  private:
@@ -129,7 +124,7 @@ class DeviceRouterZaya final : public DeviceRouterPart {
   int E1_, K_, R_;
   double eps_;
   bool depth_;  // this layer averages over depth (reads prev_)
-  size_t down_, down_b_, scale_ = 0, norm_, fc1_, fc1_b_, fc2_, fc2_b_, out_, biases_;
+  ZayaRouterOffsets at_;
   DeviceRouterZaya* prev_ = nullptr;  // the previous block's router, when depth_
   bool has_next_ = false;             // the next block's router reads this one's state
   std::shared_ptr<Scratch> sh_;

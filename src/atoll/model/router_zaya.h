@@ -33,6 +33,13 @@ bool zaya_depth_averaging(const ModelConfig& m, int layer);
 
 void router_zaya_rows(ParamLayout& layout, const ModelConfig& m, int layer);
 
+// Where layer l's router rows start in the flat buffers, for the CPU part and its CUDA mirror
+// (depth_scale stays 0 without depth averaging).
+struct ZayaRouterOffsets {
+  size_t down = 0, down_b = 0, depth_scale = 0, norm = 0, fc1 = 0, fc1_b = 0, fc2 = 0, fc2_b = 0, out = 0, biases = 0;
+};
+ZayaRouterOffsets zaya_router_offsets(const ModelConfig& m, const ParamLayout& layout, int layer);
+
 template <typename T>
 class RouterZaya final : public RouterPart<T> {
  public:
@@ -51,7 +58,7 @@ class RouterZaya final : public RouterPart<T> {
   struct Scratch;  // shared by the layers
   int E1_, K_, R_;
   double eps_;
-  size_t down_, down_b_, scale_ = 0, norm_, fc1_, fc1_b_, fc2_, fc2_b_, out_, biases_;
+  ZayaRouterOffsets at_;
   bool depth_;                  // this layer averages over depth (reads prev_)
   RouterZaya* prev_ = nullptr;  // the previous block's router, when depth_
   bool has_next_ = false;       // the next block's router reads this one's state

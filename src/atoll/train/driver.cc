@@ -25,7 +25,7 @@ namespace {
 // copy), a softmax router's from this worker's choices (Engine::topk_choice_counts).
 void add_router_loads(StepRow& row, Engine& engine, const ModelConfig& m, const std::vector<const ParamEntry*>& rows) {
   const std::vector<double> counts = engine.topk_choice_counts();
-  if (!rows.empty()) engine.to_host(kGrads);
+  if (!rows.empty()) engine.grad_rows_to_host(rows);
   auto balanced = rows.begin();
   for (int l = 0; l < m.n_layers; ++l) {
     RouterLoad load;
