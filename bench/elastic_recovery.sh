@@ -10,7 +10,8 @@
 #   3. goodput under a kill -9 of a random island every N outer steps: compute in committed outer
 #      steps over the compute available, against the analytic bound of docs/benchmarks.md.
 #   bench/elastic_recovery.sh [REPEATS] [N] [CONFIG]   # default 3 repeats, N = 10, configs/tiny.toml
-#   (GOODPUT_OUTER=outer steps of the goodput runs, default 40 x N)
+#   (GOODPUT_OUTER=outer steps of the goodput runs, default 40 x N; PARTS="1 2 3" the parts to run,
+#   3 needs 1)
 # Output in $ATOLL_RECOVERY_OUT (default /tmp/atoll-recovery).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ python3 - <<'PY'
 import json, os, random, signal, statistics, subprocess, time
 ATOLL, OUT, CONFIG = os.environ["ATOLL"], os.environ["OUT"], os.environ["CONFIG"]
 REPEATS, EVERY = int(os.environ["REPEATS"]), int(os.environ["EVERY"])
+PARTS = os.environ.get("PARTS", "1 2 3").split()
 H, TIMEOUT, TTL = 5, 4.0, 1.0
 FAST = ["--set", "fault.heartbeat_s=0.2", "--set", f"fault.heartbeat_ttl_s={TTL}", "--set", f"fault.timeout_s={TIMEOUT}",
         "--set", "fault.restart_backoff_s=0.2", "--set", "fault.max_restarts=1000", "--set", "checkpoint.every=0",
@@ -73,7 +75,7 @@ def events(run):
 
 # 1. Detect, abort, re-form: fault -> next committed outer step.
 recovery = {}
-for kind in ("kill -9", "hang", "partition (SIGSTOP)"):
+for kind in ("kill -9", "hang", "partition (SIGSTOP)") if "1" in PARTS else ():
     times, intervals = [], []  # fault -> next commit; the run's median commit interval before it
     for rep in range(REPEATS):
         p, run = launch(f"recover-{kind.split()[0]}-{rep}", CONFIG, 400)
@@ -96,7 +98,7 @@ for kind in ("kill -9", "hang", "partition (SIGSTOP)"):
           f"{statistics.median(intervals):.2f} s before the fault")
 
 # 2. Join time against state size.
-for config in ("configs/tiny.toml", "configs/small.toml"):
+for config in ("configs/tiny.toml", "configs/small.toml") if "2" in PARTS else ():
     p, run = launch(f"join-{os.path.basename(config)}", config, 400 if "tiny" in config else 60)
     tail = Tail(run + "/metrics.jsonl")
     while tail.poll() < 2 and p.poll() is None: time.sleep(0.05)
@@ -114,37 +116,38 @@ for config in ("configs/tiny.toml", "configs/small.toml"):
 
 # 3. Goodput: a kill -9 of a random island every EVERY outer steps, against a fault-free run of
 # GOODPUT_OUTER outer steps (default 40 x EVERY).
-steps = int(os.environ.get("GOODPUT_OUTER", 40 * EVERY)) * H
-p, run = launch("goodput-clean", CONFIG, steps); p.wait()
-clean_s = max(e["time"] for e in events(run)) - min(e["time"] for e in events(run))
-p, run = launch("goodput-faults", CONFIG, steps)
-tail, rng, next_kill, kills = Tail(run + "/metrics.jsonl"), random.Random(7), EVERY, 0
-while p.poll() is None:
-    if tail.poll() >= next_kill and tail.poll() < steps // H - EVERY:
-        if worker(p.pid, island := rng.randrange(3)) > 0: signal_worker(p.pid, island, signal.SIGKILL); kills += 1
-        next_kill += EVERY
-    time.sleep(0.02)
-tail.poll()
-wall_s = max(e["time"] for e in events(run)) - min(e["time"] for e in events(run))
-contributed = sum(len(isl) for _, isl in tail.steps.values())
-# An island-step costs clean_s / steps of wall time on its core share; compute available: 3 islands x wall_s.
-goodput = contributed * H * (clean_s / steps) / (3 * wall_s)
-print(f"goodput: {kills} kills, one every {EVERY} outer steps (H = {H}): {contributed} island-outer-steps committed "
-      f"of {3 * (steps // H)}; wall {wall_s:.1f} s against {clean_s:.1f} s fault-free; goodput {goodput:.3f}")
-# The analytic bound (docs/benchmarks.md): 1 - (T + R + (I-1) D + I X) / (I N T), from this run's own
-# figures: T the fault-free outer step, R restart -> join, D the kill's fault -> next commit less
-# the outer step's own rest (section 1), X the state transfer.
-ev = events(run)
-restarts = [e["time"] for e in ev if e["event"] == "restart"]
-joins = [e for e in ev if e["event"] == "join"]
-R = statistics.mean(j["time"] - max(t for t in restarts if t <= j["time"]) for j in joins) if joins else 0
-X = statistics.mean(j.get("transfer_s", 0) for j in joins) if joins else 0
-T = clean_s / (steps // H)
-D = max(0.0, statistics.median(recovery["kill -9"]) - T / 2)
-I = 3
-bound = 1 - (T + R + (I - 1) * D + I * X) / (I * EVERY * T)
-print(f"goodput bound: T {T:.2f} s, R {R:.2f} s, D {D:.2f} s, X {X:.3f} s over {len(joins)} joins: "
-      f"{bound:.3f}; measured {goodput:.3f} ({goodput / bound:.1%} of the bound)")
-json.dump({"recovery_s": recovery, "goodput": goodput, "bound": bound, "kills": kills, "wall_s": wall_s,
-           "clean_s": clean_s, "T": T, "R": R, "D": D, "X": X}, open(OUT + "/summary.json", "w"))
+if "3" in PARTS:
+    steps = int(os.environ.get("GOODPUT_OUTER", 40 * EVERY)) * H
+    p, run = launch("goodput-clean", CONFIG, steps); p.wait()
+    clean_s = max(e["time"] for e in events(run)) - min(e["time"] for e in events(run))
+    p, run = launch("goodput-faults", CONFIG, steps)
+    tail, rng, next_kill, kills = Tail(run + "/metrics.jsonl"), random.Random(7), EVERY, 0
+    while p.poll() is None:
+        if tail.poll() >= next_kill and tail.poll() < steps // H - EVERY:
+            if worker(p.pid, island := rng.randrange(3)) > 0: signal_worker(p.pid, island, signal.SIGKILL); kills += 1
+            next_kill += EVERY
+        time.sleep(0.02)
+    tail.poll()
+    wall_s = max(e["time"] for e in events(run)) - min(e["time"] for e in events(run))
+    contributed = sum(len(isl) for _, isl in tail.steps.values())
+    # An island-step costs clean_s / steps of wall time on its core share; compute available: 3 islands x wall_s.
+    goodput = contributed * H * (clean_s / steps) / (3 * wall_s)
+    print(f"goodput: {kills} kills, one every {EVERY} outer steps (H = {H}): {contributed} island-outer-steps committed "
+          f"of {3 * (steps // H)}; wall {wall_s:.1f} s against {clean_s:.1f} s fault-free; goodput {goodput:.3f}")
+    # The analytic bound (docs/benchmarks.md): 1 - (T + R + (I-1) D + I X) / (I N T), from this run's own
+    # figures: T the fault-free outer step, R restart -> join, D the kill's fault -> next commit less
+    # the outer step's own rest (section 1), X the state transfer.
+    ev = events(run)
+    restarts = [e["time"] for e in ev if e["event"] == "restart"]
+    joins = [e for e in ev if e["event"] == "join"]
+    R = statistics.mean(j["time"] - max(t for t in restarts if t <= j["time"]) for j in joins) if joins else 0
+    X = statistics.mean(j.get("transfer_s", 0) for j in joins) if joins else 0
+    T = clean_s / (steps // H)
+    D = max(0.0, statistics.median(recovery["kill -9"]) - T / 2)
+    I = 3
+    bound = 1 - (T + R + (I - 1) * D + I * X) / (I * EVERY * T)
+    print(f"goodput bound: T {T:.2f} s, R {R:.2f} s, D {D:.2f} s, X {X:.3f} s over {len(joins)} joins: "
+          f"{bound:.3f}; measured {goodput:.3f} ({goodput / bound:.1%} of the bound)")
+    json.dump({"recovery_s": recovery, "goodput": goodput, "bound": bound, "kills": kills, "wall_s": wall_s,
+               "clean_s": clean_s, "T": T, "R": R, "D": D, "X": X}, open(OUT + "/summary.json", "w"))
 PY
