@@ -3,9 +3,13 @@
 // result is exactly the outer step on the mean of the survivors' own contributions, computed here
 // independently; an exchange that succeeded but is discarded leaves the error-feedback residual
 // as it was (also across a change of group); an overlapped fragment whose exchange loses a peer
-// is retried at its wait point, and the survivors agree on every outer step.
+// is retried at its wait point, and the survivors agree on every outer step. The run's first
+// outer group (epoch 0, formed before the view exists) gives up on a stopped member within the
+// heartbeat ttl, as the later epochs' groups do.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -206,6 +210,49 @@ TEST_F(ElasticTest, AnOverlappedExchangeThatLosesAPeerIsRetriedAtItsWaitPoint) {
     ++at;
   }
   EXPECT_EQ(expect, 7) << "outer steps 1..4 and the final sync of both fragments: " << out[0];
+}
+
+TEST_F(ElasticTest, TheFirstGroupGivesUpOnAStoppedMemberWithinTheTtl) {
+  const auto out = run_processes(3, [&](int rank) {
+    Store store(store_options("first-group"));
+    Membership membership(store, {.island = rank, .rank = 0, .islands = 3, .workers_per_island = 1,
+                                  .heartbeat = milliseconds(50), .ttl = milliseconds(500),
+                                  .timeout = milliseconds(15000)});
+    membership.start_heartbeat();
+    membership.announce();
+    auto elastic = ElasticGroup::start(store, membership, {.name = "outer-r0", .timeout = milliseconds(20000)});
+    const std::string formed = store.run_prefix() + "/formed/", done = store.run_prefix() + "/done/";
+    store.set(formed + std::to_string(rank), std::to_string(::getpid()));
+    if (rank == 2) {  // stopped for real (its heartbeat too), connections open, until rank 0 lets it go
+      store.wait({formed + "0", formed + "1"});
+      ::raise(SIGSTOP);
+      store.wait({done + "0", done + "1"});
+      return std::string("let go");
+    }
+    store.wait({formed + "2"});
+    const auto start = std::chrono::steady_clock::now();
+    std::string result;
+    try {
+      elastic->group().barrier();
+      result = "completed";
+    } catch (const PeerLost& e) {
+      result = std::string("PeerLost: ") + e.what();
+    } catch (const Timeout& e) {
+      result = std::string("Timeout: ") + e.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s > 5) result += " (after " + std::to_string(s) + " s)";
+    store.set(done + std::to_string(rank), "1");
+    store.wait({done + "0", done + "1"});
+    if (rank == 0) ::kill(pid_t(std::stol(*store.get(formed + "2"))), SIGCONT);
+    return result;
+  });
+  EXPECT_EQ(out[2], "let go");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
+    EXPECT_NE(out[size_t(r)].find("rank 2 gone"), std::string::npos) << out[size_t(r)];
+    EXPECT_EQ(out[size_t(r)].find("(after"), std::string::npos) << out[size_t(r)];
+  }
 }
 
 }  // namespace

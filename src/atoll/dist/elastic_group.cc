@@ -2,6 +2,8 @@
 #include "atoll/dist/elastic_group.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
@@ -21,10 +23,20 @@ ElasticGroup::ElasticGroup(Store& store, Membership& membership, std::unique_ptr
 
 std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& membership, const ElasticGroupOptions& opts) {
   const MembershipOptions& m = membership.options();
+  // The first group forms before the initial view exists, so its liveness is asked through the
+  // ElasticGroup once that is built: none during the first rendezvous, the heartbeats from then
+  // on (without this, the first epoch's collectives waited the whole timeout for a stopped member).
+  auto owner = std::make_shared<std::atomic<ElasticGroup*>>(nullptr);
   auto group = std::make_unique<ProcessGroup>(
       store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0,
-                          .connections = opts.connections, .timeout = opts.timeout, .member_name = opts.island_name});
-  return std::unique_ptr<ElasticGroup>(new ElasticGroup(store, membership, std::move(group), opts));
+                          .connections = opts.connections, .timeout = opts.timeout, .member_name = opts.island_name,
+                          .lost_ranks = [owner] {
+                            ElasticGroup* g = owner->load();
+                            return g ? g->lost_positions() : std::vector<int>{};
+                          }});
+  std::unique_ptr<ElasticGroup> elastic(new ElasticGroup(store, membership, std::move(group), opts));
+  owner->store(elastic.get());
+  return elastic;
 }
 
 ElasticGroup::~ElasticGroup() = default;
