@@ -282,12 +282,25 @@ void ProcessGroup::connect(Store& store, int connection) {
                       "': " + e.what());
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(opts_.rank, opts_.size);
-  context->setTimeout(opts_.timeout);
+  // Gloo's pair connect cannot be interrupted, and waits the context's timeout for a member
+  // killed after it published its address (refused, or never connecting back). With lost_ranks
+  // the connects get a quarter of the timeout (at least 1 s; a live member's takes milliseconds),
+  // and a member known gone by then is named; the collectives pass the whole timeout themselves.
+  context->setTimeout(watches_liveness() ? std::min(opts_.timeout, std::max(Ms(1000), opts_.timeout / 4)) : opts_.timeout);
   auto prefixed = store.gloo_view(prefix_ + "/c" + std::to_string(connection));
   SlicedStore view(*prefixed, rendezvous_deadline_, [&] { check_lost("waiting for the peers' addresses"); });
   try {
     context->connectFullMesh(view, device);
+    context->setTimeout(opts_.timeout);
   } catch (...) {
+    bool named = false;  // a PeerLost from the store's waits names the member already
+    try {
+      throw;
+    } catch (const PeerLost&) {
+      named = true;
+    } catch (...) {
+    }
+    if (!named) check_lost(describe() + ": rendezvous of connection " + std::to_string(connection));
     std::vector<bool> checked(size_t(opts_.size), false);
     checked[size_t(opts_.rank)] = true;
     check_sizes(store, checked);  // a peer of another size that came late (whatever Gloo made of it)
