@@ -30,8 +30,9 @@
 // PeerLost within the heartbeat ttl, not after the timeout. Gloo's own collectives here
 // (broadcast, gather, allgatherv, allreduce_sum) cannot be aborted and wait for the timeout.
 //
-// A member that dies between publishing its address and connecting (a window of microseconds)
-// is still waited for up to Gloo's connect timeout: Gloo's pair connect cannot be interrupted.
+// A member that dies between publishing its address and its peers' connects (as long as the
+// others take to arrive) is waited for in Gloo's pair connect, which cannot be interrupted: with
+// lost_ranks for a quarter of the timeout (at least 1 s), then named if known gone; else the timeout.
 //
 // Sizes: every rank states in the store the group size it was started with, and a rank whose
 // size differs from a peer's is refused with GroupSizeMismatch naming both, rather than failing
