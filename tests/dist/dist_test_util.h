@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/errors.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/redis_server.h"
@@ -37,6 +38,24 @@ class RedisSuite : public ::testing::Test {
   }
   inline static RedisServer* server_ = nullptr;
 };
+
+// What `op` ended in, as a process of run_processes reports it: "completed", "PeerLost: <what>"
+// or "Timeout: <what>", with " (after S s)" when it took longer than `within_s`.
+inline std::string outcome(double within_s, const std::function<void()>& op) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string result;
+  try {
+    op();
+    result = "completed";
+  } catch (const PeerLost& e) {
+    result = std::string("PeerLost: ") + e.what();
+  } catch (const Timeout& e) {
+    result = std::string("Timeout: ") + e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (s > within_s) result += " (after " + std::to_string(s) + " s)";
+  return result;
+}
 
 // Runs fn(rank) for rank 0..size-1, each in its own forked process, and returns what each
 // returned, in rank order. A child that throws sends back "ERROR: <what>" instead (the test

@@ -116,10 +116,7 @@ constexpr Ms kMarkWait(2000);
 constexpr uint64_t kExchangeSlotPrefix = 0xA9;
 
 // PeerLost for waits a LivenessWatch aborted.
-[[noreturn]] void throw_gone(const LivenessWatch& watch, const char* what) {
-  throw PeerLost(watch.lost() + " gone (no heartbeat for fault.heartbeat_ttl_s) while the " + what +
-                 " waited; not waited for");
-}
+[[noreturn]] void throw_gone(const LivenessWatch& watch, const char* what) { throw gone_while_waiting(watch.lost(), what); }
 
 // One phase of exchange_all on slot `slot`: bytes [0, send_n) of `out` go to every other rank,
 // rank r's n[r] bytes arrive at off[r] of `in`; every wait ends by `deadline` or when a member is
@@ -293,14 +290,6 @@ void ProcessGroup::connect(Store& store, int connection) {
     context->connectFullMesh(view, device);
     context->setTimeout(opts_.timeout);
   } catch (...) {
-    bool named = false;  // a PeerLost from the store's waits names the member already
-    try {
-      throw;
-    } catch (const PeerLost&) {
-      named = true;
-    } catch (...) {
-    }
-    if (!named) check_lost(describe() + ": rendezvous of connection " + std::to_string(connection));
     std::vector<bool> checked(size_t(opts_.size), false);
     checked[size_t(opts_.rank)] = true;
     check_sizes(store, checked);  // a peer of another size that came late (whatever Gloo made of it)
@@ -310,15 +299,20 @@ void ProcessGroup::connect(Store& store, int connection) {
 }
 
 void ProcessGroup::connect_failed(Store& store, int connection) const {
+  const std::string during = describe() + ": rendezvous of connection " + std::to_string(connection);
   try {
     throw;
+  } catch (const PeerLost&) {
+    rethrow_translated(during);  // the store's waits named the member gone
   } catch (const Timeout& e) {
+    check_lost(during);
     throw_if_missing(store);
     throw Timeout(describe() + ": all ranks arrived but connection " + std::to_string(connection) +
                   " was not set up within " + seconds_text(std::min(opts_.timeout, store.timeout())) + " (" +
                   e.what() + ")");
   } catch (...) {
-    rethrow_translated(describe() + ": rendezvous of connection " + std::to_string(connection));
+    check_lost(during);  // a connect that failed on a member known gone (Gloo's connect timeout)
+    rethrow_translated(during);
   }
 }
 
@@ -488,6 +482,10 @@ void ProcessGroup::fail(const std::string& op, Ms waited) {
   const Ms spent = waited.count() > 0 ? waited : opts_.timeout;
   const std::string note = mark_failed(timed_out ? std::min(spent / 2, kMarkWait) : Ms(0));
   rethrow_translated(describe() + ": " + op, note);
+}
+
+PeerLost gone_while_waiting(const std::string& lost, const std::string& what) {
+  return PeerLost(lost + " gone (no heartbeat for fault.heartbeat_ttl_s) while the " + what + " waited; not waited for");
 }
 
 LivenessWatch::LivenessWatch(const ProcessGroup& group, std::function<void(const std::string&)> on_lost)

@@ -227,6 +227,10 @@ class LivenessWatch {
   std::thread thread_;
 };
 
+// The PeerLost of a wait given up on a member known gone: "<lost> gone (no heartbeat for
+// fault.heartbeat_ttl_s) while the <what> waited; not waited for".
+PeerLost gone_while_waiting(const std::string& lost, const std::string& what);
+
 // Part `part` of [0, n) cut into `parts` nearly equal runs, [n·part/parts, n·(part+1)/parts),
 // and every part's size (allgatherv's counts): how ranks split a buffer among themselves.
 std::pair<size_t, size_t> even_part(size_t n, int part, int parts);

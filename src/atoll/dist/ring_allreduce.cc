@@ -152,8 +152,7 @@ void RingAllreduce::mean(float* data, size_t n) {
       std::lock_guard<std::mutex> failure(run.mu);
       if (run.failed) return;
       run.failed = true;
-      run.error = std::make_exception_ptr(
-          PeerLost(lost + " gone (no heartbeat for fault.heartbeat_ttl_s) while the ring waited; not waited for"));
+      run.error = std::make_exception_ptr(gone_while_waiting(lost, "ring"));
       abort_all();
     });
     run_parallel(run.conns, [&](int c) { run_connection(run, c); });
