@@ -238,10 +238,14 @@ TEST(PartsGrad, ExpertsSwiglu) {
 
 // ZAYA1's residual scaling: out = (a + a_bias) ⊙ a_scale + (r + r_bias) ⊙ r_scale, and after the
 // embedding (no stream) out = (a + a_bias) ⊙ a_scale; scales and biases moved off the identity.
+// At T = 75 the 150 tokens span three of backward's 64-row chunks, the last one partial.
 TEST(PartsGrad, ResidualMerge) {
+  for (int T : {micro_config().seq_len, 75})
   for (bool stream : {true, false}) {
-    SCOPED_TRACE(stream ? "with a stream" : "after the embedding");
-    Harness t;
+    SCOPED_TRACE(std::string(stream ? "with a stream" : "after the embedding") + ", T " + std::to_string(T));
+    ModelConfig cfg = micro_config();
+    cfg.seq_len = T;
+    Harness t(cfg);
     t.m.residual_scaling = true;
     t.layout = ParamLayout::build(t.m);
     t.params = randn(t.layout.total(), t.rng, 0.5), t.grads = randn(t.layout.total(), t.rng);

@@ -61,18 +61,30 @@ void ResidualMerge<T>::forward(T* out, const T* a, const T* r, const PartContext
     else if (out != a) std::copy(a, a + N * C, out);
     return;
   }
-  std::copy(a, a + N * C, a_.data());  // before out, which may alias a
   const T *as = c.mm.param(out_scale_), *ab = c.mm.param(out_bias_);
   const T *rs = r ? c.mm.param(res_scale_) : nullptr, *rb = r ? c.mm.param(res_bias_) : nullptr;
-  const T* ka = a_.data();
+  T* ka = a_.data();
+  // One pass: keep a (read before out is written, which may alias it) and merge. Memory-bound,
+  // so the copy rides in the same sweep rather than its own.
 #pragma omp parallel for schedule(static)
-  for (size_t n = 0; n < N; ++n)
-    for (size_t i = 0; i < C; ++i) {
-      const size_t k = n * C + i;
-      T y = (ka[k] + ab[i]) * as[i];
-      if (r) y += (r[k] + rb[i]) * rs[i];
-      out[k] = y;
+  for (size_t n = 0; n < N; ++n) {
+    const size_t row = n * C;
+    if (r) {
+#pragma omp simd
+      for (size_t i = 0; i < C; ++i) {
+        const T av = a[row + i];
+        ka[row + i] = av;
+        out[row + i] = (av + ab[i]) * as[i] + (r[row + i] + rb[i]) * rs[i];
+      }
+    } else {
+#pragma omp simd
+      for (size_t i = 0; i < C; ++i) {
+        const T av = a[row + i];
+        ka[row + i] = av;
+        out[row + i] = (av + ab[i]) * as[i];
+      }
     }
+  }
 }
 
 template <typename T>
@@ -83,26 +95,50 @@ const T* ResidualMerge<T>::backward(T* da, T* dstream, const T* r, const PartCon
   T *das = c.grads + out_scale_, *dab = c.grads + out_bias_;
   const T *rs = stream_ ? c.mm.param(res_scale_) : nullptr, *rb = stream_ ? c.mm.param(res_bias_) : nullptr;
   T *drs = stream_ ? c.grads + res_scale_ : nullptr, *drb = stream_ ? c.grads + res_bias_ : nullptr;
-  // The rows' gradients sum over tokens per channel (each thread owns channels: a fixed order).
+  // One sweep over the rows in fixed chunks: each chunk writes d(a) and d(r) and sums its rows'
+  // share of the rows' gradients (double); the chunks are then added in order, so the bits do
+  // not depend on the thread count. A per-channel sweep down the columns instead reads the
+  // [N,C] arrays with a stride of C, twice as much traffic as this.
+  const int nsum = stream_ ? 4 : 2, chunks = (N + kMergeRows - 1) / kMergeRows;
+  partial_.resize(size_t(chunks) * nsum * C);
+  double* part = partial_.data();
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < C; ++i) {
-    double s_as = 0, s_ab = 0, s_rs = 0, s_rb = 0;
-    for (int n = 0; n < N; ++n) {
-      const size_t k = size_t(n) * C + i;
-      const double g = dstream[k];
-      s_as += g * (ka[k] + ab[i]), s_ab += g;
-      if (stream_) s_rs += g * (r[k] + rb[i]), s_rb += g;
+  for (int ch = 0; ch < chunks; ++ch) {
+    double* p = part + size_t(ch) * nsum * C;
+    std::fill(p, p + size_t(nsum) * C, 0.0);
+    const int n_end = std::min(N, (ch + 1) * kMergeRows);
+    for (int n = ch * kMergeRows; n < n_end; ++n) {
+      const size_t row = size_t(n) * C;
+      if (stream_) {
+#pragma omp simd
+        for (int i = 0; i < C; ++i) {
+          const T g = dstream[row + i];
+          p[i] += double(g) * double(ka[row + i] + ab[i]);
+          p[C + i] += double(g);
+          p[2 * C + i] += double(g) * double(r[row + i] + rb[i]);
+          p[3 * C + i] += double(g);
+          da[row + i] = g * as[i];
+          dstream[row + i] = g * rs[i];
+        }
+      } else {
+#pragma omp simd
+        for (int i = 0; i < C; ++i) {
+          const T g = dstream[row + i];
+          p[i] += double(g) * double(ka[row + i] + ab[i]);
+          p[C + i] += double(g);
+          da[row + i] = g * as[i];
+        }
+      }
     }
-    das[i] += T(s_as), dab[i] += T(s_ab * as[i]);
-    if (stream_) drs[i] += T(s_rs), drb[i] += T(s_rb * rs[i]);
   }
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n)
-    for (int i = 0; i < C; ++i) {
-      const size_t k = size_t(n) * C + i;
-      da[k] = dstream[k] * as[i];
-      if (stream_) dstream[k] *= rs[i];
-    }
+  for (int i = 0; i < C; ++i) {
+    double s[4] = {0, 0, 0, 0};
+    for (int ch = 0; ch < chunks; ++ch)
+      for (int j = 0; j < nsum; ++j) s[j] += part[(size_t(ch) * nsum + j) * C + i];
+    das[i] += T(s[0]), dab[i] += T(s[1] * as[i]);
+    if (stream_) drs[i] += T(s[2]), drb[i] += T(s[3] * rs[i]);
+  }
   return da;
 }
 

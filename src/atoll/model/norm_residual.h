@@ -64,7 +64,9 @@ class ResidualMerge {
  private:
   bool scaled_, stream_;
   size_t out_scale_ = 0, out_bias_ = 0, res_scale_ = 0, res_bias_ = 0;
-  std::vector<T> a_;  // [N,C] the sub-layer's output (scaled only)
+  static constexpr int kMergeRows = 64;  // rows per chunk of backward's sums
+  std::vector<T> a_;                      // [N,C] the sub-layer's output (scaled only)
+  std::vector<double> partial_;           // [chunks, 4, C] backward's per-chunk sums
 };
 
 // The residual stream between a block's sub-layers, xmid = x + attention(h1), which the MoE
