@@ -60,6 +60,41 @@ BENCHMARK(BM_Prefill)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A training step of one attention layer (forward, then backward into the gradients) at
+// zaya1-small's shape: C = 512, 4 query heads and 1 KV head of 64, T = 512, batch 8, GQA against
+// CCA (kernels 2 and 2) with the same heads. The ablation's arms differ by this.
+void BM_TrainStep(benchmark::State& st) {
+  const Kind kind = Kind(st.range(0));
+  ModelConfig m;
+  m.vocab_size = 256, m.n_layers = 1, m.n_experts = 1, m.top_k = 1, m.expert_hidden = 8;
+  m.dim = 512, m.head_dim = 64, m.seq_len = 512, m.n_heads = 4, m.n_kv_heads = 1;
+  m.attention = kind == kCca ? "cca" : "gqa";
+  const int B = 8, N = B * m.seq_len;
+  const ParamLayout layout = ParamLayout::build(m);
+  std::vector<float> params(layout.total()), grads(layout.total());
+  Rng rng(1);
+  for (float& p : params) p = float(0.02 * rng.normal());
+  const PartSizes sizes{.max_batch = B, .max_tokens = N, .precision = Precision::kFp32};
+  PartScratch scratch;
+  std::unique_ptr<AttentionPart<float>> part;
+  if (kind == kCca)
+    part = std::make_unique<AttentionCca<float>>(m, layout, 0, sizes, scratch);
+  else
+    part = std::make_unique<AttentionGqa<float>>(m, layout, 0, sizes, scratch);
+  std::vector<float> work(part->work_elements()), h(size_t(N) * m.dim), out(h.size()), dout(h.size()), dh(h.size());
+  for (float& x : h) x = float(rng.normal());
+  for (float& x : dout) x = float(rng.normal());
+  const PartContext<float> c{.B = B, .d = block_dims(m, B), .mm = {.params = params.data()}, .grads = grads.data(),
+                             .work = work.data(), .loss_scale = 1.0, .times = nullptr};
+  for (auto _ : st) {
+    part->forward(out.data(), h.data(), c);
+    part->backward(dh.data(), dout.data(), h.data(), c);
+    benchmark::DoNotOptimize(dh.data());
+  }
+  st.SetLabel(std::string(kind == kGqa ? "gqa" : "cca") + " train step B=8 T=512 C=512");
+}
+BENCHMARK(BM_TrainStep)->Arg(kGqa)->Arg(kCca)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 }  // namespace atl
 
