@@ -3,7 +3,8 @@
 // SIGKILL from outside is restarted, rejoins with its own data slice, and every outer step
 // ends with equal θ and momentum hashes; a state transfer corrupted on the wire is refused by
 // the joiner's hash check and sent again (with two fragments); a transfer whose source is lost is retried from another
-// island (and the source rejoins in turn); an island of two workers that loses one leaves as a
+// island (and the source rejoins in turn), and one whose source stops is retried within the
+// heartbeat ttl; an island of two workers that loses one leaves as a
 // whole and rejoins; a worker stopped past the heartbeat ttl is left out and the run goes on (a
 // checkpoint meanwhile fills its entries from the writer's and its record), and when it is let go
 // (SIGCONT) it finds itself left out, leaves and rejoins.
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "cli/elastic_util.h"
@@ -94,6 +96,44 @@ TEST_F(ElasticLaunch, ATransferWhoseSourceIsLostIsRetriedFromAnotherIsland) {
   EXPECT_EQ(join[0]["source"], 1) << join[0].dump();
   EXPECT_EQ(v.count("peer_lost"), 2u);
   EXPECT_EQ(v.count("restart"), 2u);
+}
+
+// As above, but the source stops (SIGSTOP) in the transfer rather than dying, its connections
+// open. The joiner's receive and the other member's wait give up on it once its heartbeat expires
+// (1 s), not after fault.timeout_s (60 s here): island 2 is admitted from island 1 well within
+// that. Let go, island 0 finds itself left out, leaves and rejoins in turn.
+TEST_F(ElasticLaunch, ATransferWhoseSourceStopsIsRetriedFromAnotherIslandWithinTheTtl) {
+  const std::string run = dir("run");
+  child_env().push_back("ATOLL_FAULT=kill:island=2:outer_step=2:ring_chunk=1,hang:island=0:transfer=2");
+  Background b(args(run, {"--set", "fault.timeout_s=60"}), dir("launch"));
+  child_env().pop_back();
+  const auto alive = [&] { return b.running(); };
+  pid_t source = -1;
+  ASSERT_TRUE(wait_until([&] { return (source = worker_pid(b.pid(), 0)) > 0 && process_state(source) == 'T'; }, 60,
+                         alive))
+      << read_file(dir("launch") + ".err");
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const auto joined = [&] {  // island 2's join event in events.jsonl (whole lines)
+    std::istringstream lines(read_file(run + "/events.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e.value("event", "") == "join" && e.value("island", -1) == 2) return true;
+    }
+    return false;
+  };
+  const bool admitted = wait_until(joined, 60, alive);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ::kill(source, SIGCONT);
+  ASSERT_TRUE(admitted) << read_file(dir("launch") + ".err");
+  EXPECT_LT(waited, 20.0) << "the stopped source was waited for, not given up on";
+  ASSERT_TRUE(ends_with_exit_0(b));
+  const RunView v = read_run(run);
+  expect_agreement(v);
+  std::map<int, nlohmann::json> join;  // by island
+  for (const auto& e : v.events.at("join")) join[e["island"].get<int>()] = e;
+  ASSERT_EQ(join.size(), 2u);
+  EXPECT_EQ(join[2]["source"], 1) << join[2].dump();
+  EXPECT_EQ(join[0]["source"], 1) << join[0].dump();
 }
 
 // Two workers per island: island 1 loses rank 1; rank 0 fails in the island's gradient mean and

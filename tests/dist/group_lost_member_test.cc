@@ -91,12 +91,10 @@ TEST_F(GroupLostMember, OneThatIsOnlySlowIsWaitedFor) {
 }
 
 // Rank 2 forms the group and then stops answering without closing its connections (a stopped or
-// cut-off member); once it is known gone the others' ring mean fails with PeerLost naming it,
-// their buffers unchanged. Without the watch they would wait out the 20 s timeout and fail with
-// Timeout.
-// A ring mean and the group's own collectives as a silent member's peers see them: each gives up
-// on it once it is known gone, with PeerLost naming it, not after the 20 s timeout; the buffers
-// are unchanged.
+// cut-off member). A ring mean, the group's own collectives (barrier, all-gather, reduce-scatter,
+// a broadcast from rank 2) and a send to or receive from rank 2, as its peers see them: once it
+// is known gone each gives up with PeerLost naming it, not after the 20 s timeout (Timeout), and
+// the buffers are unchanged.
 class GroupCollectiveLostMember : public GroupLostMember, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(GroupCollectiveLostMember, GivesUpOnAMemberOnceItIsKnownGone) {
@@ -122,6 +120,9 @@ TEST_P(GroupCollectiveLostMember, GivesUpOnAMemberOnceItIsKnownGone) {
       if (op == "barrier") g.barrier();
       if (op == "allgather") g.allgather(std::string(100, char('a' + rank)));
       if (op == "reduce_scatter_sum") g.reduce_scatter_sum(x.data(), {1000, 1000, 1000});
+      if (op == "broadcast") g.broadcast(x.data(), x.size() * sizeof(float), 2);  // from the silent one
+      if (op == "send" && rank == 0) g.send(x.data(), x.size() * sizeof(float), 2);
+      if (op == "send" && rank == 1) g.recv(x.data(), x.size() * sizeof(float), 2);
     });
     if (x != std::vector<float>(3000, float(rank + 1))) result += " (buffer changed)";
     store.set(done + std::to_string(rank), "1");
@@ -131,7 +132,8 @@ TEST_P(GroupCollectiveLostMember, GivesUpOnAMemberOnceItIsKnownGone) {
   EXPECT_EQ(out[2], "silent");
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(out[size_t(r)].rfind("PeerLost: ", 0), 0u) << out[size_t(r)];
-    EXPECT_NE(out[size_t(r)].find(op == "ring" ? "ring mean" : op), std::string::npos) << out[size_t(r)];
+    const std::string named = op == "ring" ? "ring mean" : op == "send" ? (r == 0 ? "send" : "recv") : op;
+    EXPECT_NE(out[size_t(r)].find(named), std::string::npos) << out[size_t(r)];
     EXPECT_NE(out[size_t(r)].find("member-2 gone"), std::string::npos) << out[size_t(r)];
     EXPECT_EQ(out[size_t(r)].find("(after"), std::string::npos) << out[size_t(r)];
     EXPECT_EQ(out[size_t(r)].find("buffer changed"), std::string::npos) << out[size_t(r)];
@@ -139,7 +141,7 @@ TEST_P(GroupCollectiveLostMember, GivesUpOnAMemberOnceItIsKnownGone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Collectives, GroupCollectiveLostMember,
-                         ::testing::Values("ring", "barrier", "allgather", "reduce_scatter_sum"),
+                         ::testing::Values("ring", "barrier", "allgather", "reduce_scatter_sum", "broadcast", "send"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -58,6 +58,45 @@ TEST_F(GroupTest, SmallCollectivesOnWorldSizes1To4) {
   }
 }
 
+// Point to point between some ranks only, interleaved with collectives of the whole group
+// (which must not be thrown off: send/recv use no tag of the group's sequence): every rank but
+// the last sends a message of an awkward size to the last, twice, with a 3 MB broadcast from
+// rank 1 (not 0) and a barrier between; the last receives them not in rank order. Bytes checked
+// exactly.
+TEST_F(GroupTest, SendRecvBetweenSomeRanksAmidCollectives) {
+  const int size = 4;
+  const auto out = run_processes(size, [&](int rank) -> std::string {
+    Store store(store_options("p2p"));
+    ProcessGroup g(store, GroupOptions{.rank = rank, .size = size, .timeout = milliseconds(10000)});
+    const int last = size - 1;
+    auto message = [](int from, int k) {  // k-th message of rank `from`: 1001 + 7k bytes
+      std::vector<uint8_t> m(size_t(1001 + 7 * k));
+      for (size_t i = 0; i < m.size(); ++i) m[i] = uint8_t(from * 31 + k * 7 + i);
+      return m;
+    };
+    auto exchange = [&](int k) -> std::string {
+      if (rank != last) g.send(message(rank, k).data(), message(rank, k).size(), last);
+      for (int from = last - 1; rank == last && from >= 0; --from) {
+        std::vector<uint8_t> got(message(from, k).size());
+        g.recv(got.data(), got.size(), from);
+        if (got != message(from, k)) return "message " + std::to_string(k) + " of rank " + std::to_string(from);
+      }
+      return "";
+    };
+    if (std::string e = exchange(0); !e.empty()) return e;
+    std::vector<uint8_t> big(3 << 20);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = rank == 1 ? uint8_t(i * 13) : 0;
+    g.broadcast(big.data(), big.size(), 1);
+    for (size_t i = 0; i < big.size(); ++i)
+      if (big[i] != uint8_t(i * 13)) return "broadcast: byte " + std::to_string(i);
+    g.barrier();
+    if (std::string e = exchange(1); !e.empty()) return e;
+    g.barrier();
+    return "ok";
+  });
+  EXPECT_EQ(out, std::vector<std::string>(size, "ok"));
+}
+
 TEST_F(GroupTest, ExpectSameNamesTheRankThatDiffers) {
   const auto out = run_processes(3, [&](int rank) {
     Store store(store_options("differ"));

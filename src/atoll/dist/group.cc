@@ -112,11 +112,13 @@ bool timed_out_in_flight() {
 constexpr Ms kMarkWait(2000);
 
 // The top byte of the slots of exchange_all's messages (Gloo's own use 0x01.., the ring 0xA7,
-// reduce_scatter_sum 0xA8).
+// reduce_scatter_sum 0xA8), of broadcast's (0xAA) and of send/recv's (0xAB).
 constexpr uint64_t kExchangeSlotPrefix = 0xA9;
+constexpr uint64_t kBroadcastSlotPrefix = 0xAA;
+constexpr uint64_t kDirectSlotPrefix = 0xAB;
 
 // PeerLost for waits a LivenessWatch aborted.
-[[noreturn]] void throw_gone(const LivenessWatch& watch, const char* what) { throw gone_while_waiting(watch.lost(), what); }
+[[noreturn]] void throw_gone(const LivenessWatch& watch, const std::string& what) { throw gone_while_waiting(watch.lost(), what); }
 
 // One phase of exchange_all on slot `slot`: bytes [0, send_n) of `out` go to every other rank,
 // rank r's n[r] bytes arrive at off[r] of `in`; every wait ends by `deadline` or when a member is
@@ -244,7 +246,8 @@ void run_parallel(int count, const std::function<void(int)>& fn) {
 
 ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
     : opts_(opts), prefix_(store.group_prefix(opts.name, opts.epoch)), store_url_(store.url()),
-      store_password_(store.address().password) {
+      store_password_(store.address().password), sent_to_(size_t(std::max(opts.size, 1)), 0),
+      received_from_(sent_to_) {
   ATOLL_CHECK(opts_.size >= 1 && opts_.rank >= 0 && opts_.rank < opts_.size)
       << "rank " << opts_.rank << " of " << opts_.size;
   ATOLL_CHECK_GE(opts_.connections, 1);
@@ -538,21 +541,60 @@ void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
   ATOLL_CHECK(root >= 0 && root < size()) << "broadcast root " << root << " (" << describe() << ")";
   if (size() == 1 || bytes == 0) return;
   const double t0 = now_s();
-  // The root only reads its buffer; the others receive into a copy, kept only on success.
-  std::vector<uint8_t> copy(rank() == root ? 0 : bytes);
-  uint8_t* target = rank() == root ? static_cast<uint8_t*>(data) : copy.data();
+  const bool is_root = rank() == root;
+  std::vector<uint8_t> copy(is_root ? 0 : bytes);
+  const uint64_t slot = (kBroadcastSlotPrefix << 56) | (uint64_t(next_tag() & 0xffffff) << 32);
   try {
-    gloo::BroadcastOptions o(contexts_[0]);
-    o.setOutput(target, bytes);
-    o.setRoot(root);
-    o.setTag(next_tag());
-    o.setTimeout(opts_.timeout);
-    gloo::broadcast(o);
+    auto ub = contexts_[0]->createUnboundBuffer(is_root ? data : copy.data(), bytes);
+    LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitRecv(), ub->abortWaitSend(); });
+    if (is_root) {
+      for (int r = 0; r < size(); ++r)
+        if (r != root) ub->send(r, slot);
+      for (int r = 1; r < size(); ++r)
+        if (!ub->waitSend(opts_.timeout)) watch.stop(), throw_gone(watch, "broadcast");
+    } else {
+      ub->recv(root, slot);
+      if (!ub->waitRecv(opts_.timeout)) watch.stop(), throw_gone(watch, "broadcast");
+    }
   } catch (...) {
     fail("broadcast");
   }
-  if (rank() != root) std::memcpy(data, copy.data(), bytes);
-  record(rank() == root ? bytes * (size() - 1) : 0, now_s() - t0);
+  if (!is_root) std::memcpy(data, copy.data(), bytes);
+  record(is_root ? bytes * (size() - 1) : 0, now_s() - t0);
+}
+
+void ProcessGroup::send(const void* data, size_t bytes, int dst) {
+  check_usable("send");
+  ATOLL_CHECK(dst >= 0 && dst < size() && dst != rank()) << "send to rank " << dst << " (" << describe() << ")";
+  if (bytes == 0) return;
+  const double t0 = now_s();
+  const uint64_t slot = (kDirectSlotPrefix << 56) | (sent_to_[size_t(dst)]++ & 0xffffffffffffULL);
+  try {
+    auto ub = contexts_[0]->createUnboundBuffer(const_cast<void*>(data), bytes);
+    LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitSend(); });
+    ub->send(dst, slot);
+    if (!ub->waitSend(opts_.timeout)) watch.stop(), throw_gone(watch, "send to " + member(dst));
+  } catch (...) {
+    fail("send of " + std::to_string(bytes) + " bytes to " + member(dst));
+  }
+  record(bytes, now_s() - t0);
+}
+
+void ProcessGroup::recv(void* data, size_t bytes, int src) {
+  check_usable("recv");
+  ATOLL_CHECK(src >= 0 && src < size() && src != rank()) << "recv from rank " << src << " (" << describe() << ")";
+  if (bytes == 0) return;
+  const double t0 = now_s();
+  const uint64_t slot = (kDirectSlotPrefix << 56) | (received_from_[size_t(src)]++ & 0xffffffffffffULL);
+  try {
+    auto ub = contexts_[0]->createUnboundBuffer(data, bytes);
+    LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitRecv(); });
+    ub->recv(src, slot);
+    if (!ub->waitRecv(opts_.timeout)) watch.stop(), throw_gone(watch, "receive from " + member(src));
+  } catch (...) {
+    fail("recv of " + std::to_string(bytes) + " bytes from " + member(src));
+  }
+  record(0, now_s() - t0);
 }
 
 std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {

@@ -130,7 +130,9 @@ class ProcessGroup {
 
   // Collectives: every rank calls the same ones in the same order.
   void barrier();
-  // data[bytes] <- root's data[bytes]; non-root ranks receive into a scratch copy first.
+  // data[bytes] <- root's data[bytes]: the root sends to every other rank directly, on the
+  // group's own unbound buffers (a LivenessWatch can abort their waits, not Gloo's broadcast);
+  // the others receive into a scratch copy first, so a failure leaves data unchanged.
   void broadcast(void* data, size_t bytes, int root);
   // Every rank's blob, in rank order (blobs may differ in size).
   std::vector<std::string> allgather(const std::string& blob);
@@ -152,6 +154,14 @@ class ProcessGroup {
   // data[n] <- sum over ranks, with Gloo's ring all-reduce in buckets of bucket_bytes spread
   // over the connections. On failure data[n] is unchanged (the sum goes to a scratch copy).
   void allreduce_sum(float* data, size_t n);
+
+  // Point to point, only the two ranks taking part (not a collective: no tag of the group's
+  // sequence is used). Each direction of a pair matches its messages in the order sent, so the
+  // receiver's `bytes` must be the sender's. A send returns once the receiver has taken the
+  // message (Gloo sends only to a posted receive). The waits give up on a member known gone
+  // (LivenessWatch); on failure recv's data may hold part of the message.
+  void send(const void* data, size_t bytes, int dst);
+  void recv(void* data, size_t bytes, int src);
 
   // For algorithms built on the group's connections (ring_allreduce.h).
   const std::shared_ptr<gloo::Context>& context(int connection) const;
@@ -196,6 +206,7 @@ class ProcessGroup {
   std::vector<std::shared_ptr<gloo::Context>> contexts_;
   std::vector<float> scratch_;
   uint32_t tag_ = 1;
+  std::vector<uint64_t> sent_to_, received_from_;  // [size()] point-to-point messages per peer
   std::atomic<bool> broken_{false};
   mutable std::mutex stats_mu_;
   CommStats stats_;

@@ -62,7 +62,12 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
     }
   manifest = json::parse(broadcast_text(outer, manifest.dump(), root));
 
-  std::vector<float> scratch(joining || source ? 0 : n), wire(source ? n : 0);
+  // The tensors go from the source to each joiner directly; the members that hold the state
+  // already take no part (they wait in the round's all-gather), so none of them receives the
+  // state again, and one stopped is no obstacle until that all-gather.
+  std::vector<int> joiners;  // their ranks in the group
+  for (int island_j : view.joining) joiners.push_back(view.position(island_j));
+  std::vector<float> wire(source ? n : 0);
   std::vector<std::string> pending;
   for (const StateEntry& e : entries)
     if (transferred(e) && e.type == StateType::kTensor) pending.push_back(e.name);
@@ -80,9 +85,11 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
         reinterpret_cast<unsigned char*>(wire.data())[n * sizeof(float) / 2] ^= 0x5a;
         buffer = wire.data();
       }
-      if (!source && !joining) buffer = scratch.data();  // a member: receives and keeps nothing
-      outer.broadcast(buffer, n * sizeof(float), root);
-      report.bytes += n * sizeof(float);
+      if (source)
+        for (int j : joiners) outer.send(buffer, n * sizeof(float), j);
+      else if (joining)
+        outer.recv(buffer, n * sizeof(float), root);
+      if (source || joining) report.bytes += n * sizeof(float);
       if (joining && hash_floats(buffer, n) != manifest.at(name).at("hash").get<std::string>()) mine.push_back(name);
       else if (joining && !e.data) e.write(buffer);
     }

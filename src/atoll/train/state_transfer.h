@@ -3,15 +3,15 @@
 // view that admits it (dist/elastic_group.h).
 //
 // The source is the lowest island of the view that holds the state (not joining). Over outer-r<R>
-// its rank R broadcasts, to every other worker of the group:
-//   1. a manifest: each entry's name and, for a tensor, the xxh3 of its bytes as the source
-//      holds them; for a JSON entry, its value;
-//   2. each tensor. Every joiner hashes what it received and refuses a tensor whose hash is not
-//      the source's; the refusals are gathered and the refused tensors sent again (at most
-//      kTransferTries rounds). A transfer still refused, or one whose source is lost, is a
+// its rank R sends:
+//   1. to every other worker of the group (a broadcast), a manifest: each entry's name and, for
+//      a tensor, the xxh3 of its bytes as the source holds them; for a JSON entry, its value;
+//   2. to each joiner (point to point), each tensor. Every joiner hashes what it received and
+//      refuses a tensor whose hash is not the source's; the refusals are gathered and the
+//      refused tensors sent again (at most kTransferTries rounds). A transfer still refused, or one whose source is lost, is a
 //      failed admission: everyone votes it down, re-forms and tries again from the lowest
 //      island then alive.
-// Workers that already hold the state take part in the broadcasts and keep nothing.
+// Workers that already hold the state receive only the manifest and the rounds' refusals.
 //
 // What a joiner gets, by division: run-wide entries (θ, outer momentum, step, tokens, the
 // optimizer's and the fragments' step counts) and the island's entries (parameters, optimizer
