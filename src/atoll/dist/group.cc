@@ -564,37 +564,30 @@ void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
 }
 
 void ProcessGroup::send(const void* data, size_t bytes, int dst) {
-  check_usable("send");
-  ATOLL_CHECK(dst >= 0 && dst < size() && dst != rank()) << "send to rank " << dst << " (" << describe() << ")";
-  if (bytes == 0) return;
-  const double t0 = now_s();
-  const uint64_t slot = (kDirectSlotPrefix << 56) | (sent_to_[size_t(dst)]++ & 0xffffffffffffULL);
-  try {
-    auto ub = contexts_[0]->createUnboundBuffer(const_cast<void*>(data), bytes);
-    LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitSend(); });
-    ub->send(dst, slot);
-    if (!ub->waitSend(opts_.timeout)) watch.stop(), throw_gone(watch, "send to " + member(dst));
-  } catch (...) {
-    fail("send of " + std::to_string(bytes) + " bytes to " + member(dst));
-  }
-  record(bytes, now_s() - t0);
+  direct(const_cast<void*>(data), bytes, dst, true);
 }
 
-void ProcessGroup::recv(void* data, size_t bytes, int src) {
-  check_usable("recv");
-  ATOLL_CHECK(src >= 0 && src < size() && src != rank()) << "recv from rank " << src << " (" << describe() << ")";
+void ProcessGroup::recv(void* data, size_t bytes, int src) { direct(data, bytes, src, false); }
+
+// One message to (sending) or from `peer`, matched by the pair's count of messages that way.
+void ProcessGroup::direct(void* data, size_t bytes, int peer, bool sending) {
+  const char* op = sending ? "send" : "recv";
+  check_usable(op);
+  ATOLL_CHECK(peer >= 0 && peer < size() && peer != rank()) << op << " with rank " << peer << " (" << describe() << ")";
   if (bytes == 0) return;
   const double t0 = now_s();
-  const uint64_t slot = (kDirectSlotPrefix << 56) | (received_from_[size_t(src)]++ & 0xffffffffffffULL);
+  uint64_t& count = (sending ? sent_to_ : received_from_)[size_t(peer)];
+  const uint64_t slot = (kDirectSlotPrefix << 56) | (count++ & 0xffffffffffffULL);
+  const std::string what = std::string(sending ? "send to " : "receive from ") + member(peer);
   try {
     auto ub = contexts_[0]->createUnboundBuffer(data, bytes);
-    LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitRecv(); });
-    ub->recv(src, slot);
-    if (!ub->waitRecv(opts_.timeout)) watch.stop(), throw_gone(watch, "receive from " + member(src));
+    LivenessWatch watch(*this, [&](const std::string&) { sending ? ub->abortWaitSend() : ub->abortWaitRecv(); });
+    sending ? ub->send(peer, slot) : ub->recv(peer, slot);
+    if (!(sending ? ub->waitSend(opts_.timeout) : ub->waitRecv(opts_.timeout))) watch.stop(), throw_gone(watch, what);
   } catch (...) {
-    fail("recv of " + std::to_string(bytes) + " bytes from " + member(src));
+    fail(std::string(op) + " of " + std::to_string(bytes) + " bytes (" + what + ")");
   }
-  record(0, now_s() - t0);
+  record(sending ? bytes : 0, now_s() - t0);
 }
 
 std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {

@@ -170,6 +170,7 @@ class ProcessGroup {
   CommStats stats() const;
   bool broken() const { return broken_; }
   void check_usable(const char* op) const;  // PeerLost if an earlier collective failed
+  void direct(void* data, size_t bytes, int peer, bool sending);  // send / recv
   // Inside a catch block: marks the group broken and rethrows the current exception as
   // Timeout or PeerLost (Gloo's exceptions translated) with `op` and describe() in front; a
   // timeout (after `waited`, 0 = the group's timeout) also names the members that stalled.
