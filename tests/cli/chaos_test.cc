@@ -238,6 +238,8 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
     fs::create_directories(keep);
     fs::copy(run, keep, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     std::ofstream(std::string(keep) + "/chaos.log") << "seed " << seed << ": " << tally_text << "\n" << log;
+    for (const char* ext : {".out", ".err"})  // the launcher's and the workers' output
+      fs::copy_file(dir("launch") + ext, std::string(keep) + "/launch" + ext, fs::copy_options::overwrite_existing);
   }
 }
 
