@@ -101,7 +101,7 @@ TEST_F(ElasticLaunch, ATransferWhoseSourceIsLostIsRetriedFromAnotherIsland) {
 // As above, but the source stops (SIGSTOP) in the transfer rather than dying, its connections
 // open. The joiner's receive and the other member's wait give up on it once its heartbeat expires
 // (1 s), not after fault.timeout_s (60 s here): island 2 is admitted from island 1 well within
-// that. Let go, island 0 finds itself left out, leaves and rejoins in turn.
+// that. Let go, island 0 finds itself left out and leaves (it rejoins unless the run ends first).
 TEST_F(ElasticLaunch, ATransferWhoseSourceStopsIsRetriedFromAnotherIslandWithinTheTtl) {
   const std::string run = dir("run");
   child_env().push_back("ATOLL_FAULT=kill:island=2:outer_step=2:ring_chunk=1,hang:island=0:transfer=2");
@@ -131,9 +131,9 @@ TEST_F(ElasticLaunch, ATransferWhoseSourceStopsIsRetriedFromAnotherIslandWithinT
   expect_agreement(v);
   std::map<int, nlohmann::json> join;  // by island
   for (const auto& e : v.events.at("join")) join[e["island"].get<int>()] = e;
-  ASSERT_EQ(join.size(), 2u);
+  ASSERT_EQ(join.count(2), 1u);
   EXPECT_EQ(join[2]["source"], 1) << join[2].dump();
-  EXPECT_EQ(join[0]["source"], 1) << join[0].dump();
+  if (join.count(0)) EXPECT_NE(join[0]["source"], 0) << join[0].dump();  // unless the run ended first
 }
 
 // Two workers per island: island 1 loses rank 1; rank 0 fails in the island's gradient mean and
