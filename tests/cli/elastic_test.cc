@@ -133,7 +133,9 @@ TEST_F(ElasticLaunch, ATransferWhoseSourceStopsIsRetriedFromAnotherIslandWithinT
   for (const auto& e : v.events.at("join")) join[e["island"].get<int>()] = e;
   ASSERT_EQ(join.count(2), 1u);
   EXPECT_EQ(join[2]["source"], 1) << join[2].dump();
-  if (join.count(0)) EXPECT_NE(join[0]["source"], 0) << join[0].dump();  // unless the run ended first
+  if (join.count(0)) {  // unless the run ended first
+    EXPECT_NE(join[0]["source"], 0) << join[0].dump();
+  }
 }
 
 // Two workers per island: island 1 loses rank 1; rank 0 fails in the island's gradient mean and
