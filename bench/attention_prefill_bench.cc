@@ -30,6 +30,12 @@ ModelConfig shape(Kind kind, int T) {
   return m;
 }
 
+std::unique_ptr<AttentionPart<float>> make_part(Kind kind, const ModelConfig& m, const ParamLayout& layout,
+                                                const PartSizes& sizes, PartScratch& scratch) {
+  if (kind == kCca) return std::make_unique<AttentionCca<float>>(m, layout, 0, sizes, scratch);
+  return std::make_unique<AttentionGqa<float>>(m, layout, 0, sizes, scratch);
+}
+
 void BM_Prefill(benchmark::State& st) {
   const Kind kind = Kind(st.range(0));
   const int T = int(st.range(1));
@@ -40,11 +46,7 @@ void BM_Prefill(benchmark::State& st) {
   for (float& p : params) p = float(0.02 * rng.normal());
   const PartSizes sizes{.max_batch = 1, .max_tokens = T, .precision = Precision::kFp32};
   PartScratch scratch;
-  std::unique_ptr<AttentionPart<float>> part;
-  if (kind == kCca)
-    part = std::make_unique<AttentionCca<float>>(m, layout, 0, sizes, scratch);
-  else
-    part = std::make_unique<AttentionGqa<float>>(m, layout, 0, sizes, scratch);
+  const std::unique_ptr<AttentionPart<float>> part = make_part(kind, m, layout, sizes, scratch);
   std::vector<float> work(part->work_elements()), h(size_t(T) * m.dim), out(h.size());
   for (float& x : h) x = float(rng.normal());
   const PartContext<float> c{.B = 1, .d = block_dims(m, 1), .mm = {.params = params.data()}, .grads = nullptr,
@@ -76,11 +78,7 @@ void BM_TrainStep(benchmark::State& st) {
   for (float& p : params) p = float(0.02 * rng.normal());
   const PartSizes sizes{.max_batch = B, .max_tokens = N, .precision = Precision::kFp32};
   PartScratch scratch;
-  std::unique_ptr<AttentionPart<float>> part;
-  if (kind == kCca)
-    part = std::make_unique<AttentionCca<float>>(m, layout, 0, sizes, scratch);
-  else
-    part = std::make_unique<AttentionGqa<float>>(m, layout, 0, sizes, scratch);
+  const std::unique_ptr<AttentionPart<float>> part = make_part(kind, m, layout, sizes, scratch);
   std::vector<float> work(part->work_elements()), h(size_t(N) * m.dim), out(h.size()), dout(h.size()), dh(h.size());
   for (float& x : h) x = float(rng.normal());
   for (float& x : dout) x = float(rng.normal());
