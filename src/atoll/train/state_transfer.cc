@@ -78,6 +78,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
     }
     std::vector<std::string> mine;  // refused here
     for (const std::string& name : pending) {
+      if (!source && !joining) break;  // a member: nothing to read, send or receive
       const StateEntry& e = *std::find_if(entries.begin(), entries.end(), [&](const StateEntry& x) { return x.name == name; });
       float* buffer = held(e, staged, n);
       if (source && fault_transfer_tensor()) {  // ATOLL_FAULT corrupt: one flipped byte on the wire only
@@ -87,9 +88,9 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
       }
       if (source)
         for (int j : joiners) outer.send(buffer, n * sizeof(float), j);
-      else if (joining)
+      else
         outer.recv(buffer, n * sizeof(float), root);
-      if (source || joining) report.bytes += n * sizeof(float);
+      report.bytes += n * sizeof(float);
       if (joining && hash_floats(buffer, n) != manifest.at(name).at("hash").get<std::string>()) mine.push_back(name);
       else if (joining && !e.data) e.write(buffer);
     }
