@@ -1,5 +1,6 @@
-// Logging to stderr: one line per message, prefixed with the elapsed time. Progress lines that
-// redraw in place (on a terminal) are printed by train/progress.h, not here.
+// Logging to stderr: one line per message, prefixed with the UTC time of day and the elapsed time
+// ("[14:22:03.123Z     5.52s info] ..."). Progress lines that redraw in place (on a terminal) are
+// printed by train/progress.h, not here.
 #pragma once
 
 #include <string>
