@@ -32,9 +32,9 @@ LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void log_line(LogLevel level, const std::string& msg) {
   if (static_cast<int>(level) < g_level.load()) return;
   static const char* kTags[] = {"debug", "info", "warn", "error"};
-  char clock[32];
-  utc_time_of_day(clock, sizeof(clock));
   std::lock_guard<std::mutex> lock(g_mu);
+  char clock[32];  // read under the lock, so the lines of one process are in time order
+  utc_time_of_day(clock, sizeof(clock));
   std::fprintf(stderr, "[%s %8.2fs %s] %s\n", clock, now_s() - g_start, kTags[static_cast<int>(level)], msg.c_str());
   std::fflush(stderr);
 }
