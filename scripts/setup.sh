@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  cmake g++ make pkg-config git
+  cmake g++ make pkg-config git ccache
   libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev libcli11-dev libxxhash-dev libzstd-dev zlib1g-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libhiredis-dev redis-server   # dist/: collectives, rendezvous store
@@ -27,6 +27,7 @@ if ((${#missing[@]})); then
 fi
 
 build_type=${ATOLL_BUILD_TYPE:-Release}
-cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${ATOLL_CMAKE_ARGS:-} >/dev/null
+source scripts/ccache_env.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" "${ATOLL_CCACHE_ARGS[@]}" ${ATOLL_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/atoll ($build_type)"

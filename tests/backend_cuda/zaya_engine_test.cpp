@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -18,9 +19,12 @@ namespace atl {
 namespace {
 
 // The shipped config as `atoll train --config configs/zaya1-tiny.toml` reads it, at 2 sequences
-// a step (the CPU side's time) and on the device `device`.
+// a step (the CPU side's time) and on the device `device`. $ATOLL_SOURCE_DIR, where set, names
+// the folder holding configs/ (the GPU kit runs this binary far from the source tree).
 Config zaya1_tiny(const char* device) {
-  return load_config(std::string(ATOLL_SOURCE_DIR) + "/configs/zaya1-tiny.toml",
+  const char* env = std::getenv("ATOLL_SOURCE_DIR");
+  const std::string root = env != nullptr && *env != '\0' ? env : ATOLL_SOURCE_DIR;
+  return load_config(root + "/configs/zaya1-tiny.toml",
                      {"train.batch_size=2", std::string("train.device=\"") + device + "\""});
 }
 
