@@ -1,5 +1,6 @@
 // Helpers of the elastic-island tests through `atoll launch` (elastic_test.cc, trust_test.cc,
-// straggler_test.cc, watchdog_test.cc): finding a worker process under the launcher, reading a
+// straggler_test.cc, watchdog_test.cc, restart_cap_test.cc, leftovers_test.cc, disk_full_test.cc):
+// finding processes by their command line (a worker or the store under the launcher), reading a
 // run's hashes and events, and the launch arguments of a short 3-island run on the micro model
 // with fast fault settings; ShortLaunch, a shorter run with one fault (bad_update_test.cc,
 // rollback_test.cc); MetricsTail, metrics.jsonl read as it grows (chaos_test.cc,
@@ -16,6 +17,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cli/cli_util.h"
 
@@ -34,10 +37,11 @@ inline bool wait_until(Cond&& cond, double seconds, Alive&& alive) {
   return cond();
 }
 
-// A child of the launcher whose command line (arguments joined by spaces, with a trailing
-// space) satisfies `match`; -1 if none.
+// Every process whose command line (arguments joined by spaces, with a trailing space) satisfies
+// `match`: {pid, its parent's pid}.
 template <class Match>
-inline pid_t child_pid(pid_t launcher, Match&& match) {
+inline std::vector<std::pair<pid_t, pid_t>> processes(Match&& match) {
+  std::vector<std::pair<pid_t, pid_t>> found;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -51,8 +55,16 @@ inline pid_t child_pid(pid_t launcher, Match&& match) {
     char state;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (ppid == launcher && match(cmdline)) return pid_t(std::stol(name));
+    if (match(cmdline)) found.push_back({pid_t(std::stol(name)), ppid});
   }
+  return found;
+}
+
+// A child of the launcher whose command line satisfies `match`; -1 if none.
+template <class Match>
+inline pid_t child_pid(pid_t launcher, Match&& match) {
+  for (const auto& [pid, ppid] : processes(match))
+    if (ppid == launcher) return pid;
   return -1;
 }
 

@@ -64,6 +64,10 @@ TEST(FaultSpec, ParsesTheDelayStallAndLossForms) {
   EXPECT_EQ(c.seconds, 3.0);
   EXPECT_EQ(c.outer_step, -1);
   EXPECT_EQ(parse_fault_spec("kill:island=0:ckpt=copy").ckpt, "copy");
+  const FaultSpec j = parse_fault_spec("kill:island=2:rank=1:join=start");
+  EXPECT_TRUE(j.join);
+  EXPECT_EQ(j.rank, 1);
+  EXPECT_FALSE(parse_fault_spec("kill:island=2:transfer=1").join);
 }
 
 std::string error_of(const std::string& text) {
@@ -105,7 +109,10 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"kill:island=1:transfer=1:seconds=2", "seconds=X (above 0)"},
                {"corrupt:island=1:step=2:loss=inf", "loss=inf is not nan or spike"},
                {"kill:island=1:step=2:loss=nan", "goes with corrupt"},
-               {"corrupt:island=1:step=2", "goes with corrupt and takes step=K alone"}};
+               {"corrupt:island=1:step=2", "goes with corrupt and takes step=K alone"},
+               {"kill:island=1:join=later", "join=later is not start"},
+               {"corrupt:island=1:join=start", "join=start goes with kill or hang, alone"},
+               {"kill:island=1:transfer=1:join=start", "join=start goes with kill or hang, alone"}};
   for (const auto& c : cases) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find(std::string("ATOLL_FAULT='") + c.text + "'"), std::string::npos) << c.text << ": " << e;
@@ -166,6 +173,28 @@ TEST(FaultInjection, OnlyTheNamedWorkerIsArmedAndHangStopsIt) {
     fault_transfer_tensor();
   });
   EXPECT_TRUE(WIFSTOPPED(stopped) && WSTOPSIG(stopped) == SIGSTOP) << stopped;
+  ::unsetenv("ATOLL_FAULT");
+}
+
+// join=start is armed in restarts only, and kills each of them at its start; the other faults
+// are armed in a first start only.
+TEST(FaultInjection, JoinStartKillsEveryRestartAndNoFirstStart) {
+  ::setenv("ATOLL_FAULT", "kill:island=2:join=start,hang:island=2:transfer=1", 1);
+  const int first = in_child([] {
+    arm_fault_injection(2, 0, /*join=*/false);
+    fault_join_start();
+    ::_exit(7);
+  });
+  EXPECT_TRUE(WIFEXITED(first) && WEXITSTATUS(first) == 7) << first;
+  for (int restart = 0; restart < 2; ++restart) {
+    const int status = in_child([] {
+      arm_fault_injection(2, 0, /*join=*/true);
+      fault_transfer_tensor();  // a first start's fault: not armed in a restart
+      fault_join_start();
+      ::_exit(7);
+    });
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  }
   ::unsetenv("ATOLL_FAULT");
 }
 

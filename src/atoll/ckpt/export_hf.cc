@@ -14,6 +14,7 @@
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/stale_temp.h"
 
 namespace fs = std::filesystem;
 
@@ -292,6 +293,8 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
   }
   const std::string config_json = arch == HfArchitecture::kZaya ? hf_zaya_config_json(m) : hf_mixtral_config_json(m);
   const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  // An export killed before its rename (Ctrl-C, kill -9) left its OUT.tmp-PID, the size of the model.
+  remove_stale_temps(final_dir.parent_path().string(), final_dir.filename().string(), "export");
   remove_all(tmp.string());
   make_dirs(tmp.string());
   try {

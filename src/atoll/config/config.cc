@@ -170,8 +170,8 @@ void visit_config(Config& c, V&& v) {
   // Waits are counted in whole milliseconds (0 would mean "no bound" to some of them); a
   // million seconds is eleven days, far below the overflow of the count.
   v.num("fault.timeout_s", c.fault.timeout_s, "bound on any wait for a peer or the store, seconds", closed(0.001, 1e6));
-  v.num("fault.max_restarts", c.fault.max_restarts, "restarts of one worker by `atoll launch` before the run fails (0 = the first loss ends the run)", closed(0, 1 << 20));
-  v.num("fault.restart_backoff_s", c.fault.restart_backoff_s, "seconds before a lost worker's first restart; doubles with each restart until it takes part in a committed outer step again, capped at 60", closed(0.0, 3600.0));
+  v.num("fault.max_restarts", c.fault.max_restarts, "restarts of one worker by `atoll launch` in a row without progress (a crash loop) before the run fails; a new step or committed outer step between losses starts the count again (0 = the first loss ends the run)", closed(0, 1 << 20));
+  v.num("fault.restart_backoff_s", c.fault.restart_backoff_s, "seconds before a lost worker's first restart; doubles with each restart in a row without progress (a new step or committed outer step), capped at 60", closed(0.0, 3600.0));
   // Heartbeats are timed in whole milliseconds: at least 10 ms apart, living at least 20 ms.
   v.num("fault.heartbeat_s", c.fault.heartbeat_s, "seconds between a worker's heartbeats in the store", closed(0.01, 3600.0));
   v.num("fault.heartbeat_ttl_s", c.fault.heartbeat_ttl_s, "seconds a heartbeat lives: a worker silent this long is lost (above fault.heartbeat_s)", closed(0.02, 86400.0));

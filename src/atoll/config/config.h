@@ -105,7 +105,7 @@ struct CheckpointConfig {
 // Elastic islands (docs/islands.md "Faults, membership and rejoin").
 struct FaultConfig {
   double timeout_s = 60.0;         // bound on any wait for a peer or the store
-  int max_restarts = 3;            // restarts of one worker by `atoll launch` before the run fails
+  int max_restarts = 3;            // restarts of one worker in a row without progress before the run fails
   double restart_backoff_s = 1.0;  // delay before the first restart; doubles with each, capped at 60 s
   double heartbeat_s = 1.0;        // interval of a worker's heartbeat in the store
   double heartbeat_ttl_s = 5.0;    // a heartbeat not refreshed for this long marks its worker lost

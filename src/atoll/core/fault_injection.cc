@@ -30,7 +30,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 [[noreturn]] void refuse(const std::string& text, const std::string& problem) {
   throw ConfigError("ATOLL_FAULT='" + text + "': " + problem +
                     "; fix: write ACTION:island=I[:rank=R]:outer_step=S:ring_chunk=K, ACTION:island=I:transfer=K, "
-                    "ACTION:island=I:admission=K or ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT copy, tensor, "
+                    "ACTION:island=I:admission=K, ACTION:island=I[:rank=R]:join=start or "
+                    "ACTION:island=I[:rank=R]:ckpt=POINT[:save=K] (POINT copy, tensor, "
                     "part, manifest, rename or latest), or "
                     "corrupt:island=I:outer_step=S:update=nan|scale|flip|replay, delay:island=I:outer_step=S:seconds=X, "
                     "delay:island=I[:rank=R]:ckpt=copy[:save=K]:seconds=X, "
@@ -120,6 +121,10 @@ FaultSpec parse_fault_spec(const std::string& text) {
     else if (key == "transfer") f.transfer = positive(text, key, value, 1);
     else if (key == "admission") f.admission = positive(text, key, value, 1);
     else if (key == "save") f.save = positive(text, key, value, 1);
+    else if (key == "join") {
+      if (value != "start") refuse(text, "join=" + value + " is not start");
+      f.join = true;
+    }
     else if (key == "ckpt") {
       if (std::find(std::begin(kCheckpointPoints), std::end(kCheckpointPoints), value) == std::end(kCheckpointPoints))
         refuse(text, "ckpt=" + value + " is not a checkpoint point");
@@ -132,10 +137,17 @@ FaultSpec parse_fault_spec(const std::string& text) {
       f.loss = value == "nan" ? FaultSpec::Loss::kNan : FaultSpec::Loss::kSpike;
     } else {
       refuse(text, "unknown key '" + key +
-                       "' (island, rank, outer_step, ring_chunk, transfer, admission, ckpt, save, update, step, seconds, loss)");
+                       "' (island, rank, outer_step, ring_chunk, transfer, admission, join, ckpt, save, update, step, seconds, loss)");
     }
   }
   if (f.island < 0) refuse(text, "no island=I");
+  if (f.join) {
+    if ((f.action != FaultSpec::Action::kKill && f.action != FaultSpec::Action::kHang) || f.outer_step > 0 ||
+        f.ring_chunk > 0 || f.transfer > 0 || f.admission > 0 || !f.ckpt.empty() || f.step > 0 || f.seconds > 0 ||
+        f.update != FaultSpec::Update::kNone || f.loss != FaultSpec::Loss::kNone)
+      refuse(text, "join=start goes with kill or hang, alone");
+    return f;
+  }
   const bool timed = f.action == FaultSpec::Action::kDelay || f.action == FaultSpec::Action::kStall;
   const bool others = f.ring_chunk > 0 || f.transfer > 0 || f.admission > 0 || !f.ckpt.empty() ||
                       f.update != FaultSpec::Update::kNone;
@@ -179,12 +191,12 @@ std::vector<FaultSpec> parse_fault_specs(const std::string& text) {
   return specs;
 }
 
-void arm_fault_injection(int island, int rank) {
+void arm_fault_injection(int island, int rank, bool join) {
   const char* env = std::getenv("ATOLL_FAULT");
   g_armed = false;
   g_faults.clear();
   for (const FaultSpec& f : parse_fault_specs(env ? env : ""))
-    if (f.island == island && (f.rank < 0 || f.rank == rank)) {
+    if (f.island == island && (f.rank < 0 || f.rank == rank) && f.join == join) {
       g_faults.push_back(std::make_unique<Armed>());
       g_faults.back()->spec = f;
     }
@@ -259,6 +271,12 @@ double fault_loss(int64_t step, double loss) {
         fire(*a, "the loss of inner step " + std::to_string(step)))
       return a->spec.loss == FaultSpec::Loss::kNan ? std::nan("") : loss * 1e3;
   return loss;
+}
+
+void fault_join_start() {
+  if (!g_armed.load(std::memory_order_relaxed)) return;
+  for (auto& a : g_faults)
+    if (a->spec.join) fire(*a, "the start of a restart (--join)");
 }
 
 void fault_checkpoint_save() { ++g_saves; }

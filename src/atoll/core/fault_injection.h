@@ -18,6 +18,9 @@
 //     transfer=K  at the K-th tensor (1-based) this process sends in state transfers to joiners
 //     admission=K in the K-th admission of joiners this process takes part in as a member of the
 //                 run (1-based), before it reaches the rendezvous of the admitting view's group
+//     join=start  (kill or hang, alone) at the start of every restart of the worker (`atoll worker
+//                 --join`), before it reaches the store: a crash loop. The one point armed in
+//                 restarted workers, and only there (a first start ignores it)
 //     ckpt=POINT  in this process's save number `save` (save=K, 1-based; default 1) of a checkpoint
 //                 (ckpt/checkpoint.h), at POINT: copy (the background copy of the saved tensors
 //                 into staging begun, one tensor done, while the next step runs), tensor (its part file half written: after the
@@ -42,7 +45,8 @@
 //
 // The variable is read once (arm_fault_injection, at a worker's start); a malformed value is a
 // ConfigError naming ATOLL_FAULT, the part and the fix. Each fault fires at most once per process,
-// and a worker restarted to rejoin does not arm them again, so each happens once per run.
+// and a worker restarted to rejoin does not arm them again, so each happens once per run (but
+// join=start, which only restarted workers arm: once per restart).
 // Disarmed, every point costs one relaxed atomic load.
 #pragma once
 
@@ -59,6 +63,7 @@ struct FaultSpec {
   int64_t outer_step = -1, ring_chunk = -1, transfer = -1, admission = -1;
   std::string ckpt{};  // a checkpoint point ("" = none)
   int64_t save = 1;    // with ckpt: the save it fires in
+  bool join = false;   // join=start: at the start of a restart (--join)
   enum class Update { kNone, kNan, kScale, kFlip, kReplay };
   Update update = Update::kNone;  // corrupt:...:outer_step=S:update=U
   double seconds = 0;             // delay and stall
@@ -72,8 +77,9 @@ FaultSpec parse_fault_spec(const std::string& text);
 // Parses a whole ATOLL_FAULT value (SPECs separated by commas).
 std::vector<FaultSpec> parse_fault_specs(const std::string& text);
 
-// Reads ATOLL_FAULT and arms the faults that name this worker (a ConfigError for a bad value, armed or not).
-void arm_fault_injection(int island, int rank);
+// Reads ATOLL_FAULT and arms the faults that name this worker (a ConfigError for a bad value, armed
+// or not): in a restart (`join`), join=start only; in a first start, all the others.
+void arm_fault_injection(int island, int rank, bool join = false);
 void disarm_fault_injection();
 
 // The points. fault_outer_step: the outer step this process now attempts (restarts the ring
@@ -88,6 +94,8 @@ void fault_admission();
 // fault_checkpoint_save: this process begins a checkpoint save (counts them). fault_checkpoint:
 // the save in progress reaches `point` (one of the ckpt=POINT names).
 void fault_checkpoint_save();
+// fault_join_start: a restarted worker (--join) begins.
+void fault_join_start();
 void fault_checkpoint(const char* point);
 // The corruption of the Δ this process is about to send at the outer step it attempts (kNone:
 // none); fires once. fault_update_armed: some update corruption is armed here (so the sender

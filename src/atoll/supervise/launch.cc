@@ -143,11 +143,14 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
 // Elastic islands (docs/islands.md "Faults, membership and rejoin"): a worker that is lost after
 // the run started (killed by a signal, or left with kWorkerRejoinExit: its island lost a worker,
 // or the others re-formed without it) is restarted with --join after a backoff, while another
-// island is whole to rejoin, up to fault.max_restarts times per worker; any other bad end (an
-// error that a restart would only repeat) fails the run as before. The backoff doubles with each
-// restart since the worker last took part in a committed outer step, and starts again from
-// fault.restart_backoff_s once it has: a crash loop backs off, while a worker lost now and then
-// over a long run is not kept out for minutes (which could make it miss the run's end). Once a
+// island is whole to rejoin; any other bad end (an error that a restart would only repeat) fails
+// the run as before. A worker makes progress when it logs a step beyond every step it logged
+// before, or takes part in a committed outer step. fault.max_restarts caps the restarts of a
+// worker in a row without progress (a crash loop), not over the run: a worker lost now and then
+// over a weeks-long run, that rejoins and trains in between, is restarted every time. The
+// backoff doubles with each restart without progress and starts again from
+// fault.restart_backoff_s after progress: a crash loop backs off, while a worker lost now and
+// then is not kept out for minutes (which could make it miss the run's end). Once a
 // worker has finished (exit 0: the run is over), a worker that never logged the last step
 // (stopped, or excluded) is stopped after the grace and ignored. Every incident goes to
 // events.jsonl.
@@ -160,8 +163,9 @@ class RestartPolicy {
     std::string name;
     int island = 0, rank = 0;
     std::vector<std::string> argv;  // for a restart: --join instead of --resume-from
-    int restarts = 0;
-    int failing = 0;  // restarts since it last took part in a committed outer step: the backoff's exponent
+    int restarts = 0;  // over the run, for the events
+    int failing = 0;   // restarts in a row without progress: the cap's count and the backoff's exponent
+    int64_t best_step = -1;  // the highest step it logged (any of its processes)
     bool last_step = false;  // logged a row of the last step
     double started_s = wall_s();  // when it was (re)started: older progress marks are its predecessor's
     bool watchdog = false;        // killed by the watchdog
@@ -177,8 +181,10 @@ class RestartPolicy {
   void row(int child, const nlohmann::json& r) {
     started_ = true;
     Worker& w = workers_[size_t(child)];
-    if (r.value("step", int64_t(0)) >= steps_) w.last_step = true;
-    if (r.contains("theta_hash")) w.failing = 0;
+    const int64_t step = r.value("step", int64_t(0));
+    if (step >= steps_) w.last_step = true;
+    if (step > w.best_step || r.contains("theta_hash")) w.failing = 0;  // progress
+    w.best_step = std::max(w.best_step, step);
   }
 
   ExitAction on_exit(int child, const ChildExit& e) {
@@ -190,9 +196,12 @@ class RestartPolicy {
     events_.write(event_row("peer_lost", {{"worker", w.name}, {"island", w.island}, {"rank", w.rank},
                                           {"status", e.describe()}, {"error", e.last_error}}));
     const bool rejoinable = e.signal != 0 || e.exit_code == kWorkerRejoinExit;
-    if (!rejoinable || !started_ || w.restarts >= fault_.max_restarts || !another_island_whole(w.island)) {
-      why_ = !rejoinable ? "" : !started_ ? " before the run started" : w.restarts >= fault_.max_restarts
-             ? " after " + std::to_string(w.restarts) + " restart(s) (fault.max_restarts)" : ", with no whole island left to rejoin";
+    const bool crash_loop = w.failing >= fault_.max_restarts;
+    if (!rejoinable || !started_ || crash_loop || !another_island_whole(w.island)) {
+      why_ = !rejoinable ? "" : !started_ ? " before the run started" : crash_loop
+             ? " after " + std::to_string(w.failing) + " restart(s) in a row without a new step (fault.max_restarts = " +
+               std::to_string(fault_.max_restarts) + ")"
+             : ", with no whole island left to rejoin";
       return {.kind = ExitAction::Kind::kFail};
     }
     const double delay_s = std::min(kMaxBackoffS, fault_.restart_backoff_s * std::ldexp(1.0, w.failing));
@@ -368,9 +377,23 @@ int launch(const LaunchOptions& o) {
           .argv = worker_argv(o, rd, store, run_id, threads, i, r, /*join=*/true)});
       sup.spawn({.name = w.name, .argv = worker_argv(o, rd, store, run_id, threads, i, r, false), .env = env});
     }
-  const SupervisorOutcome out = sup.run();
-  view.finish();
-  if (redis) redis->stop();
+  // However the run ends, every worker is gone when sup.run() returns or throws (the launcher's
+  // own error, such as a metrics row it cannot write to a full disk): the store is stopped and
+  // the checkpoints the workers left half written are removed, naming each, so that the space a
+  // full disk needs is free again. The run's lock goes with `rd`.
+  const auto wind_down = [&] {
+    view.finish();
+    if (redis) redis->stop();
+    remove_leftover_writes(rd.path);
+  };
+  SupervisorOutcome out;
+  try {
+    out = sup.run();
+  } catch (...) {
+    wind_down();
+    throw;
+  }
+  wind_down();
   const std::string latest = latest_checkpoint(rd.path);
   const bool all_stopped_cleanly = std::all_of(out.children.begin(), out.children.end(), [](const ChildExit& e) {
     return e.exited && e.signal == 0 && e.exit_code == 0;

@@ -25,11 +25,15 @@
 // Returns 0 when the run finished, 3 when the θ hashes of an outer step ever differed, 128 + the
 // signal when SIGINT/SIGTERM stopped the run (event `interrupted`). A worker lost after the run
 // started (a signal, or exit kWorkerRejoinExit) is restarted with --join after a backoff while
-// another island is whole, up to fault.max_restarts times (events `peer_lost`, `restart`;
+// another island is whole, up to fault.max_restarts times in a row without progress (a new step
+// or a committed outer step in between starts the count again; events `peer_lost`, `restart`;
 // docs/islands.md "Faults, membership and rejoin"); once a worker has finished, one that never
 // logged the last step is stopped after the grace and ignored. A worker that fails otherwise
 // stops every other worker and is thrown as Error "island I rank R failed (exit 1), every worker
-// stopped: <its error>" (event `worker_failed`).
+// stopped: <its error>" (event `worker_failed`). An error of the launcher itself (a metrics or
+// events line it cannot write to a full disk, a store it cannot restart) stops every worker too
+// and is thrown as it is. However the run ends, the store is stopped, the checkpoint folders the
+// workers left half written are removed (each named), and the lock is let go.
 #pragma once
 
 #include <chrono>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
@@ -66,7 +67,7 @@ Supervisor::Supervisor(SupervisorOptions opts) : opts_(std::move(opts)) {
 }
 
 Supervisor::~Supervisor() {
-  stop_all();
+  stop_all();  // never throws: the callbacks are guarded
   struct sigaction sa {};
   sa.sa_handler = SIG_DFL;
   ::sigaction(SIGINT, &sa, nullptr);
@@ -84,6 +85,26 @@ const ExitStatus& Supervisor::status(int child) const { return children_.at(size
 
 void Supervisor::kill_child(int child) { children_.at(size_t(child)).process.signal(SIGKILL); }
 
+template <class Fn>
+bool Supervisor::guarded(Fn&& fn) {
+  try {
+    fn();
+    return true;
+  } catch (...) {
+    if (error_) return false;  // the first error is the one to tell; the rest follow from it
+    error_ = std::current_exception();
+    if (!stopping_) return false;  // run() stops every child and throws it
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "atoll: warning: while stopping the workers: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "atoll: warning: while stopping the workers: an unknown error\n");
+    }
+    return false;
+  }
+}
+
 int Supervisor::spawn(const ChildSpec& spec) {
   Child c;
   c.name = spec.name;
@@ -98,7 +119,7 @@ void Supervisor::close_pipes(Child& c) {
     if (buf->empty()) continue;
     const int index = int(&c - children_.data());
     const auto& cb = metrics ? opts_.on_metrics : opts_.on_output;
-    if (cb) cb(index, *buf);  // the last, unterminated line
+    if (cb) guarded([&] { cb(index, *buf); });  // the last, unterminated line
     buf->clear();
   }
 }
@@ -162,10 +183,10 @@ bool Supervisor::pump(int timeout_ms) {
     const int index = who[k].first;
     take_lines(buf, [&](const std::string& line) {
       if (is_metrics) {
-        if (opts_.on_metrics) opts_.on_metrics(index, line);
+        if (opts_.on_metrics) guarded([&] { opts_.on_metrics(index, line); });
       } else {
         if (line.rfind("atoll: error:", 0) == 0 || line.rfind("atoll: internal error:", 0) == 0) c.last_error = line;
-        if (opts_.on_output) opts_.on_output(index, line);
+        if (opts_.on_output) guarded([&] { opts_.on_output(index, line); });
       }
     });
   }
@@ -183,7 +204,8 @@ SupervisorOutcome Supervisor::run() {
       if (!c.exited() || c.out_fd >= 0 || c.metrics_fd >= 0) return false;
     return restarts_.empty();
   };
-  while (!all_done()) {
+  stopping_ = false;
+  while (!error_ && !all_done()) {
     const double wait_s = restarts_.empty() ? 0.2 : std::clamp(restarts_.front().due_s - now_s(), 0.0, 0.2);
     if (!pump(int(wait_s * 1000))) {
       outcome.interrupted = true;
@@ -192,11 +214,13 @@ SupervisorOutcome Supervisor::run() {
     }
     reap(false);
     // A bad end: the child has exited and its output is drained (its error line read).
-    for (size_t i = 0; i < children_.size() && outcome.failed < 0; ++i) {
+    for (size_t i = 0; i < children_.size() && outcome.failed < 0 && !error_; ++i) {
       Child& c = children_[i];
       if (!c.exited() || c.out_fd >= 0 || c.process.status().exit_code == 0 || c.judged) continue;
       c.judged = true;
-      const ExitAction a = opts_.on_exit ? opts_.on_exit(int(i), ChildExit{c.process.status(), c.last_error}) : ExitAction{};
+      ExitAction a;
+      if (opts_.on_exit && !guarded([&] { a = opts_.on_exit(int(i), ChildExit{c.process.status(), c.last_error}); }))
+        break;
       if (a.kind == ExitAction::Kind::kFail) outcome.failed = int(i);
       if (a.kind != ExitAction::Kind::kRestart) continue;
       Restart r{.due_s = now_s() + a.delay.count() / 1000.0, .child = int(i), .spec = a.spec};
@@ -204,25 +228,29 @@ SupervisorOutcome Supervisor::run() {
                                         [](const Restart& x, const Restart& y) { return x.due_s < y.due_s; }),
                        r);
     }
-    if (outcome.failed >= 0) break;
-    while (!restarts_.empty() && restarts_.front().due_s <= now_s()) {
+    if (outcome.failed >= 0 || error_) break;
+    while (!error_ && !restarts_.empty() && restarts_.front().due_s <= now_s()) {
       const Restart r = restarts_.front();
       restarts_.erase(restarts_.begin());
       Child& c = children_[size_t(r.child)];
       close_pipes(c);
-      start(c, r.spec);
+      guarded([&] { start(c, r.spec); });  // a failed fork stops the run like a callback's error
     }
-    if (opts_.on_tick) opts_.on_tick();
+    if (opts_.on_tick && !error_) guarded(opts_.on_tick);
   }
   restarts_.clear();
+  const std::exception_ptr error = error_;  // what stopped the run (errors while stopping are only reported)
   stop_all(outcome.interrupted ? std::max(opts_.signal_grace, opts_.stop_grace) : opts_.stop_grace);
   for (const Child& c : children_) outcome.children.push_back(ChildExit{c.process.status(), c.last_error});
+  error_ = nullptr;
+  if (error) std::rethrow_exception(error);
   return outcome;
 }
 
 void Supervisor::stop_all() { stop_all(opts_.stop_grace); }
 
 void Supervisor::stop_all(std::chrono::milliseconds grace) {
+  stopping_ = true;
   bool any = false;
   for (Child& c : children_)
     if (c.process.running()) any = true, c.process.signal(SIGTERM);

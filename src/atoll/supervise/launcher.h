@@ -21,11 +21,19 @@
 // command line, in the same slot (its index, name and callbacks stay; its pipes are new), while
 // the others go on. on_tick runs after every wake-up (at most 200 ms apart), for policies that
 // watch time, and may stop a child with kill_child().
+//
+// Errors of the callbacks (a metrics row that cannot be written to a full disk, a store that
+// cannot be restarted): the first exception any callback throws stops the run as a failed child
+// would: every child is stopped and reaped, then run() throws that exception. While the
+// children are being stopped (after a failure, an interrupt, or in the destructor), callbacks go
+// on being called, and what they throw then is reported on stderr as one line and otherwise
+// dropped, so no exception ever escapes the destructor (no std::terminate) and no child is left.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -77,6 +85,8 @@ class Supervisor {
 
   // Starts a child; returns its index. Throws IoError if fork or pipe fails, ExecFailed if exec does.
   int spawn(const ChildSpec& spec);
+  // Throws the first exception of a callback, once every child is stopped (see above), or an
+  // IoError of a restart's fork.
   SupervisorOutcome run();
   void stop_all();  // SIGTERM, stop_grace, SIGKILL; reaps every child
   void stop_all(std::chrono::milliseconds grace);
@@ -92,11 +102,16 @@ class Supervisor {
   void reap(bool block);
   void start(Child& c, const ChildSpec& spec);  // fork/exec with fresh pipes
   void close_pipes(Child& c);                   // flushing partial lines to the callbacks
+  // Calls a callback; an exception it throws is kept in error_ (the first) or reported (later).
+  template <class Fn>
+  bool guarded(Fn&& fn);
   SupervisorOptions opts_;
   std::vector<Child> children_;
   std::vector<Restart> restarts_;  // pending, in order of due time
   int signal_pipe_[2] = {-1, -1};
   int signal_ = 0;  // the last SIGINT/SIGTERM received
+  std::exception_ptr error_;  // the first exception a callback threw
+  bool stopping_ = false;     // in stop_all: errors are reported, not thrown
 };
 
 // The path of the running executable (/proc/self/exe resolved), for spawning itself.

@@ -10,7 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -47,6 +47,22 @@ int free_port(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
+// A log file that has no name: O_TMPFILE in the temporary folder, or (where the file system has
+// no O_TMPFILE) a mkostemp file unlinked at once. Nothing is left in the folder however the
+// launcher ends; the open descriptor keeps the file until the last process that holds it closes it.
+int open_unnamed_log() {
+  std::error_code ec;
+  std::string dir = std::filesystem::temp_directory_path(ec).string();
+  if (ec || dir.empty()) dir = "/tmp";
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  std::string path = dir + "/atoll-redis-XXXXXX";
+  fd = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot create redis-server log in " + dir + ": " + std::strerror(errno) + "; fix: set TMPDIR to a writable folder");
+  ::unlink(path.c_str());
+  return fd;
+}
+
 }  // namespace
 
 RedisServer::RedisServer(const RedisServerOptions& opts) : opts_(opts), owner_(::getpid()) {
@@ -74,30 +90,31 @@ std::string RedisServer::url() const { return "redis://" + opts_.host + ":" + st
 
 bool RedisServer::try_start(int port, std::string* failure) {
   port_ = port;
-  char path[] = "/tmp/atoll-redis-XXXXXX";
-  const int log_fd = ::mkostemp(path, O_CLOEXEC);
-  if (log_fd < 0) throw IoError(std::string("cannot create redis-server log in /tmp: ") + std::strerror(errno));
-  if (!log_path_.empty()) ::unlink(log_path_.c_str());
-  log_path_ = path;
+  if (log_fd_ >= 0) ::close(log_fd_);
+  log_fd_ = open_unnamed_log();
 
+  // The config file is "-", redis-server's stdin: a pipe that holds the password's line (a
+  // pipe's buffer takes it whole, so it is written and closed before the server starts).
+  int conf[2] = {-1, -1};
+  if (!opts_.password.empty()) conf_pipe(conf);
   const std::string port_s = std::to_string(port);
   std::vector<std::string> argv = {opts_.binary};
-  if (!opts_.password.empty()) argv.push_back(write_password_conf());
+  if (conf[0] >= 0) argv.push_back("-");
   for (const char* a : {"--port", port_s.c_str(), "--bind", opts_.host.c_str(), "--save", "", "--appendonly", "no",
                         "--protected-mode", "yes", "--daemonize", "no"})
     argv.push_back(a);
+  std::vector<std::pair<int, int>> fds = {{log_fd_, 1}, {log_fd_, 2}};
+  if (conf[0] >= 0) fds.push_back({conf[0], 0});
   try {
-    process_ = Process::spawn({.argv = argv,
-                               .fds = {{log_fd, 1}, {log_fd, 2}},
-                               .death_signal = SIGTERM});
+    process_ = Process::spawn({.argv = argv, .fds = fds, .death_signal = SIGTERM});
   } catch (const ExecFailed& e) {
-    ::close(log_fd);
+    if (conf[0] >= 0) ::close(conf[0]);
     throw Error(std::string(e.what()) + "; fix: apt-get install redis-server (or pass --store redis://HOST:PORT)");
   } catch (...) {
-    ::close(log_fd);
+    if (conf[0] >= 0) ::close(conf[0]);
     throw;
   }
-  ::close(log_fd);
+  if (conf[0] >= 0) ::close(conf[0]);
 
   // Ready when it answers PING; give up early if it exits (port taken, bad option).
   const auto deadline = Clock::now() + opts_.start_timeout;
@@ -130,29 +147,36 @@ std::string RedisServer::restart_if_ended() {
 void RedisServer::stop() {
   process_.terminate(opts_.stop_timeout);  // does nothing in a forked child: Process checks its owner
   if (::getpid() != owner_) return;
-  for (std::string* path : {&log_path_, &conf_path_})
-    if (!path->empty()) ::unlink(path->c_str()), path->clear();
+  if (log_fd_ >= 0) ::close(log_fd_), log_fd_ = -1;
 }
 
-std::string RedisServer::write_password_conf() {
-  if (!conf_path_.empty()) return conf_path_;
+void RedisServer::conf_pipe(int fds[2]) const {
   if (opts_.password.find_first_of(" \t\r\n\"'") != std::string::npos)
     throw ConfigError("redis-server password holds white space or quotes; fix: use letters and digits");
-  char path[] = "/tmp/atoll-redis-conf-XXXXXX";
-  const int fd = ::mkostemp(path, O_CLOEXEC);  // mode 0600
-  if (fd < 0) throw IoError(std::string("cannot create redis-server config in /tmp: ") + std::strerror(errno));
-  conf_path_ = path;
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError(std::string("pipe: ") + std::strerror(errno));
   const std::string text = "requirepass " + opts_.password + "\n";
-  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size());
-  ::close(fd);
-  if (!ok) throw IoError("cannot write redis-server config " + conf_path_ + ": " + std::strerror(errno));
-  return conf_path_;
+  const bool ok = ::write(fds[1], text.data(), text.size()) == ssize_t(text.size());
+  const int err = errno;
+  ::close(fds[1]);
+  fds[1] = -1;
+  if (!ok) {
+    ::close(fds[0]);
+    throw IoError(std::string("cannot hand redis-server its config: ") + std::strerror(err));
+  }
 }
 
 std::string RedisServer::log_tail() const {
-  std::ifstream f(log_path_);
+  std::string text;
+  char buf[4096];
+  for (off_t at = 0;;) {  // pread: the server's own writes keep their offset
+    const ssize_t n = log_fd_ < 0 ? 0 : ::pread(log_fd_, buf, sizeof buf, at);
+    if (n <= 0) break;
+    text.append(buf, size_t(n));
+    at += n;
+  }
   std::vector<std::string> lines;
-  for (std::string line; std::getline(f, line);)
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);
   std::string out;
   for (size_t i = lines.size() > 3 ? lines.size() - 3 : 0; i < lines.size(); ++i)

@@ -5,7 +5,8 @@
 // Start: pick a free port (bind 127.0.0.1:0, read the port, close), run
 //   redis-server --port P --bind HOST --save "" --appendonly no --protected-mode yes
 // (spawned by process.h, like the workers: its own process group) with its log in a temporary
-// file, and wait until it answers PING (bounded by start_timeout). Another process can take the
+// file that has no name (O_TMPFILE, or unlinked at once: nothing is left in /tmp however the
+// process ends), and wait until it answers PING (bounded by start_timeout). Another process can take the
 // port between our probe and redis's bind; then redis exits with "Address already in use" and we
 // try a fresh port (up to `attempts` times), which makes the race harmless. The child gets
 // SIGTERM if the thread that started it exits (PR_SET_PDEATHSIG), so a crashed test leaves no
@@ -16,8 +17,9 @@
 //
 // A fixed `port` is used as given: if it is taken, the error says so ("Address already in use").
 //
-// A password (`requirepass`) goes to redis-server in a config file of its own (mode 0600, removed
-// when the server stops), never on its command line, which `ps` shows to every user.
+// A password (`requirepass`) goes to redis-server as its config file "-", read from its stdin: a
+// pipe, so the password is never in a file (none can be left behind by a killed launcher) nor on
+// its command line, which `ps` shows to every user.
 //
 // Errors: redis-server missing -> Error with the fix ("apt-get install redis-server"); not
 // answering in time -> Timeout; exiting at start -> Error with the tail of its log.
@@ -67,14 +69,13 @@ class RedisServer {
  private:
   bool try_start(int port, std::string* failure);
   std::string log_tail() const;
-  std::string write_password_conf();  // once; returns its path
+  void conf_pipe(int fds[2]) const;  // a pipe holding the password's config line, its write end closed
 
   RedisServerOptions opts_;
   int port_ = 0;
   Process process_;
   pid_t owner_ = -1;  // the process that started the server; forked children never stop it
-  std::string log_path_;
-  std::string conf_path_;  // the password's config file, while the server runs
+  int log_fd_ = -1;  // the server's log (stdout and stderr), a file without a name
 };
 
 }  // namespace atl

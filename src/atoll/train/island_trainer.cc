@@ -416,10 +416,10 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   check_memory_fits(cfg, {.workers_per_island = M, .device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
-  // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only:
-  // a fault happens once per run.
-  if (opts.join) parse_fault_specs(std::getenv("ATOLL_FAULT") ? std::getenv("ATOLL_FAULT") : "");
-  else arm_fault_injection(opts.island, opts.rank);
+  // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only
+  // (a fault happens once per run), but for join=start, a crash loop of restarts.
+  arm_fault_injection(opts.island, opts.rank, opts.join);
+  fault_join_start();
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
   const std::string who = worker_name(opts.island, opts.rank);

@@ -13,6 +13,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
+#include "atoll/core/stale_temp.h"
 
 namespace atl {
 namespace fs = std::filesystem;
@@ -82,8 +83,6 @@ std::vector<std::string> checkpoint_dirs(const std::string& path) {
   }
   return dirs;
 }
-
-bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 
 }  // namespace
 
@@ -174,15 +173,11 @@ std::vector<std::string> remove_leftover_writes(const std::string& run_dir) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(run_dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const size_t at = name.rfind(".tmp-");
-    if (!it->is_directory() || at == std::string::npos || at == 0 || at + 5 == name.size() ||
-        name.find_first_not_of("0123456789", at + 5) != std::string::npos)
-      continue;
+    const std::optional<int64_t> pid = temp_owner(it->path().filename().string());
+    if (!it->is_directory() || !pid) continue;
     it.disable_recursion_pending();  // its contents go with it
-    const pid_t pid = pid_t(std::stol(name.substr(at + 5)));
     const bool checkpoint = it.depth() == 1 && it->path().parent_path().filename() == "checkpoints";
-    if (checkpoint || !process_alive(pid)) leftovers.push_back(it->path().string());
+    if (checkpoint || !process_alive(*pid)) leftovers.push_back(it->path().string());
   }
   for (const std::string& dir : leftovers) {
     fs::remove_all(dir, ec);

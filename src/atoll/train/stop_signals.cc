@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <optional>
 
@@ -69,7 +70,12 @@ void StopSignals::wait_for_signals() {
   const sigset_t set = stop_set();
   auto exit_now = [](int sig, const char* why) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    const std::string latest = g_run_dir.empty() ? "" : latest_checkpoint(g_run_dir);
+    std::string latest;
+    try {  // this thread's only call that may throw: an exception here would end in std::terminate
+      latest = g_run_dir.empty() ? "" : latest_checkpoint(g_run_dir);
+    } catch (const std::exception& e) {
+      latest = std::string("(unknown: ") + e.what() + ")";
+    }
     std::fprintf(stderr, "atoll: %s: exiting now; last complete checkpoint: %s\n", why,
                  latest.empty() ? "none" : latest.c_str());
     std::fflush(stderr);
