@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU builds for CI, neither of which needs a GPU:
-#   1. CUDA: configure build-cuda with ATOLL_WITH_CUDA=ON, build the kernels (part atoll_cuda,
-#      sm_80 + sm_90), their tests and the `atoll` binary (train.device = cuda), and run the
-#      tests (each skips, with the reason, when no CUDA device is present). Skipped with a
-#      message when there is no nvcc.
+#   1. CUDA: configure build-cuda with ATOLL_WITH_CUDA=ON (Release), build the kernels (part
+#      atoll_cuda, for ATOLL_CUDA_ARCHS, default 90: the Hopper GPUs the project is lent), their
+#      tests and the `atoll` binary (train.device = cuda), and run the tests (each skips, with
+#      the reason, when no CUDA device is present). The host code targets x86-64-v3 (AVX2, FMA),
+#      not this machine's CPU, because this build is also what the GPU kit carries to another
+#      machine (scripts/gpu_kit.sh). Skipped with a message when there is no nvcc.
 #   2. HIP: install Debian's hipcc and libamdhip64-dev if missing, configure build-hip with
 #      ATOLL_WITH_HIP=ON and compile every kernel for AMD (target atoll_hip, gfx90a).
 # Usage: scripts/build_gpu.sh [all|cuda|hip]   (JOBS=N to set build parallelism; default nproc)
@@ -22,7 +24,10 @@ build_cuda() {
     return 0
   fi
   echo "build_gpu: CUDA with $nvcc"
-  cmake -S . -B build-cuda -DATOLL_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DATOLL_BUILD_BENCH=OFF >/dev/null
+  source scripts/ccache_env.sh
+  cmake -S . -B build-cuda -DATOLL_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DATOLL_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DATOLL_ARCH=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES="${ATOLL_CUDA_ARCHS:-90}" \
+    "${ATOLL_CCACHE_ARGS[@]}" >/dev/null
   local targets=(atoll_cuda atoll)
   for f in tests/backend_cuda/*_test.cpp; do targets+=("backend_cuda_$(basename "$f" .cpp)"); done
   cmake --build build-cuda -j"$jobs" --target "${targets[@]}"

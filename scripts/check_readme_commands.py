@@ -13,8 +13,8 @@ in order, with these rules, which the README itself states:
     as text files, and as JSON lines with a "text" field);
   - `atoll worker`'s blanks (HOST:6379, I, R, N, cfg.toml) are filled with a redis-server it
     starts on loopback, two islands (I = 0 and 1, run at once), rank 0 and configs/tiny.toml;
-  - the test-suite command (`ctest`) and `scripts/build_gpu.sh` are listed but not run:
-    .ci/run runs both itself.
+  - the test-suite command (`ctest`), `scripts/build_gpu.sh` and `scripts/gpu_kit.sh` are
+    listed but not run: .ci/run runs them itself.
 A command with an elided part (`...`) or an unknown blank is an error: write it out.
 
 Prepared data goes to a fresh ATOLL_CACHE_DIR (a newcomer's empty cache). It refuses to start
@@ -39,6 +39,7 @@ TRAINING = {"train", "launch", "worker"}
 NOT_RUN = {
     "ctest": "the test suite itself: .ci/run runs this command last",
     "scripts/build_gpu.sh": "the GPU builds: .ci/run runs them",
+    "scripts/gpu_kit.sh": "the GPU kit: .ci/run builds it and runs scripts/check_gpu_kit.sh",
 }
 FORTUNES = Path("/usr/share/games/fortunes")
 TIMEOUT_S = 900
