@@ -235,6 +235,17 @@ json write_checkpoint_part(const std::string& dir, int writer, const std::vector
   return {{"file", file}, {"rank", writer}, {"bytes", fs::file_size(join(dir, file))}, {"tensors", index}};
 }
 
+json write_only_checkpoint_part(const std::string& dir, const std::vector<PartTensor>& tensors) {
+  remove_all(dir);
+  try {
+    return write_checkpoint_part(dir, 0, tensors);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    throw;
+  }
+}
+
 std::string commit_checkpoint(const CommitOptions& opts, const Config& cfg, const std::vector<json>& parts,
                               const json& state) {
   ATOLL_CHECK_GE(opts.step, 0);
@@ -286,18 +297,10 @@ std::string save_checkpoint(const SaveOptions& opts, const Config& cfg, const Pa
   check_buffers(layout, buffers);
   ATOLL_CHECK_EQ(layout.total(), ParamLayout::build(cfg.model).total()) << "layout does not match cfg.model";
   const std::string tmp = checkpoint_temp_dir(opts.run_dir, opts.step, uint64_t(::getpid()));
-  remove_all(tmp);  // left by an earlier crash of a process with our pid
   std::vector<PartTensor> tensors;
   for (const auto& b : buffers)
     for (const auto& e : layout.entries()) tensors.push_back({b.kind + "/" + e.name, e.shape, b.data + e.offset, e.numel});
-  json part;
-  try {
-    part = write_checkpoint_part(tmp, 0, tensors);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  const json part = write_only_checkpoint_part(tmp, tensors);
   return commit_checkpoint({.run_dir = opts.run_dir,
                             .temp_dir = tmp,
                             .step = opts.step,

@@ -111,6 +111,12 @@ struct PartTensor {
 // Throws IoError on write failures.
 nlohmann::json write_checkpoint_part(const std::string& dir, int writer, const std::vector<PartTensor>& tensors);
 
+// The part of a save's only writer (writer 0: a single-process run), into `dir`, which is its
+// alone: whatever is there is removed first (left by a crash of an earlier process with the same
+// token), and `dir` is removed again when the write fails, before the error goes on, so that a
+// full disk keeps no partial checkpoint (the space its error asks to free).
+nlohmann::json write_only_checkpoint_part(const std::string& dir, const std::vector<PartTensor>& tensors);
+
 struct CommitOptions {
   std::string run_dir, temp_dir;  // temp_dir: where every part was written
   int64_t step = 0;

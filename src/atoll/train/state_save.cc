@@ -284,8 +284,10 @@ void Checkpointer::Impl::copy(Snapshot& s) {
 // On the background thread, after the copy: the part, then (committer) every part and the commit.
 void Checkpointer::Impl::write(const Snapshot& s) {
   const std::string tmp = checkpoint_temp_dir(run_dir, s.step, opts.token);
-  if (!opts.exchange) remove_all(tmp);  // the only writer: whatever is there was left by a crash
-  const json part = write_checkpoint_part(tmp, s.writer, s.tensors);
+  // The only writer clears the folder of a crash's leftover and removes it if its write fails (a
+  // full disk); with several, the committer abandons a save whose part did not arrive, and the
+  // launcher's end or the next start removes the folder (train/run_dir.h remove_leftover_writes).
+  const json part = opts.exchange ? write_checkpoint_part(tmp, s.writer, s.tensors) : write_only_checkpoint_part(tmp, s.tensors);
   if (opts.exchange) opts.exchange->put(s.step, s.writer, {{"part", part}, {"values", s.values}});
   if (!s.committer) return;
   std::vector<json> parts;
