@@ -1,11 +1,16 @@
 // Trust at the door, through `atoll launch` on the micro model with real processes: the run's
 // token and its store's password live in owner-only files and reach the workers through their
 // environment, never a command line that `ps` shows; a worker started by hand with a wrong or
-// missing token, or a wrong store password, is refused with a clear error and the run goes on
-// untouched (no worker lost, no re-forming, no join); a user's own store with a password is
-// given as redis://:PASSWORD@HOST:PORT, and a wrong one is a clear error before any worker starts.
+// missing token, or a wrong store password, or with the right ones as an island that is running,
+// is refused with a clear error and the run goes on untouched (no worker lost, no re-forming, no
+// join); the README's recipe (`--run-dir RUN_DIR`, which reads the run id from RUN_DIR/run.id)
+// reaches the run, and a worker without it is told which run the store holds; a user's own store
+// with a password is given as redis://:PASSWORD@HOST:PORT, and a wrong one is a clear error before
+// any worker starts.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+
+#include <chrono>
 
 #include "atoll/supervise/redis_server.h"
 #include "cli/elastic_util.h"
@@ -55,16 +60,30 @@ TEST_F(TrustAtTheDoor, AWrongOrMissingTokenIsRefusedAndTheRunGoesOnUntouched) {
   EXPECT_EQ(worker_cmd.find(password), std::string::npos) << "ps shows the store password: " << worker_cmd;
   const std::string store = flag_value(worker_cmd, "--store"), run_id = flag_value(worker_cmd, "--run-id");
   ASSERT_EQ(store.rfind("redis://", 0), 0u) << worker_cmd;
+  EXPECT_EQ(split_lines(read_file(run + "/run.id")), std::vector<std::string>{run_id}) << "the run id is in the run folder";
   const std::string with_password = "redis://:" + password + "@" + store.substr(8);
 
-  // Island 1 is alive: a worker that took its place would make the run lose it.
-  auto intruder = [&](const std::string& store_url, const std::vector<std::string>& extra) {
+  // Island 1 is alive: a worker that took its place would make the run lose it. Each joins by the
+  // README's recipe: the run folder names the run (RUN_DIR/run.id).
+  auto intruder = [&](const std::string& store_url, const std::vector<std::string>& extra,
+                      const std::vector<std::string>& run_flags = {"--run-dir", ""}) {
     std::vector<std::string> w = {"worker", "--store", store_url, "--island", "1", "--rank", "0", "--islands", "2",
-                                  "--run-id", run_id, "--config", run + "/config.toml", "--run-dir", dir("intruder"),
-                                  "--join", "--quiet"};
+                                  "--config", run + "/config.toml", "--join", "--quiet"};
+    for (const std::string& f : run_flags) w.push_back(f.empty() ? run : f);
     w.insert(w.end(), extra.begin(), extra.end());
     return run_atoll(w, 60);
   };
+  // With the run's token and password: refused, since island 1 is running, naming that process.
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult duplicate = intruder(with_password, {"--token-file", run + "/run.token"});
+  const double duplicate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(fails_clearly(duplicate, {"worker 1.0: refused: island 1 rank 0 is running (pid " +
+                                            std::to_string(worker) + ", host ", "fix: stop that process first"}));
+  EXPECT_LT(duplicate_s, 10.0) << "refused within about a heartbeat (0.2 s) of reaching the store";
+  // Without the run's id (no --run-dir, no --run-id): run 'atoll' is not on the store; told at once
+  // which run is.
+  EXPECT_TRUE(fails_clearly(intruder(with_password, {"--token-file", run + "/run.token"}, {}),
+                            {"--join, but run 'atoll' is not on", "the store holds run '" + run_id + "'", "RUN_DIR/run.id"}));
   write_file(dir("wrong.token"), std::string(64, 'a') + "\n");
   EXPECT_TRUE(fails_clearly(intruder(with_password, {"--token-file", dir("wrong.token")}),
                             {"worker 1.0: refused", "is not the token of run", "--token-file RUN_DIR/run.token"}));

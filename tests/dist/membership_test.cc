@@ -4,7 +4,9 @@
 // lost); re-forming keeps the ready islands, waits for a slow one and drops the lost one; a
 // restarted worker is admitted by the next commit and sees the run end; a worker with a wrong or
 // missing run token is refused and writes nothing; a worker let go after a stop in reform waits
-// again rather than deciding alone.
+// again rather than deciding alone; a second process in a live worker's place is refused naming
+// it, while a stopped (or dead) one's place is taken within the ttl and not taken back; another
+// run's token, and a joiner of a run that is not on the store, are refused at once.
 #include "atoll/dist/membership.h"
 
 #include <gtest/gtest.h>
@@ -339,6 +341,106 @@ TEST_F(MembershipTest, WithoutALauncherTheFirstTokenStands) {
   o.island = 1, o.run_token = "second";
   Membership b(store, o);
   EXPECT_THROW(b.check_run_token(), ConfigError);
+}
+
+// One process per place: a duplicate of a live worker is refused within about a heartbeat,
+// naming the live one, whose heartbeat stays its own; once that one stops past the ttl (as a dead
+// one would), a restarted worker takes the place, and the stopped one, let go, does not take it
+// back.
+TEST_F(MembershipTest, ALiveWorkersPlaceIsRefusedAndAStoppedOnesIsTakenWithinTheTtl) {
+  const auto out = run_processes(2, [&](int p) {
+    Store store(store_options("place"));
+    const std::string flag = store.run_prefix() + "/test/", hb = store.run_prefix() + "/members/hb/1.0";
+    if (p == 0) {  // the live island 1
+      Membership live(store, options(1, 2));
+      live.start_heartbeat();
+      store.set(flag + "live", std::to_string(::getpid()));
+      store.wait({flag + "refused"});
+      ::raise(SIGSTOP);  // until the restarted one has the place
+      const bool taken = eventually([&] { return live.place_taken(); });
+      const std::string r = std::string(taken ? "taken" : "not told") + (store.get(hb) == live.token() ? ", took it back" : "");
+      store.set(flag + "checked", "1");
+      return r;
+    }
+    store.wait({flag + "live"});
+    const pid_t live_pid = std::stoi(store.get(flag + "live").value());
+    const std::string live_token = store.get(hb).value_or("");
+    std::string r;
+    const auto t0 = Clock::now();
+    try {
+      Membership duplicate(store, options(1, 2));
+      duplicate.start_heartbeat();
+      r = "accepted";
+    } catch (const ConfigError& e) {
+      r = e.what();
+    }
+    const double refused_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (store.get(hb) != live_token) r += " | the live heartbeat was replaced";
+    store.set(flag + "refused", "1");
+    if (!eventually([&] { return process_state(live_pid) == 'T'; })) return r + " | never stopped";
+    const auto t1 = Clock::now();
+    Membership restarted(store, options(1, 2));
+    restarted.start_heartbeat();  // waits for the stopped one's heartbeat to lapse
+    const double took_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    ::kill(live_pid, SIGCONT);
+    store.wait({flag + "checked"});  // the let-go worker's heartbeat found the place taken and left it alone
+    const std::string pid = "(pid " + std::to_string(live_pid) + ",";
+    if (const size_t at = r.find(pid); at != std::string::npos) r.replace(at, pid.size(), "(pid LIVE,");
+    return r + " | refused in " + (refused_s < 2 ? "time" : std::to_string(refused_s) + " s") + " | took it in " +
+           (took_s < 2 ? "time" : std::to_string(took_s) + " s") + (store.get(hb) == restarted.token() ? "" : " | lost it");
+  });
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_NE(out[1].find("worker 1.0: refused: island 1 rank 0 is running (pid LIVE, host " + std::string(host) + ")"),
+            std::string::npos) << out[1];
+  EXPECT_NE(out[1].find("| refused in time | took it in time"), std::string::npos) << out[1];
+  EXPECT_EQ(out[1].find("replaced"), std::string::npos) << out[1];
+  EXPECT_EQ(out[1].find("lost it"), std::string::npos) << out[1];
+  EXPECT_EQ(out[0], "taken");
+}
+
+// A wrong token is refused at once wherever that can be known: a run not on the store that is
+// given another run's token (the run id is wrong: the error names the run), and a joiner of a run
+// that is not on the store (within the ttl, not after the admission's timeout). A new run's first
+// worker with a token that is no run's founds the run.
+TEST_F(MembershipTest, AnotherRunsTokenAndAJoinerOfNoRunAreRefusedAtOnce) {
+  Store launched(store_options("launched-run"));
+  publish_run_token(launched, "launched-token");
+  Store elsewhere(store_options("atoll-by-mistake"));
+  const std::vector<std::string> run_keys = {elsewhere.run_prefix() + "/members/run_token",
+                                             elsewhere.run_prefix() + "/members/hb/1.0"};
+  MembershipOptions o = options(1, 2);
+  o.run_token = "launched-token";
+  Membership mistaken(elsewhere, o);
+  const auto refusal = [](auto&& step) -> std::string {
+    try {
+      step();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "not refused";
+  };
+  const std::string other_token = refusal([&] { mistaken.check_run_token(); });
+  EXPECT_NE(other_token.find("worker 1.0: refused: run 'atoll-by-mistake' is not on"), std::string::npos) << other_token;
+  EXPECT_NE(other_token.find("the token given is run 'launched-run''s"), std::string::npos) << other_token;
+  EXPECT_NE(other_token.find("fix: join that run with --run-dir RUN_DIR (its id is in RUN_DIR/run.id) or --run-id "
+                             "launched-run"), std::string::npos) << other_token;
+  const auto t0 = Clock::now();
+  const std::string no_run = refusal([&] { mistaken.expect_run(); });
+  EXPECT_NE(no_run.find("worker 1.0: refused: --join, but run 'atoll-by-mistake' is not on"), std::string::npos) << no_run;
+  EXPECT_NE(no_run.find("launched-run"), std::string::npos) << "names the runs the store holds: " << no_run;
+  EXPECT_NE(no_run.find("RUN_DIR/run.id"), std::string::npos) << no_run;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0) << "waited past the ttl (0.4 s)";
+  for (const auto& v : elsewhere.get_many(run_keys)) EXPECT_FALSE(v) << "a refused worker wrote to the run";
+
+  Store right(store_options("launched-run"));
+  Membership joiner(right, o);
+  EXPECT_NO_THROW(joiner.expect_run());
+  EXPECT_NO_THROW(joiner.check_run_token());
+  o.run_token = "a-new-runs-own-token";
+  Membership founder(elsewhere, o);
+  EXPECT_NO_THROW(founder.check_run_token());
+  EXPECT_EQ(elsewhere.get(run_keys[0]), "a-new-runs-own-token");
 }
 
 }  // namespace

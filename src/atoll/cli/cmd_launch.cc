@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
@@ -37,15 +38,20 @@ Runner add_worker(CLI::App& app) {
   cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1")->required()->check(whole_number(0, kIntMax - 1));
   cmd->add_option("--islands", f->islands, "N: islands in the run")->required()->check(whole_number(1, kIntMax));
   cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")->check(whole_number(1, kIntMax));
-  cmd->add_option("--run-id", f->run_id, "store key prefix shared by every worker of the run, unique per run");
+  auto* run_id = cmd->add_option("--run-id", f->run_id,
+                                 "store key prefix shared by every worker of the run, unique per run; default: "
+                                 "RUN_DIR/run.id (a launched run's) with --run-dir, else 'atoll'");
   cmd->add_option("--run-dir", f->run_dir, "run directory (island 0 rank 0 writes checkpoints there)");
   cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)")
       ->check(whole_number(0, kIntMax));
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
-  return [cmd, f, config, token_file]() -> int {
+  return [cmd, f, config, token_file, run_id]() -> int {
     if (!cmd->parsed()) return -1;
+    // A launched run's id is in its folder: `--run-dir` alone joins it.
+    if (run_id->count() == 0 && !f->run_dir.empty())
+      if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;
     // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
     if (!token_file->empty()) f->run_token = read_secret_file(*token_file, "--token-file");
     else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
@@ -67,6 +73,10 @@ Runner add_worker(CLI::App& app) {
     } catch (const LeftRun& e) {  // the launcher restarts it with --join
       std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
       return kWorkerRejoinExit;
+    }
+    if (r.finished_before_admission) {
+      if (!f->quiet) std::printf("island %d rank %d: the run finished before this worker was admitted; it trained nothing\n", f->island, f->rank);
+      return 0;
     }
     if (!f->quiet)
       std::printf("island %d rank %d: %s%ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,

@@ -39,6 +39,7 @@ std::string epoch_dir(uint64_t epoch) {
   return s;
 }
 
+// "HOST:PID:NONCE": who a worker is, for messages about it (describe_process).
 std::string new_token() {
   char host[64] = {};
   ::gethostname(host, sizeof host - 1);
@@ -81,13 +82,6 @@ class WaitDeadline {
   Ms limit_, gap_;
   Clock::time_point end_, last_;
 };
-
-// Equal strings, in a time that does not depend on where they first differ.
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -174,37 +168,10 @@ std::vector<std::string> Membership::worker_keys(const std::string& prefix, cons
   return keys;
 }
 
-void publish_run_token(Store& store, const std::string& token) {
-  ATOLL_CHECK(!token.empty());
-  const std::string key = store.run_prefix() + "/members/run_token";
-  if (!store.set_if_absent(key, token) && !same_secret(store.get(key).value_or(""), token))
-    throw ConfigError(store.url() + ": run id '" + store.options().run_id + "' already has another run token; fix: a "
-                      "fresh run id per run");
-}
-
-void Membership::check_run_token() {
-  const std::string k = key("run_token");
-  std::optional<std::string> stored = store_.get(k);
-  if (!stored && !opts_.run_token.empty()) {  // a run started by hand: the first token stands
-    store_.set_if_absent(k, opts_.run_token);
-    stored = store_.get(k);
-  }
-  if (!stored) return;
-  if (same_secret(*stored, opts_.run_token)) store_.keep("run_token", k, opts_.run_token);
-  const std::string fix = "; nothing in the run was changed; fix: give the run's token with --token-file "
-                          "RUN_DIR/run.token (written by `atoll launch`, mode 0600) or ATOLL_RUN_TOKEN";
-  if (opts_.run_token.empty())
-    throw ConfigError("worker " + me_ + ": refused: run '" + store_.options().run_id + "' requires its run token and none "
-                      "was given" + fix);
-  if (!same_secret(*stored, opts_.run_token))
-    throw ConfigError("worker " + me_ + ": refused: the run token given is not the token of run '" +
-                      store_.options().run_id + "'" + fix);
-}
-
 void Membership::start_heartbeat() {
   beat_store_ = std::make_unique<Store>(store_.options());
   store_.share_kept_keys_with(*beat_store_);  // the heartbeat notices a restart first: it writes them back
-  beat_store_->set_with_ttl(key("hb/" + me_), token_, opts_.ttl);
+  claim_place();
   beat_ = std::thread([this] { heartbeat_loop(); });
 }
 
@@ -214,7 +181,13 @@ void Membership::heartbeat_loop() {
   while (!beat_cv_.wait_for(lock, opts_.heartbeat, [this] { return stop_; })) {
     lock.unlock();
     try {
-      beat_store_->set_with_ttl(key("hb/" + me_), token_, opts_.ttl);
+      if (!place_taken_ && !beat_store_->set_with_ttl_if_free(key("hb/" + me_), token_, opts_.ttl)) {
+        place_taken_ = true;  // for good: this worker is out of the run, and must not come back in its place
+        log_warn("worker " + me_ + ": its place was taken by " +
+                 describe_process(beat_store_->get(key("hb/" + me_)).value_or("")) +
+                 " after this worker's heartbeat lapsed (stopped or starved past fault.heartbeat_ttl_s); it is out of "
+                 "the run and no longer writes its heartbeat");
+      }
       warned = false;
     } catch (const Error& e) {  // the store is away: peers will count this worker lost; keep trying
       if (!warned) log_warn("worker " + me_ + ": heartbeat not written: " + e.what());

@@ -2,12 +2,13 @@
 // run at which epoch, who is alive, what every member agreed about an attempt, who waits to
 // rejoin. Only Redis keys here; the Gloo groups that follow the views are elastic_group.h's.
 //
-// Workers are named "I.R" (island I, rank R of M). Every process has a token (host, pid and a
-// random number), so a restarted worker is never taken for the one it replaces. Keys, all under
-// "atoll/<run>/members/":
+// Workers are named "I.R" (island I, rank R of M). Every process has a token ("HOST:PID:NONCE",
+// the nonce 64 random bits), so a restarted worker is never taken for the one it replaces, and a
+// message can name the process behind a token. Keys, all under "atoll/<run>/members/":
 //
 //   hb/I.R                 heartbeat: the token, written with an expiry of fault.heartbeat_ttl_s
-//                          every fault.heartbeat_s by a background thread on its own connection
+//                          every fault.heartbeat_s by a background thread on its own connection,
+//                          only while the key is absent or its own (see "One process per place")
 //   view/e<E>              the view of epoch E (JSON: islands, joining, tokens), written once
 //   epoch                  the newest epoch with a view (joiners poll it)
 //   e<E>/ready/I.R         this worker's token: it is ready for epoch E (after a failed attempt)
@@ -27,6 +28,23 @@
 // the run's keys stay as they were. A run started by hand without a launcher has no token in
 // the store until a worker brings one: the first token written stands, and a run whose workers
 // bring none is open to any worker that reaches its store (the store's password still guards it).
+// A token is wrong at once wherever that can be known: a run that has another token refuses it;
+// a run that does not exist yet refuses a token that is another run's on the store (the worker
+// got the run id wrong: the error names the run), and a joiner refuses to wait for a run that
+// does not exist (expect_run). Only the first worker of a new run cannot tell a wrong token from
+// its own run's: it founds the run, says which other runs the store holds, and waits for peers.
+//
+// One process per place (a hostile or mistaken second worker as I.R): a worker claims hb/I.R
+// before it writes anything else to the run (start_heartbeat), only while it is absent. A
+// heartbeat there is another process's: a live one rewrites it every fault.heartbeat_s, which
+// moves its expiry, and the newcomer is refused (ConfigError "island I rank R is running (pid P,
+// host H)") within about one interval, having written nothing; a dead one's (a killed worker that
+// its launcher, or a person, restarts) is never rewritten and lapses within the ttl, and the
+// newcomer takes the place then. So a restart needs no word from the launcher about the process
+// it replaces: that process is dead, and its heartbeat says so within the ttl. The heartbeat
+// thread rewrites the key only while it is its own: a worker stopped past the ttl whose place was
+// taken meanwhile does not take it back when it runs on (place_taken(); it is out of the view
+// and leaves the run).
 //
 // Liveness: worker I.R of view v is alive while hb/I.R holds the token v recorded for it; an
 // island is alive while every rank of it is. A worker killed or stopped (SIGSTOP stops the
@@ -62,6 +80,7 @@
 // worker already acted on decided anew.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -101,6 +120,9 @@ struct MembershipOptions {
   std::string run_token = {};                // the run's token this worker presents ("" = none)
 };
 
+// "pid 1234, host h": the process behind a worker's token, for messages.
+std::string describe_process(const std::string& token);
+
 // Writes the run's token under "atoll/<run>/members/run_token" (the launcher, before it starts
 // any worker); a run's token is written once (ConfigError if another is there).
 void publish_run_token(Store& store, const std::string& token);
@@ -128,12 +150,24 @@ class Membership {
   const MembershipOptions& options() const { return opts_; }
   static std::string worker_name(int island, int rank);  // "I.R"
 
-  // Refuses (ConfigError) a token that is not the run's, or none where the run has one; writes
-  // nothing then. Call it before anything else that writes to the store.
+  // Refuses (ConfigError) a token that is not the run's, none where the run has one, or, for a
+  // run not on the store yet, another run's; writes nothing then. Call it before anything else
+  // that writes to the store.
   void check_run_token();
 
-  // Writes the first heartbeat (it exists when this returns), then refreshes it in the background.
+  // A joiner (--join), before check_run_token: the run must exist on this store (its token or a
+  // view there, within one ttl: a store that just restarted gets them back from the live
+  // workers); else ConfigError at once, naming the runs the store holds, rather than a wait for
+  // an admission that never comes.
+  void expect_run();
+
+  // Claims this worker's place with its first heartbeat (it exists when this returns), then
+  // refreshes it in the background. A live other process in the place: ConfigError naming it
+  // (see "One process per place"); a dead one's heartbeat: waited out (at most the ttl).
   void start_heartbeat();
+  // The heartbeat found another process's token in this worker's place (this one was lost, its
+  // heartbeat lapsed, and a restarted worker took the place): it no longer writes it.
+  bool place_taken() const { return place_taken_.load(); }
 
   // Epoch 0, every island: announce() before the start-up rendezvous, initial_view() after it
   // (every worker has announced by then; waits at most the timeout for the tokens).
@@ -191,6 +225,9 @@ class Membership {
   // Writes view/e<E> once and advances `epoch`; returns the view that won.
   View publish(const View& proposal);
   void heartbeat_loop();
+  // check_run_token's case of a run not on the store yet; start_heartbeat's claim of hb/I.R.
+  void check_new_run();
+  void claim_place();
   // True for one ttl after this worker's store connection came back from a loss (a restarted
   // store is empty until the live workers write their heartbeats and kept keys back): liveness,
   // decisions and proposals wait for it.
@@ -205,6 +242,7 @@ class Membership {
   std::mutex beat_mu_;
   std::condition_variable beat_cv_;
   bool stop_ = false;
+  std::atomic<bool> place_taken_{false};
   std::optional<uint64_t> admitted_;  // the epoch wait_admission last returned
   std::mutex settle_mu_;  // guards the two below
   uint64_t reconnections_seen_ = 0;

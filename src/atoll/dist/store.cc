@@ -381,6 +381,40 @@ bool Store::erase_if_equal(const std::string& key, const std::string& value) {
   return redis_->command({"EVAL", kScript, "1", key, value})->integer == 1;
 }
 
+bool Store::set_with_ttl_if_free(const std::string& key, const std::string& value, Ms ttl) {
+  static const std::string kScript =
+      "local v = redis.call('GET', KEYS[1]) "
+      "if v == false or v == ARGV[1] then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
+      "return 0";
+  return redis_->command({"EVAL", kScript, "1", key, value, std::to_string(std::max<int64_t>(1, ttl.count()))})
+             ->integer == 1;
+}
+
+std::optional<Store::Expiring> Store::get_expiring(const std::string& key) {
+  // One script, so that the value and the expiry are of the same write.
+  static const std::string kScript = "return {redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1])}";
+  Reply r = redis_->command({"EVAL", kScript, "1", key});
+  // A missing key's GET is Lua's false, which ends the array: one element or none.
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_STRING) return std::nullopt;
+  return Expiring{.value = std::string(r->element[0]->str, r->element[0]->len), .expires_at_ms = r->element[1]->integer};
+}
+
+std::vector<std::string> Store::scan(const std::string& pattern) {
+  std::vector<std::string> keys;
+  std::string cursor = "0";
+  do {
+    Reply r = redis_->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING)
+      throw IoError(url() + ": store SCAN: unexpected reply");
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    const redisReply* batch = r->element[1];
+    for (size_t i = 0; i < batch->elements; ++i) keys.emplace_back(batch->element[i]->str, batch->element[i]->len);
+  } while (cursor != "0");
+  std::sort(keys.begin(), keys.end());  // SCAN may return a key twice
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
 void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
 
 void Store::keep(const std::string& slot, const std::string& key, const std::string& value) {

@@ -108,6 +108,20 @@ class Store {
   // DEL only while the key holds `value` (atomic: one Lua script), so a process never deletes
   // what a newer one wrote. Returns whether it deleted.
   bool erase_if_equal(const std::string& key, const std::string& value);
+  // SET with an expiry only while the key is absent or holds `value` (atomic: one Lua script),
+  // so a process never replaces what another wrote (a heartbeat's claim). Returns whether it set.
+  bool set_with_ttl_if_free(const std::string& key, const std::string& value, std::chrono::milliseconds ttl);
+  // The key's value and the time it expires (PEXPIRETIME: Unix ms on the server's clock, -1 when
+  // it never does), read together; nullopt when absent. A key rewritten with an expiry moves its
+  // expiry time, which is how a reader tells a live writer from one that stopped.
+  struct Expiring {
+    std::string value;
+    int64_t expires_at_ms = -1;
+  };
+  std::optional<Expiring> get_expiring(const std::string& key);
+  // Every key that matches the glob `pattern` (SCAN: a cursor over the keyspace, never blocking
+  // the server as KEYS would).
+  std::vector<std::string> scan(const std::string& pattern);
   // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
 

@@ -348,6 +348,7 @@ int launch(const LaunchOptions& o) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
+  write_run_id(rd.path, run_id);  // where a worker started by hand finds the run (`atoll worker --run-dir`)
   const StoreOptions store_options{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout};
   {
     Store s(store_options);

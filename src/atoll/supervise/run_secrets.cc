@@ -51,4 +51,16 @@ std::string read_secret_file(const std::string& path, const std::string& flag) {
   return secret;
 }
 
+void write_run_id(const std::string& run_dir, const std::string& run_id) {
+  const std::string path = run_dir + "/run.id";
+  std::ofstream f(path, std::ios::trunc);
+  if (!(f << run_id << "\n") || !f.flush()) throw IoError("cannot write " + path + ": " + std::strerror(errno));
+}
+
+std::optional<std::string> read_run_id(const std::string& run_dir) {
+  const std::string path = run_dir + "/run.id";
+  if (::access(path.c_str(), F_OK) != 0) return std::nullopt;
+  return read_secret_file(path, "--run-dir " + run_dir + ":");
+}
+
 }  // namespace atl

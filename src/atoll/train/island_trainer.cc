@@ -245,8 +245,9 @@ struct Worker {
                                     .heartbeat = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_s * 1000)),
                                     .ttl = std::chrono::milliseconds(int64_t(cfg.fault.heartbeat_ttl_s * 1000)),
                                     .timeout = timeout, .run_token = opts.run_token});
+      if (opts.join) membership->expect_run();  // nothing to rejoin: refused at once
       membership->check_run_token();  // a wrong or missing token: refused before anything is written
-      membership->start_heartbeat();
+      membership->start_heartbeat();  // a live worker in this place: refused, the live one untouched
       if (opts.join) return;
       membership->announce();
       form_island(0);
@@ -272,8 +273,9 @@ struct Worker {
       std::snprintf(bound, sizeof bound, " (the bound is fault.timeout_s = %g)", cfg.fault.timeout_s);
       std::string msg = who + ": " + e.what() + bound;
       if (msg.find("fix") == std::string::npos)
-        msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id, --islands and "
-               "--workers-per-island, or raise fault.timeout_s";
+        msg += "; fix: start all " + std::to_string(W) + " workers with the same --store, --run-id (a launched run's "
+               "is in RUN_DIR/run.id, which --run-dir reads), --islands and --workers-per-island, or raise "
+               "fault.timeout_s";
       throw Timeout(msg);
     }
   }
@@ -456,7 +458,11 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   wk.connect();
   wk.make_checkpointer(run_dir);
   if (!opts.join) wk.start();
-  else if (!wk.rejoin()) return WorkerResult{};
+  else if (!wk.rejoin()) {
+    WorkerResult nothing;
+    nothing.finished_before_admission = true;
+    return nothing;
+  }
   ProcessGroup& inner = *wk.inner;
   ElasticGroup& outer = *wk.outer;
   DilocoSync& diloco = *wk.diloco;

@@ -88,6 +88,7 @@ struct WorkerResult {
   double first_loss = 0, final_loss = 0;
   std::string theta_hash;  // after the last outer step
   bool stopped = false;    // a stop (stop_on_signal) ended it before train.steps, with a checkpoint
+  bool finished_before_admission = false;  // a joiner: the run ended before it was admitted (trained nothing)
 };
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
