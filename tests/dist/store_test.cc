@@ -1,6 +1,7 @@
 // The rendezvous store: URL parsing, key operations, Gloo prefix views, bounded waits, an
 // unreachable store failing with Timeout within its timeout, and a server that restarts (kill -9
-// of a real redis-server): reconnecting, kept keys written back, a wrong password still refused.
+// of a real redis-server): reconnecting, kept keys written back, a wrong password still refused;
+// claims (a write that never replaces another's value), expiries read with the value, SCAN.
 #include "atoll/dist/store.h"
 
 #include <gloo/rendezvous/store.h>
@@ -93,6 +94,27 @@ TEST_F(StoreTest, ExpiringKeysManyKeysAtOnceAndDeletion) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_FALSE(store.get("atoll/ttl/short").has_value());
   EXPECT_EQ(store.get("atoll/ttl/plain").value(), "p");  // keys without a ttl stay
+}
+
+// A heartbeat's claim: written while absent or one's own, never over another's; the expiry read
+// with the value moves with every write (how a reader tells a live writer); SCAN finds keys by glob.
+TEST_F(StoreTest, ClaimsExpiriesAndScan) {
+  Store store(StoreOptions{.url = server_->url(), .run_id = "claim"});
+  const std::string k = "atoll/claim/hb";
+  EXPECT_FALSE(store.get_expiring(k).has_value());
+  EXPECT_TRUE(store.set_with_ttl_if_free(k, "mine", milliseconds(60000)));
+  const Store::Expiring first = store.get_expiring(k).value();
+  EXPECT_EQ(first.value, "mine");
+  EXPECT_GT(first.expires_at_ms, 0);
+  EXPECT_FALSE(store.set_with_ttl_if_free(k, "theirs", milliseconds(60000)));
+  EXPECT_EQ(store.get(k).value(), "mine");
+  EXPECT_EQ(store.get_expiring(k)->expires_at_ms, first.expires_at_ms) << "a refused claim moved the expiry";
+  EXPECT_TRUE(store.set_with_ttl_if_free(k, "mine", milliseconds(120000)));  // a refresh of one's own
+  EXPECT_GT(store.get_expiring(k)->expires_at_ms, first.expires_at_ms);
+  store.set("atoll/claim/plain", "p");
+  EXPECT_EQ(store.get_expiring("atoll/claim/plain")->expires_at_ms, -1) << "no expiry";
+  EXPECT_EQ(store.scan("atoll/claim/*"), (std::vector<std::string>{"atoll/claim/hb", "atoll/claim/plain"}));
+  EXPECT_TRUE(store.scan("atoll/nothing-here/*").empty());
 }
 
 TEST_F(StoreTest, GlooViewPrefixesKeysAndWritesOnce) {
