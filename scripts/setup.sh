@@ -13,18 +13,8 @@ packages=(
   python3             # acceptance and benchmark helpers
   python3-sentencepiece python3-numpy   # tests: the exported tokenizer against SentencePiece itself
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/install_missing.sh
+install_missing "${packages[@]}"
 
 build_type=${ATOLL_BUILD_TYPE:-Release}
 source scripts/ccache_env.sh

@@ -224,5 +224,49 @@ TEST(Checkpoint, FailedSaveLeavesNoStepDirectory) {
   EXPECT_EQ(latest_checkpoint(run.str()), run / "checkpoints/step-00000010");
 }
 
+// Renames the rank file in the manifest (its "files" entry and every tensor's "file") to `file`.
+void point_manifest_at(const std::string& dir, const std::string& file) {
+  nlohmann::json m = read_checkpoint_manifest(dir);
+  nlohmann::json files = nlohmann::json::object();
+  files[file] = m["files"].begin().value();  // the one rank file, under whichever name it has now
+  m["files"] = files;
+  for (auto& [name, meta] : m["tensors"].items()) meta["file"] = file;
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << m.dump();
+}
+
+TEST(Checkpoint, FileNamesInTheManifestStayInsideTheCheckpoint) {
+  ScratchDir run;
+  State src(testing::small_model());
+  const std::string dir = src.save(run.str(), 30);
+  // An exact copy outside the checkpoint, so only the name's place can make the load fail.
+  fs::copy_file(dir + "/rank-00000.safetensors", run / "outside.safetensors");
+  fs::create_symlink(run / "outside.safetensors", dir + "/link.safetensors");
+  const std::vector<std::string> names = {"../outside.safetensors", run / "outside.safetensors", "link.safetensors"};
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    point_manifest_at(dir, name);
+    expect_corrupt(dir, src.cfg.model, {"manifest.json", "file"});
+    EXPECT_THROW(verify_checkpoint(dir, src.cfg.model), CorruptCheckpoint);
+  }
+  // A symbolic link to a file inside the checkpoint is the file itself.
+  fs::rename(dir + "/rank-00000.safetensors", dir + "/real.safetensors");
+  fs::create_symlink("real.safetensors", dir + "/rank-00000.safetensors");
+  point_manifest_at(dir, "rank-00000.safetensors");
+  State dst(src.cfg.model, /*seed=*/7);
+  load_checkpoint(dir, src.cfg.model, dst.layout, dst.buffers());
+  expect_same_tensors(src.layout, src.param, dst.param);
+}
+
+TEST(Checkpoint, MalformedTensorShapeInTheManifestIsCorrupt) {
+  ScratchDir run;
+  State src(testing::small_model());
+  const std::string dir = src.save(run.str(), 30);
+  nlohmann::json m = read_checkpoint_manifest(dir);
+  m["tensors"]["param/embed"]["shape"] = {"64", 16};
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << m.dump();
+  expect_corrupt(dir, src.cfg.model, {"param/embed", "shape holds \"64\""});
+  EXPECT_THROW(verify_checkpoint(dir, src.cfg.model), CorruptCheckpoint);
+}
+
 }  // namespace
 }  // namespace atl

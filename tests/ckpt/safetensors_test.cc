@@ -109,6 +109,13 @@ TEST(Safetensors, MalformedHeadersNameTheTensor) {
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "hole of 4 bytes before tensor 'a'"},
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8, "4 bytes after the last tensor"},
       {R"({"__metadata__":{"k":1}})", 0, "__metadata__.k is not a string"},
+      // A JSON object keeps the last of two equal keys: the first tensor would vanish unseen.
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+       4, "tensor 'a' is named twice"},
+      // Element counts whose byte size overflows 64 bits, or a size past int64.
+      {R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0,
+       "0 bytes do not match dtype F32"},
+      {R"({"a":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", 0, "do not match dtype U8"},
   };
   for (const auto& c : cases) {
     write_raw(dir / "m.safetensors", c.header, c.data);

@@ -45,7 +45,8 @@ std::string hex64(uint64_t v) {
 
 // "step-00000030" -> 30; false for any other name (temporary and moved-aside directories).
 bool parse_step_name(const std::string& name, int64_t* step) {
-  if (name.size() < 13 || name.compare(0, 5, "step-") != 0) return false;
+  // At most 18 digits, so the number cannot overflow (a name is read from checkpoints/latest).
+  if (name.size() < 13 || name.size() > 5 + 18 || name.compare(0, 5, "step-") != 0) return false;
   int64_t s = 0;
   for (size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return false;
@@ -146,6 +147,33 @@ const json& field(const json& j, const std::string& key, json::value_t type, con
   return *it;
 }
 
+// A tensor's shape in the manifest: a list of sizes.
+std::vector<int64_t> shape_field(const json& meta, const std::string& where) {
+  const json& j = field(meta, "shape", json::value_t::array, where);
+  std::vector<int64_t> shape;
+  for (const json& d : j) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) corrupt(where, "shape holds " + d.dump() + ", not a size");
+    shape.push_back(d.get<int64_t>());
+  }
+  return shape;
+}
+
+// The path of a file the manifest names: a plain name inside `dir` (no folder part, "." or
+// "..", and a symbolic link only to a file inside `dir`), so a manifest cannot make a reader
+// open files elsewhere.
+std::string file_in_checkpoint(const std::string& dir, const std::string& file, const std::string& mpath) {
+  if (file.empty() || file == "." || file == ".." || file.find_first_of(std::string("/\0", 2)) != std::string::npos)
+    corrupt(mpath, "file name '" + file + "' is not a plain file name inside the checkpoint");
+  const std::string path = join(dir, file);
+  std::error_code ec;
+  if (fs::is_symlink(path, ec)) {
+    const fs::path target = fs::weakly_canonical(path, ec), home = fs::weakly_canonical(dir, ec);
+    if (ec || target.parent_path() != home)
+      corrupt(mpath, "file '" + file + "' is a symbolic link out of the checkpoint folder");
+  }
+  return path;
+}
+
 // One file of the checkpoint, checked against the manifest's size before it is parsed, so a
 // truncated file is reported as such (naming it) rather than as a bad header.
 const SafetensorsReader& open_file(std::map<std::string, SafetensorsReader>& open, const json& manifest,
@@ -156,7 +184,7 @@ const SafetensorsReader& open_file(std::map<std::string, SafetensorsReader>& ope
   const json& files = field(manifest, "files", json::value_t::object, mpath);
   if (!files.contains(file)) corrupt(mpath, "file '" + file + "' is not listed under 'files'");
   const uint64_t want = field(files.at(file), "bytes", json::value_t::number_integer, mpath + " files." + file).get<uint64_t>();
-  const std::string path = join(dir, file);
+  const std::string path = file_in_checkpoint(dir, file, mpath);
   std::error_code ec;
   const uint64_t have = fs::file_size(path, ec);
   if (ec) corrupt(path, "cannot be read (" + ec.message() + ")");
@@ -177,7 +205,7 @@ std::span<const std::byte> checked_tensor(std::map<std::string, SafetensorsReade
   const json& meta = index.at(name);
   const std::string where = mpath + " tensors." + name;
   const std::string file = field(meta, "file", json::value_t::string, where).get<std::string>();
-  const auto saved_shape = field(meta, "shape", json::value_t::array, where).get<std::vector<int64_t>>();
+  const auto saved_shape = shape_field(meta, where);
   if (saved_shape != shape || field(meta, "dtype", json::value_t::string, where).get<std::string>() != "F32")
     corrupt(dir, "tensor '" + name + "' has shape " + shape_string(saved_shape) + ", expected F32 " + shape_string(shape));
   const SafetensorsReader& r = open_file(files, manifest, dir, file);
@@ -364,8 +392,7 @@ void verify_checkpoint(const std::string& dir, const ModelConfig& expected) {
   std::map<std::string, SafetensorsReader> files;
   const std::string mpath = join(dir, kManifest);
   for (const auto& [name, meta] : manifest.at("tensors").items()) {
-    const auto shape = field(meta, "shape", json::value_t::array, mpath + " tensors." + name).get<std::vector<int64_t>>();
-    checked_tensor(files, manifest, dir, name, shape);
+    checked_tensor(files, manifest, dir, name, shape_field(meta, mpath + " tensors." + name));
   }
 }
 
@@ -378,7 +405,7 @@ std::string latest_checkpoint(const std::string& run_dir) {
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     int64_t step = 0;
     if (parse_step_name(name, &step) && is_complete(join(ckdir, name))) return join(ckdir, name);
-    log_warn(latest + " names '" + name + "', which is not a complete checkpoint; using the newest complete one");
+    log_warn(latest + " names '" + name.substr(0, 80) + "', which is not a complete checkpoint; using the newest complete one");
   }
   auto all = complete_checkpoints(ckdir);
   return all.empty() ? "" : join(ckdir, all.front().second);

@@ -157,8 +157,19 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> head, size
   h.data_start = 8 + n;
   const size_t data_bytes = file_size - h.data_start;
   const char* text = reinterpret_cast<const char*>(head.data()) + 8;
-  nlohmann::json j = nlohmann::json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+  // A JSON object keeps the last of two equal keys; the header's names must be unique, so the
+  // parse watches the top level's keys for a repeat.
+  std::set<std::string> names;
+  std::string repeated;
+  const auto watch = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json j = nlohmann::json::parse(text, text + n, watch, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) corrupt(path, "header is not a JSON object");
+  if (!repeated.empty()) corrupt(path, "tensor '" + repeated + "' is named twice in the header");
   for (auto& [name, value] : j.items()) {
     if (name == "__metadata__") {
       if (!value.is_object()) corrupt(path, "__metadata__ is not an object");

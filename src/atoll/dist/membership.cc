@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -117,18 +118,68 @@ std::string View::to_json() const {
   return json{{"epoch", epoch}, {"islands", islands}, {"joining", joining}, {"tokens", tokens}}.dump();
 }
 
+namespace {
+
+[[noreturn]] void bad_record(const std::string& what, const std::string& problem, const std::string& text) {
+  throw IoError("membership " + what + " in the store is not valid (" + problem + "): " + text.substr(0, 200) +
+                "; fix: the store holds another run's or another build's keys: start the run with a fresh store");
+}
+
+// Island numbers as a view or round lists them: ascending, each once, non-negative.
+std::vector<int> island_list(const json& j, const std::string& what, const std::string& text) {
+  if (!j.is_array()) bad_record(what, "islands are not a list", text);
+  std::vector<int> out;
+  for (const json& i : j) {
+    const bool ok = i.is_number_integer() && i.get<int64_t>() >= 0 && i.get<int64_t>() <= INT32_MAX &&
+                    (out.empty() || i.get<int64_t>() > out.back());
+    if (!ok) bad_record(what, "islands are not ascending numbers from 0", text);
+    out.push_back(i.get<int>());
+  }
+  return out;
+}
+
+}  // namespace
+
 View View::from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     View v;
     v.epoch = j.at("epoch").get<uint64_t>();
-    v.islands = j.at("islands").get<std::vector<int>>();
-    v.joining = j.at("joining").get<std::vector<int>>();
+    v.islands = island_list(j.at("islands"), "view", text);
+    v.joining = island_list(j.at("joining"), "view", text);
     v.tokens = j.at("tokens").get<std::map<std::string, std::string>>();
+    for (int i : v.joining)
+      if (!v.contains(i)) bad_record("view", "joining island " + std::to_string(i) + " is not one of its islands", text);
     return v;
   } catch (const json::exception& e) {
-    throw IoError("membership view in the store is not valid (" + std::string(e.what()) + "): " + text.substr(0, 200));
+    bad_record("view", e.what(), text);
   }
+}
+
+Decision parse_decision(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    Decision d{.commit = j.at("commit").get<bool>(), .why = j.value("why", ""), .next = std::nullopt};
+    if (j.contains("next")) d.next = View::from_json(j["next"].dump());
+    return d;
+  } catch (const json::exception& e) {
+    bad_record("decision", e.what(), text);
+  }
+}
+
+std::vector<int> parse_round(const std::string& text) {
+  try {
+    return island_list(json::parse(text), "round", text);
+  } catch (const json::exception& e) {
+    bad_record("round", e.what(), text);
+  }
+}
+
+uint64_t parse_epoch(const std::string& text) {
+  uint64_t e = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), e);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) bad_record("epoch", "not a number", text);
+  return e;
 }
 
 std::string Membership::worker_name(int island, int rank) { return std::to_string(island) + "." + std::to_string(rank); }
@@ -296,9 +347,8 @@ Decision Membership::decide(const View& v, const std::string& attempt, bool ok, 
   for (;;) {
     if (const auto d = store_.get(decision_key)) {
       store_.keep("decision", decision_key, *d);  // a peer still deciding after a store restart reads it
-      const json j = json::parse(*d);
-      Decision out{.commit = j.at("commit").get<bool>(), .why = j.value("why", ""), .next = std::nullopt};
-      if (j.contains("next")) out.next = publish(View::from_json(j["next"].dump()));  // idempotent
+      Decision out = parse_decision(*d);
+      if (out.next) out.next = publish(*out.next);  // idempotent
       return out;
     }
     const auto votes = store_.get_many(votes_keys);
@@ -413,7 +463,7 @@ Membership::Round Membership::arrive(const View& v, const std::string& attempt, 
   for (;;) {
     if (const auto r = store_.get(round_key)) {
       store_.keep("round", round_key, *r);
-      return {.islands = json::parse(*r).get<std::vector<int>>(), .closed = true, .closed_here = false,
+      return {.islands = parse_round(*r), .closed = true, .closed_here = false,
               .waited_s = waited()};
     }
     const auto arrived = store_.get_many(arrived_keys);
@@ -439,7 +489,7 @@ Membership::Round Membership::arrive(const View& v, const std::string& attempt, 
       const bool mine = store_.set_if_absent(round_key, json(in).dump());
       const std::string round = store_.get(round_key).value();
       store_.keep("round", round_key, round);  // every worker holds the round it read
-      Round out{.islands = json::parse(round).get<std::vector<int>>(), .closed = true, .closed_here = mine,
+      Round out{.islands = parse_round(round), .closed = true, .closed_here = mine,
                 .waited_s = waited()};
       return out;
     }
@@ -461,7 +511,7 @@ std::optional<View> Membership::wait_admission() {
   const auto epoch_now = [&]() -> std::optional<uint64_t> {
     const auto e = store_.get(key("epoch"));
     if (!e) return std::nullopt;
-    return std::stoull(*e);
+    return parse_epoch(*e);
   };
   std::optional<uint64_t> from = epoch_now();
   auto lonely_since = Clock::now();

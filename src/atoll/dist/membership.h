@@ -133,6 +133,14 @@ struct Decision {
   std::optional<View> next;       // commit: the view that admits joiners, if any
 };
 
+// The records other workers wrote in the store, read back: a decision ({"commit", "why"?,
+// "next"?: a view}), a round's islands (a JSON array) and the epoch (a decimal number). Each is
+// checked whole (types, islands ascending and non-negative, joiners among the islands, the epoch
+// a number); IoError naming the record otherwise.
+Decision parse_decision(const std::string& text);
+std::vector<int> parse_round(const std::string& text);
+uint64_t parse_epoch(const std::string& text);
+
 // The attempt name of outer step `outer_step` ("s<outer_step>") and of an admission ("admit").
 std::string outer_attempt(int64_t outer_step);
 inline const char* kAdmitAttempt = "admit";

@@ -20,6 +20,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
+#include "atoll/dist/ring_message.h"
 
 namespace atl {
 
@@ -27,9 +28,7 @@ namespace {
 
 constexpr int kLanesInFlight = 4;       // lanes one connection thread pipelines at a time
 constexpr uint64_t kSlotPrefix = 0xA7;  // top byte of our slots; Gloo's collectives use 0x01..
-constexpr uint32_t kCompressedBit = 1u << 31;  // message header (compress): payload is zstd
 constexpr int kZstdLevel = 1;                   // ~470 MB/s here: far above the links DiLoCo is for
-constexpr size_t kHeaderBytes = sizeof(uint32_t);
 struct Aborted {};                      // another connection failed first
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -95,7 +94,7 @@ RingAllreduce::RingAllreduce(ProcessGroup& group, const RingOptions& opts) : gro
   const size_t enc = encoded_bytes(opts_.codec, chunk_);
   // Buffers hold one message: the codec bytes, or with compression a header and at most
   // zstd's bound (a message is sent raw when compression does not shrink it).
-  const size_t wire = opts_.compress ? kHeaderBytes + std::max(enc, ZSTD_compressBound(enc)) : enc;
+  const size_t wire = opts_.compress ? kRingHeaderBytes + std::max(enc, ZSTD_compressBound(enc)) : enc;
   const int count = group_.size() > 1 ? opts_.connections : 1;
   for (int c = 0; c < count; ++c) {
     auto conn = std::make_unique<Conn>();
@@ -286,7 +285,7 @@ class RingAllreduce::LaneStepper {
       bytes = finalize_owned(j, lane, b);
     } else {  // forward the message received at the previous step, unchanged
       const uint8_t* in = conn_.bytes[j][(t - 1) % 2].data();
-      if (opts_.compress) bytes = kHeaderBytes + (header(in) & ~kCompressedBit);
+      if (opts_.compress) bytes = ring_message_size(in, conn_.bytes[j][(t - 1) % 2].size());
       std::memcpy(out, in, bytes);
     }
     fault_ring_message();
@@ -314,41 +313,13 @@ class RingAllreduce::LaneStepper {
     return opts_.compress && run_.P > 1 ? wrap(codec_out, bytes, out) : bytes;
   }
 
-  static uint32_t header(const uint8_t* msg) {
-    uint32_t h;
-    std::memcpy(&h, msg, sizeof h);
-    return h;
-  }
-
-  // Writes one message of `bytes` codec bytes into out: zstd when smaller, else raw.
   size_t wrap(const uint8_t* codec_bytes, size_t bytes, uint8_t* out) {
-    const size_t room = conn_.bytes[0][0].size() - kHeaderBytes;
-    const size_t z = ZSTD_compress2(conn_.cctx, out + kHeaderBytes, room, codec_bytes, bytes);
-    uint32_t h;
-    if (!ZSTD_isError(z) && z < bytes) {
-      h = kCompressedBit | static_cast<uint32_t>(z);
-    } else {
-      std::memcpy(out + kHeaderBytes, codec_bytes, bytes);
-      h = static_cast<uint32_t>(bytes);
-    }
-    std::memcpy(out, &h, sizeof h);
-    return kHeaderBytes + (h & ~kCompressedBit);
+    return wrap_ring_message(conn_.cctx, codec_bytes, bytes, out, conn_.bytes[0][0].size());
   }
 
   // The codec bytes of a received message of `len` elements (decompressed into conn_.plain).
   const uint8_t* unwrap(const uint8_t* msg, size_t len) {
-    const uint32_t h = header(msg);
-    const size_t want = encoded_bytes(opts_.codec, len), size = h & ~kCompressedBit;
-    if (!(h & kCompressedBit)) {
-      if (size != want) throw PeerLost("ring message of " + std::to_string(size) + " bytes, expected " +
-                                       std::to_string(want) + ": the peer runs another build or codec");
-      return msg + kHeaderBytes;
-    }
-    const size_t got = ZSTD_decompressDCtx(conn_.dctx, conn_.plain.data(), want, msg + kHeaderBytes, size);
-    if (ZSTD_isError(got) || got != want)
-      throw PeerLost("ring message does not decompress to " + std::to_string(want) + " bytes (" +
-                     (ZSTD_isError(got) ? ZSTD_getErrorName(got) : std::to_string(got)) + ")");
-    return conn_.plain.data();
+    return unwrap_ring_message(conn_.dctx, msg, conn_.bytes[0][0].size(), encoded_bytes(opts_.codec, len), conn_.plain);
   }
 
   // residual = scale * (what we meant - what the bytes decode to), in sum units.

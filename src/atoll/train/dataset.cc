@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/errors.h"
@@ -24,11 +25,30 @@ std::string cache_root() {
 
 namespace {
 
+// A field of a dataset's meta.json, of the type atoll writes, or its absent value; DataError
+// naming the file and field for any other type (a hand-edited or damaged meta.json).
+int meta_vocab(const nlohmann::json& meta, const std::string& path) {
+  const auto it = meta.find("vocab_size");
+  if (it == meta.end()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > std::numeric_limits<int>::max())
+    throw DataError(path + ": vocab_size is " + it->dump().substr(0, 40) +
+                    ", not a vocabulary size; fix: prepare the data again (`atoll data prepare`)");
+  return it->get<int>();
+}
+std::string meta_fingerprint(const nlohmann::json& meta, const std::string& path) {
+  const auto it = meta.find("tokenizer_fingerprint");
+  if (it == meta.end()) return "";
+  if (!it->is_string())
+    throw DataError(path + ": tokenizer_fingerprint is " + it->dump().substr(0, 40) +
+                    ", not a string; fix: prepare the data again (`atoll data prepare`)");
+  return it->get<std::string>();
+}
+
 int tokenizer_vocab(const std::string& dir) {
   std::ifstream f(dir + "/meta.json");
   if (!f) return 0;
   auto meta = nlohmann::json::parse(f, nullptr, false);
-  return meta.is_object() && meta.contains("vocab_size") ? meta["vocab_size"].get<int>() : 0;
+  return meta.is_object() ? meta_vocab(meta, dir + "/meta.json") : 0;
 }
 
 // The cache folder for these inputs: a readable name plus a hash of the absolute input paths
@@ -105,8 +125,8 @@ DatasetInfo resolve_mixture(const Config& cfg) {
                       (fs::exists(e.dir) ? meta_path + " is missing or unreadable: not a prepared dataset"
                                          : std::string("the folder does not exist")) +
                       "; fix: run `atoll data prepare --input ... --out " + e.dir + "` or correct the path");
-    const std::string fp = meta.value("tokenizer_fingerprint", "");
-    const int vocab = meta.value("vocab_size", 0);
+    const std::string fp = meta_fingerprint(meta, meta_path);
+    const int vocab = meta_vocab(meta, meta_path);
     if (info.dir.empty()) {
       info.dir = e.dir, info.vocab_size = vocab, first_key = e.key, first_fp = fp;
     } else if (fp != first_fp || vocab != info.vocab_size) {

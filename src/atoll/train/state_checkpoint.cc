@@ -143,7 +143,7 @@ void restore_training_state(const std::string& dir, const json& manifest, const 
     std::copy(theta.begin(), theta.end(), s.loop.engine->host().params);
   }
   for (const auto& [name, what] : saved.items())
-    if (std::none_of(entries.begin(), entries.end(), [&](const StateEntry& e) { return e.name == name; }))
+    if (std::none_of(entries.begin(), entries.end(), [&n = name](const StateEntry& e) { return e.name == n; }))
       unused += (unused.empty() ? "" : ", ") + name;
   if (worker != 0) return;
   if (!absent.empty()) log_warn("checkpoint " + dir + " was written by another kind of run: " + absent);

@@ -39,7 +39,69 @@ std::string broadcast_text(ProcessGroup& g, const std::string& text, int root) {
   return out;
 }
 
+[[noreturn]] void bad_message(const std::string& what, const std::string& problem) {
+  throw PeerLost("state transfer: " + what + " " + problem + "; the peer runs another build or config");
+}
+
+// Why a JSON entry's check refuses the value ("" when it takes it; an entry without a check
+// takes any value).
+std::string value_problem(const StateEntry& e, const json& v) {
+  const std::string problem = e.check ? e.check(v) : "";
+  return problem.empty() ? "" : "entry '" + e.name + "' " + problem;
+}
+
 }  // namespace
+
+std::vector<std::string> transferred_entries(const std::vector<StateEntry>& entries) {
+  std::vector<std::string> names;
+  for (const StateEntry& e : entries)
+    if (transferred(e)) names.push_back(e.name);
+  return names;
+}
+
+json parse_transfer_manifest(const std::string& text, const std::vector<StateEntry>& entries) {
+  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object()) bad_message("the source's manifest", "is not a JSON object");
+  for (const StateEntry& e : entries) {
+    if (!transferred(e)) continue;
+    const auto it = m.find(e.name);
+    if (it == m.end() || !it->is_object()) bad_message("the source's manifest", "lacks entry '" + e.name + "'");
+    if (e.type == StateType::kTensor) {
+      const auto hash = it->find("hash");
+      if (hash == it->end() || !hash->is_string())
+        bad_message("the source's manifest", "entry '" + e.name + "' has no hash");
+    } else {
+      if (!it->contains("value")) bad_message("the source's manifest", "entry '" + e.name + "' has no value");
+      if (const std::string p = value_problem(e, it->at("value")); !p.empty()) bad_message("the source's manifest", p);
+    }
+  }
+  return m;
+}
+
+std::vector<std::string> parse_refusals(const std::string& text, const std::vector<StateEntry>& entries) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) bad_message("a worker's refusals", "are not a JSON list");
+  std::vector<std::string> names;
+  for (const json& name : j) {
+    const bool known = name.is_string() && std::any_of(entries.begin(), entries.end(), [&](const StateEntry& e) {
+                         return e.type == StateType::kTensor && transferred(e) && e.name == name.get<std::string>();
+                       });
+    if (!known) bad_message("a worker's refusals", "name " + name.dump() + ", not a tensor the transfer sends");
+    names.push_back(name.get<std::string>());
+  }
+  return names;
+}
+
+json parse_worker_record(const std::string& record, const std::vector<StateEntry>& entries) {
+  const json r = json::parse(record, nullptr, /*allow_exceptions=*/false);
+  std::string problem = r.is_object() ? "" : "is not a JSON object";
+  for (const StateEntry& e : entries)
+    if (problem.empty() && e.division == Division::kPerWorker && r.contains(e.name)) problem = value_problem(e, r.at(e.name));
+  if (!problem.empty())
+    throw IoError("the worker record in the store " + problem + ": " + record.substr(0, 200) +
+                  "; fix: the store holds another run's or another build's keys: start the run with a fresh store");
+  return r;
+}
 
 TransferReport transfer_state(ProcessGroup& outer, const View& view, int island, const Config& cfg, TrainingState& s) {
   s.fence();  // the broadcast writes the receivers' state: the save in flight copies it first
@@ -60,7 +122,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
       manifest[e.name] = e.type == StateType::kTensor ? json{{"hash", hash_floats(held(e, staged, n), n)}}
                                                        : json{{"value", e.get()}};
     }
-  manifest = json::parse(broadcast_text(outer, manifest.dump(), root));
+  manifest = parse_transfer_manifest(broadcast_text(outer, manifest.dump(), root), entries);
 
   // The tensors go from the source to each joiner directly; the members that hold the state
   // already take no part (they wait in the round's all-gather), so none of them receives the
@@ -96,7 +158,7 @@ TransferReport transfer_state(ProcessGroup& outer, const View& view, int island,
     }
     pending.clear();
     for (const std::string& blob : outer.allgather(json(mine).dump()))
-      for (const std::string& name : json::parse(blob).get<std::vector<std::string>>())
+      for (const std::string& name : parse_refusals(blob, entries))
         if (std::find(pending.begin(), pending.end(), name) == pending.end()) pending.push_back(name);
     for (const std::string& name : pending)
       if (std::find(report.refused.begin(), report.refused.end(), name) == report.refused.end())
@@ -124,7 +186,7 @@ std::string worker_record(const Config& cfg, TrainingState& s) {
 }
 
 void restore_worker_record(const Config& cfg, TrainingState& s, const std::string& record) {
-  const json r = json::parse(record);
+  const json r = parse_worker_record(record, state_registry(cfg, true, &s));
   for (const StateEntry& e : state_registry(cfg, true, &s))
     if (e.division == Division::kPerWorker && e.set && r.contains(e.name)) e.set(r[e.name]);
 }

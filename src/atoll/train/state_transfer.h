@@ -58,6 +58,17 @@ void restore_worker_record(const Config& cfg, TrainingState& s, const std::strin
 // One per-worker entry's value in a record (checkpoints of a run missing islands).
 std::optional<nlohmann::json> record_value(const std::string& record, const std::string& entry);
 
+// The messages of a transfer as a receiver reads them from a peer, checked whole against the
+// entries the transfer moves (transferred_entries): the source's manifest (every such entry, a
+// tensor's {"hash": "<hex>"}, a JSON entry's {"value": v} that passes the entry's check), a
+// worker's refusals (a list of those tensors' names), and a worker record from the store (an
+// object of per-worker entries, each passing its check). PeerLost (IoError for the record)
+// naming the message and the entry otherwise, before anything is applied.
+std::vector<std::string> transferred_entries(const std::vector<StateEntry>& entries);
+nlohmann::json parse_transfer_manifest(const std::string& text, const std::vector<StateEntry>& entries);
+std::vector<std::string> parse_refusals(const std::string& text, const std::vector<StateEntry>& entries);
+nlohmann::json parse_worker_record(const std::string& record, const std::vector<StateEntry>& entries);
+
 // Until the view's joiners hold the state: transfer, vote, and on an abort re-form and retry.
 // Returns the report of the transfer that committed (ok and no joiners: nothing to do).
 TransferReport admit(ElasticGroup& elastic, const Config& cfg, TrainingState& s);
