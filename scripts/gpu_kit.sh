@@ -9,6 +9,7 @@
 #      redis-server with its own libraries, the configs, the built-in corpus prepared once
 #      (data/), a copy of the PyTorch peer (../shared/peer) and bench/peer_gpu.py, run.sh, and
 #      manifest/ (the commit, the glibc and GLIBCXX versions and CUDA libraries the binaries need);
+#      bin/, lib/ and tests/ travel packed as payload.tar.gz (gzip), which run.sh unpacks;
 #   3. checks its size: at most 48 MiB (ATOLL_KIT_MAX_MIB), so it travels in a 64 MiB tree.
 # Usage: scripts/gpu_kit.sh   (ATOLL_PEER_DIR: the peer's folder, default ../shared/peer)
 set -euo pipefail
@@ -36,7 +37,7 @@ cp scripts/gpu_kit/run.sh scripts/gpu_kit/lib.sh "$new/"
 # The libraries, from the binaries themselves. glibc's own (libc, libm, the loader...) stay the
 # host's, which must be at least as new as this one (manifest/glibc_needed, checked by run.sh).
 # The CUDA toolkit's (runtime, cuBLAS, NCCL) and the driver's come from the GPU machine.
-is_glibc() { [[ $1 =~ ^(libc|libm|libpthread|libdl|librt|libresolv|libutil|ld-linux-x86-64)\.so ]]; }
+is_glibc() { [[ $1 =~ ^(libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libnsl|libanl|libthread_db|libnss_[a-z]+|ld-linux-x86-64)\.so ]]; }
 is_cuda() { [[ $1 =~ ^lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-ml|nvrtc|nvJitLink)\.so ]]; }
 : >"$new/manifest/cuda_needed"
 for bin in "$new"/bin/* "$new"/tests/*; do
@@ -74,10 +75,16 @@ else
   build-cuda/atoll data prepare --out "$new/data/fortunes-v4096" --vocab-size 4096 >/dev/null
 fi
 
+n_tests=$(ls "$new/tests" | wc -l)
+n_libs=$(ls "$new/lib" "$new/lib/compat" | grep -c '\.so')
+# Binaries and libraries travel packed (gzip, which every Debian has; run.sh unpacks them into a
+# temporary folder): the folder is what the size limit counts.
+tar -C "$new" -cf - bin lib tests | gzip -9 >"$new/payload.tar.gz"
+rm -rf "$new"/{bin,lib,tests}
 rm -rf gpu-kit
 mv "$new" gpu-kit
 bytes=$(du -sb gpu-kit | cut -f1)
-echo "gpu_kit: gpu-kit/ $((bytes / 1048576)) MiB ($(ls gpu-kit/tests | wc -l) GPU test binaries, $(ls gpu-kit/lib gpu-kit/lib/compat | grep -c '\.so') libraries; glibc >= $(cat gpu-kit/manifest/glibc_needed); CUDA: $(tr '\n' ' ' <gpu-kit/manifest/cuda_needed))"
+echo "gpu_kit: gpu-kit/ $((bytes / 1048576)) MiB ($n_tests GPU test binaries, $n_libs libraries; glibc >= $(cat gpu-kit/manifest/glibc_needed); CUDA: $(tr '\n' ' ' <gpu-kit/manifest/cuda_needed))"
 if ((bytes > max_mib * 1048576)); then
   echo "gpu_kit: gpu-kit/ is $((bytes / 1048576)) MiB, over the $max_mib MiB it may take (the device tree travels at most 64 MiB)" >&2
   exit 1

@@ -28,13 +28,18 @@ RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
 T0=$SECONDS
 source "$KIT/lib.sh"
+# The binaries, libraries and test binaries travel packed (payload.tar.gz, gzip: every Debian
+# has it); they run from here.
+X=$WORK/unpacked
+mkdir -p "$X"
+tar -C "$X" -xzf "$KIT/payload.tar.gz" || { echo "gpu kit: cannot unpack $KIT/payload.tar.gz into $X" >&2; exit 1; }
 
 # --- the environment: the kit's libraries first, then the CUDA toolkit's ---------------------
-libpath=$KIT/lib
-if ! host_has_glibcxx "$(cat "$KIT/manifest/glibcxx_needed")"; then libpath=$libpath:$KIT/lib/compat; fi
+libpath=$X/lib
+if ! host_has_glibcxx "$(cat "$KIT/manifest/glibcxx_needed")"; then libpath=$libpath:$X/lib/compat; fi
 cuda_libs=$(find_cuda_lib_dirs)
 export LD_LIBRARY_PATH=$libpath${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export PATH=$KIT/bin:$PATH ATOLL_BIN=$KIT/bin/atoll ATOLL_SOURCE_DIR=$KIT ATOLL_CACHE_DIR=$WORK/cache
+export PATH=$X/bin:$PATH ATOLL_BIN=$X/bin/atoll ATOLL_SOURCE_DIR=$KIT ATOLL_CACHE_DIR=$WORK/cache
 export OMP_WAIT_POLICY=PASSIVE
 cores=$(nproc)
 
@@ -49,7 +54,7 @@ if version_ge "$glibc_here" "$glibc_needed"; then
 else
   record device glibc fail "glibc $glibc_here is older than the $glibc_needed the kit was built against; build the kit on an older Debian"
 fi
-loader=$(part_timeout 10 "$KIT/bin/atoll" --version 2>&1)
+loader=$(part_timeout 10 "$X/bin/atoll" --version 2>&1)
 if [[ $? -eq 0 ]]; then record device atoll pass "$loader"; else record device atoll fail "$(head -1 <<<"$loader")"; fi
 HAS_GPU=0
 if command -v nvidia-smi >/dev/null && part_timeout 15 nvidia-smi >"$LOGS/nvidia-smi.log" 2>&1; then
@@ -72,7 +77,7 @@ run_test_binary() {  # one binary, its result per test into results
   gtest_results "$name" "$rc" <"$LOGS/tests/$name.log"
 }
 jobs_max=$((cores >= 8 ? 4 : 2))
-for bin in "$KIT"/tests/*_test; do
+for bin in "$X"/tests/*_test; do
   while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
   run_test_binary "$bin" &
 done
@@ -85,7 +90,7 @@ part_start twins "${ATOLL_KIT_T_TWINS:-100}"
 cpu_threads=$((cores / 4 > 0 ? cores / 4 : 1))
 train_run() {  # NAME DEVICE CONFIG PRECISION
   local run=$WORK/runs/$1
-  part_timeout "$(part_left)" "$KIT/bin/atoll" train --config "$KIT/configs/$3.toml" --run-dir "$run" --no-sample \
+  part_timeout "$(part_left)" "$X/bin/atoll" train --config "$KIT/configs/$3.toml" --run-dir "$run" --no-sample \
     --set data.dir="$KIT/data/fortunes-v4096" --set train.steps="$STEPS" --set train.log_every=1 \
     --set train.eval_every=0 --set checkpoint.every=0 --set train.device="$2" --set train.precision="$4" \
     --set train.threads="$cpu_threads" >"$LOGS/runs/$1.log" 2>&1
@@ -96,7 +101,7 @@ train_run() {  # NAME DEVICE CONFIG PRECISION
 islands_run() {
   local run=$WORK/runs/islands device=cpu
   ((HAS_GPU)) && device=cuda
-  part_timeout "$(part_left)" "$KIT/bin/atoll" launch --islands 2 --config "$KIT/configs/tiny.toml" --run-dir "$run" \
+  part_timeout "$(part_left)" "$X/bin/atoll" launch --islands 2 --config "$KIT/configs/tiny.toml" --run-dir "$run" \
     --set data.dir="$KIT/data/fortunes-v4096" --set train.steps=20 --set diloco.inner_steps=5 \
     --set train.eval_every=0 --set checkpoint.every=0 --set train.device=$device --set train.threads="$cpu_threads" \
     >"$LOGS/runs/islands.log" 2>&1
@@ -120,7 +125,7 @@ write_summary
 part_start bench "${ATOLL_KIT_T_BENCH:-240}"
 if ((HAS_GPU)); then
   for cfg in small medium; do for prec in fp32 bf16; do
-    part_timeout "$(bench_slice 60)" "$KIT/bin/atoll" bench --config "$KIT/configs/$cfg.toml" --steps 5 --warmup 2 \
+    part_timeout "$(bench_slice 60)" "$X/bin/atoll" bench --config "$KIT/configs/$cfg.toml" --steps 5 --warmup 2 \
       --set train.device=cuda --set train.precision=$prec >"$LOGS/bench/atoll-$cfg-$prec.log" 2>&1
     bench_result "atoll $cfg $prec" $? "$LOGS/bench/atoll-$cfg-$prec.log" '^\{'
   done; done
