@@ -1,26 +1,21 @@
-// The one training driver (DESIGN.md "train/"): the step of every run, single-process or a
+// The one training driver (DESIGN.md "train/"): the steps of every run, single-process or a
 // worker of a multi-island run. A single-process `atoll train` is one island of one worker:
 // the same steps, no store, no groups, no hooks.
 //
-// One step: hooks.before_step (an elastic run's membership changes), the batch size at this
-// point of the run (schedule.h batch_at), the batch's
-// gradients (loop.h: the engine's zero grads + micro-batch forward/backward), hooks.after_gradients
-// (the in-island mean, the warm start's mean across islands), the NaN check, clipping at
-// optim.grad_clip, the optimizer step at lr_at(step), the counters, hooks.after_inner_step
-// (DiLoCo's outer steps), validation at train.eval_every (and at the last step), the metrics
-// row (written every train.log_every steps, at the last, and at rows with val_loss, theta_hash
-// or a checkpoint), the progress line, and a checkpoint at checkpoint.every (and at the last
-// step, and when a stop is requested: then the run ends there) once hooks.can_checkpoint()
-// allows it. A hook may move loop.step ahead (islands on a time budget adopt the round's
-// furthest step): validation then runs when the step crossed a multiple of train.eval_every, a
-// checkpoint falls due where the steps agree (hooks.steps_agreed) and the step crossed a multiple
-// of checkpoint.every since the last such point. A checkpoint blocks the step only for its plan (state_checkpoint.h); its copy of the
-// saved tensors runs in the background while the next step computes its gradients, which only
-// read them, and that step waits at its fence (opts.fence, after hooks.after_gradients) before
-// anything writes them: a rollback, the optimizer step, the outer steps. The row of the step
-// that started the save carries ckpt_stall_s and ckpt_write_s, the next row ckpt_fence_s, and
-// the run waits for the save in flight before it returns. `tokens` counts every worker's batches, so the batch
-// ramp and the learning rate read global figures.
+// run_steps is a short loop of two parts: the step (step.h train_step: the batch's gradients,
+// the hooks' means, the update, as llm.c's train_gpt2.c) and the cadence around it (cadence.h:
+// which step validates, saves a checkpoint, writes its row, ends the run). Each turn:
+// hooks.before_step (an elastic run's membership changes), the step, hooks.after_inner_step
+// (DiLoCo's outer steps; a hook may move loop.step ahead: cadence.h), validation where the
+// cadence has it due (and opts.evaluates() says this process evaluates), hooks.finish_row, the
+// checkpoint the cadence has due once hooks.can_checkpoint() allows it, the metrics row, the
+// progress line, and the end of the run (its last step, a stop request once its checkpoint is
+// written, opts.stop_after). A checkpoint blocks the step only for its plan
+// (state_checkpoint.h); its copy of the saved tensors runs in the background while the next step
+// computes its gradients, which only read them, and that step waits at its fence before anything
+// writes them (step.h). The row of the step that started the save carries ckpt_stall_s and
+// ckpt_write_s, the next row ckpt_fence_s, and the run waits for the save in flight before it
+// returns.
 #pragma once
 
 #include <cstdint>

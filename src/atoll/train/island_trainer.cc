@@ -501,8 +501,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                    .finish_saves = [&] { return wk.checkpointer->finish(); },
                    .fence = [&] { return wk.checkpointer->fence(); },
                    .t_start = t_start,
-                   // On a time budget the islands stop only where their steps agree (after a commit).
-                   .stop_requested = [&] { return wk.stop_requested(signals.get()) && hooks.steps_agreed(); }});
+                   // On a time budget the islands stop only where their steps agree (train/cadence.h).
+                   .stop_requested = [&] { return wk.stop_requested(signals.get()); }});
   } catch (const PeerLost& e) {  // outside the outer steps (the island's gradient mean): the island is lost
     throw LeftRun(who + ": " + e.what() + "; the island is lost as a whole: this worker leaves the run to rejoin");
   } catch (const Timeout& e) {
