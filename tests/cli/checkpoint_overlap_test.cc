@@ -1,6 +1,6 @@
 // A save overlapped with training (state_checkpoint.h): the copy of the saved tensors into
 // staging runs on the background writer while the next step computes its gradients, and the
-// step waits at its fence before it writes them (train/driver.h). Here the copy of the save at
+// step waits at its fence before it writes them (train/step.h). Here the copy of the save at
 // step 4 is made slow (ATOLL_FAULT=delay:...:ckpt=copy: one second after its first tensor), so
 // the next step reaches its fence long before the copy is done, in a 2-island x 2-worker run:
 //   - with the fence, the checkpoint of step 4 holds exactly step 4's state: a run resumed from

@@ -111,7 +111,7 @@ class Checkpointer {
   // Until fence() returns, the caller must not write any saved tensor (it may read them).
   SaveReport save(const StatePlace& place);
   // Waits until the save in flight has copied the saved tensors. The training step calls it
-  // before its first write to them (train/driver.h; rollback, optimizer and outer steps come
+  // before its first write to them (train/step.h; rollback, optimizer and outer steps come
   // after it), and TrainingState::fence (installed here) before any other write (a resume, a
   // state transfer, an admission). Returns the seconds waited for the first call after a save,
   // else nullopt. Two test hooks, read at construction: ATOLL_CHECK_SNAPSHOT=1 (always on in
