@@ -263,6 +263,31 @@ TEST(ExportHf, RefusesToReplaceAFileAtollDidNotWrite) {
   EXPECT_EQ(read_text_file(dir / "hf/model.safetensors"), before);
 }
 
+// A record that lists more than an export writes (edited by hand, or not atoll's) never makes
+// the export delete those names: a file, a folder (with what it holds) and a folder under one
+// of the export's own names all stay as they were.
+TEST(ExportHf, OnlyTheNamesAnExportWritesAreEverReplaced) {
+  ScratchDir dir;
+  export_small(dir / "hf", /*tied=*/false);
+  std::ofstream(dir / "hf/thesis.txt") << "years of work";
+  fs::create_directories(dir / "hf/mydata");
+  std::ofstream(dir / "hf/mydata/a.txt") << "a";
+  fs::create_directories(dir / "hf/tokenizer_config.json");  // a folder under an export's name
+  std::ofstream(dir / "hf/tokenizer_config.json/b.txt") << "b";
+  auto record = nlohmann::json::parse(read_text_file(dir / "hf/atoll-export.json"));
+  for (const char* name : {"thesis.txt", "mydata", "tokenizer_config.json", ".", "../outside"})
+    record["files"].push_back(name);
+  std::ofstream(dir / "hf/atoll-export.json") << record.dump();
+  export_small(dir / "hf", /*tied=*/false);
+  EXPECT_EQ(read_text_file(dir / "hf/thesis.txt"), "years of work");
+  EXPECT_EQ(read_text_file(dir / "hf/mydata/a.txt"), "a");
+  EXPECT_EQ(read_text_file(dir / "hf/tokenizer_config.json/b.txt"), "b");
+  EXPECT_TRUE(fs::exists(dir / "hf/model.safetensors"));
+  // The new record lists only what this export wrote.
+  record = nlohmann::json::parse(read_text_file(dir / "hf/atoll-export.json"));
+  EXPECT_EQ(record["files"].get<std::set<std::string>>(), (std::set<std::string>{"config.json", "model.safetensors"}));
+}
+
 // A model Mixtral cannot express is refused, naming what, and writes nothing: CCA attention
 // (its tensors have no Mixtral name) and a partial rotary embedding (same tensors, another model).
 TEST(ExportHf, CcaAndPartialRotaryAreNotExportedAsMixtral) {

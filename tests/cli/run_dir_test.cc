@@ -112,6 +112,23 @@ TEST_F(RunDirTest, ResumeOfAFolderThatIsNotARunChangesNothing) {
   EXPECT_FALSE(fs::exists(dir("typo")));
 }
 
+// A copy of an atoll config among the user's own files (the names a run writes included) is not
+// a run: --resume of `atoll train` and `atoll launch`, and a fresh start, are refused and change
+// nothing, rather than starting over and replacing the user's files.
+TEST_F(RunDirTest, AFolderWithACopyOfAConfigButNoRunIsRefusedAndKept) {
+  const std::string proj = dir("proj");
+  write_file(proj + "/config.toml", world().config_text());
+  write_file(proj + "/metrics.jsonl", "my own metrics log\n");
+  write_file(proj + "/events.jsonl", "my events\n{\"event\": \"start\"}\n");  // not a run's: no time
+  write_file(proj + "/summary.txt", "my summary\n");
+  const auto before = snapshot(dir());
+  EXPECT_TRUE(fails_clearly(resume(proj, {"--set", "train.steps=2"}), {proj, "config.toml", "checkpoints", "events.jsonl"}));
+  EXPECT_TRUE(fails_clearly(world().train(proj, {"--resume"}), {proj, "config.toml", "checkpoints"}));
+  EXPECT_TRUE(fails_clearly(run_atoll({"launch", "--resume", "--run-dir", proj, "--islands", "1"}), {proj, "config.toml"}));
+  EXPECT_TRUE(fails_clearly(world().train(proj), {proj, "config.toml"}));
+  EXPECT_TRUE(unchanged(before, snapshot(dir())));
+}
+
 TEST_F(RunDirTest, ResumeOfARunWithoutACheckpointStartsOverAndSaysSo) {
   const std::string run = copy_of_base_run();
   fs::remove_all(run + "/checkpoints");

@@ -14,6 +14,7 @@
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/log.h"
 #include "atoll/core/stale_temp.h"
 
 namespace fs = std::filesystem;
@@ -63,6 +64,11 @@ constexpr const char* kGenerationConfig = "generation_config.json";
 constexpr const char* kRecordFormat = "atoll-export-1";
 // What exports made before the record existed wrote.
 const std::set<std::string> kLegacyExportFiles = {"config.json", "model.safetensors", "tokenizer.model"};
+// Every name an export writes (the record aside). Only these, as plain files, may ever be
+// replaced: a record that lists anything else (edited by hand, or not atoll's) names the user's
+// files, which are kept.
+const std::set<std::string> kExportFiles = {"config.json", "model.safetensors", "tokenizer.model",
+                                            "tokenizer_config.json", kGenerationConfig};
 
 // An export made before the record existed: config.json naming MixtralForCausalLM beside
 // model.safetensors.
@@ -118,6 +124,17 @@ std::vector<std::string> users_files(const fs::path& out_dir, const std::vector<
     throw IoError("export directory " + out_dir.string() + " holds files atoll did not write (" + name_list(present) +
                   ") and no earlier export (no valid " + kExportRecord +
                   "); fix: choose a new --out directory, or move those files elsewhere");
+  for (auto it = ours->begin(); it != ours->end();) {
+    const fs::file_status st = fs::symlink_status(out_dir / *it, ec);
+    if (kExportFiles.count(*it) && !fs::is_directory(st)) {
+      ++it;
+      continue;
+    }
+    if (fs::exists(st))
+      log_warn((out_dir / kExportRecord).string() + " lists " + *it + ", which is not " +
+               (kExportFiles.count(*it) ? "a file" : "a name atoll's export writes") + ": kept as yours, not replaced");
+    it = ours->erase(it);
+  }
   std::vector<std::string> theirs, clash;
   for (const std::string& name : present) {
     if (name == kExportRecord || ours->count(name)) continue;
@@ -270,6 +287,7 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
                 "model.partial_rotary_factor = 1.0 to export as Mixtral)");
   const bool special_ids = !tokenizer_path.empty() && special.given();
   if (special_ids) written.push_back("tokenizer_config.json");
+  for (const std::string& name : written) ATOLL_CHECK(kExportFiles.count(name)) << name << " is missing from kExportFiles";
   std::vector<std::string> keep = users_files(final_dir, written);
   // generation_config.json is merged (merged_generation_config), not carried over or refused.
   std::string generation_config;

@@ -36,7 +36,9 @@ std::string hf_mixtral_config_json(const ModelConfig& m);
 // or an error leaves the old folder as it was. `out_dir` may be missing, empty, or an earlier
 // export (its atoll-export.json; or, from before that record, config.json naming
 // MixtralForCausalLM beside model.safetensors): atoll's files in it are replaced and every
-// other file (a README.md the user added) is kept. Refused with
+// other file (a README.md the user added) is kept. Only the names an export writes, as files,
+// are ever replaced: anything else the record lists (a folder, another name) is kept, with a
+// warning. Refused with
 // IoError, naming the files: any other non-empty folder, and an earlier export holding a file
 // atoll did not write under a name this export writes. `params` is laid out by `layout`.
 //

@@ -476,6 +476,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
+    else events.write(event_row("start", {{"islands", N}, {"workers_per_island", M}}));  // the run's mark (run_dir.h)
   }
   RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");
   if (w == 0 && resume && opts.metrics_fd < 0)

@@ -34,12 +34,35 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// --resume continues a run: the folder must exist and hold config.toml.
+// Whether events.jsonl holds the event a run writes first: `start` (atoll train, a worker that
+// owns its folder) or `launch` (atoll launch), as event_row writes them (a number "time").
+bool has_start_event(const std::string& path) {
+  std::ifstream f(path + "/events.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const nlohmann::json e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (e.is_object() && e.contains("time") && e["time"].is_number() &&
+        (e.value("event", "") == "start" || e.value("event", "") == "launch"))
+      return true;
+  }
+  return false;
+}
+
+// The traces of an atoll run beside its config.toml: checkpoints/ (begin_run makes it before it
+// writes config.toml) or the run's first event. A config.toml alone (a copy of a config among the
+// user's own files) is not a run.
+bool has_run_traces(const std::string& path) {
+  return fs::is_directory(path + "/checkpoints") || has_start_event(path);
+}
+
+// --resume continues a run: the folder must exist and hold config.toml and the traces of a run.
 void expect_a_run(const std::string& path) {
   const std::string fix = "; fix: check the --run-dir path, or leave out --resume to start a new run";
   if (!fs::exists(path)) throw RunDirConflict(path + " does not exist: --resume continues the run in --run-dir" + fix);
   if (!fs::exists(path + "/config.toml"))
     throw RunDirConflict(path + " holds no atoll run (no config.toml): --resume continues the run in --run-dir" + fix);
+  if (!has_run_traces(path))
+    throw RunDirConflict(path + " holds a config.toml but no atoll run (no checkpoints/, no start event in "
+                         "events.jsonl): --resume continues the run in --run-dir" + fix + " in an empty folder");
 }
 
 // Whether the folder holds nothing but what a start that never began its run may leave: its lock.
@@ -98,9 +121,12 @@ RunDir inspect_run_dir(const std::string& path, const Config& cfg, const RunDirO
   if (fs::exists(path) && !fs::is_directory(path))
     throw RunDirConflict(path + ": --run-dir is a file, not a folder; fix: choose another --run-dir");
   if (opts.resume) expect_a_run(path);
-  const bool has_run = fs::exists(cfg_path);
+  const bool has_run = fs::exists(cfg_path) && has_run_traces(path);
   if (!has_run && fs::exists(path) && !empty_but_lock(path))
-    throw RunDirConflict(path + ": folder is not empty and holds no atoll run (no config.toml); fix: choose an empty or new --run-dir");
+    throw RunDirConflict(path + ": folder is not empty and holds no atoll run (" +
+                         (fs::exists(cfg_path) ? "a config.toml, but no checkpoints/ and no start event in events.jsonl"
+                                               : "no config.toml") +
+                         "); fix: choose an empty or new --run-dir");
   if (!has_run) return rd;
   Config old;
   try {

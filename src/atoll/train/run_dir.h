@@ -4,8 +4,10 @@
 // it never mixes two runs in one folder, and one process writes it at a time (run_lock.h).
 //
 // The rules of --resume:
-//   - the folder must hold an atoll run (config.toml): a folder that does not exist or holds
-//     other files is an error that changes nothing;
+//   - the folder must hold an atoll run: config.toml and the traces a run leaves from its first
+//     moments (checkpoints/, made before config.toml, or the run's first event in events.jsonl:
+//     `start`, or `launch` for atoll launch); a folder that does not exist, holds other files or
+//     a config.toml alone (a copy among the user's files) is an error that changes nothing;
 //   - the run continues with its own config.toml; a change is checked key by key
 //     (resume_config.h): the keys of kResumeSafeKeys may change, any other only with
 //     allow_config_change, a [model] key never;
