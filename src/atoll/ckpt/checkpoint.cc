@@ -25,7 +25,9 @@ namespace atl {
 namespace {
 
 constexpr char kManifest[] = "manifest.json";
-constexpr char kFixOlder[] = "fix: resume from an older checkpoint (or start a fresh --run-dir)";
+constexpr char kFixOlder[] =
+    "fix: restore the file, or use another checkpoint of the run (`--resume` falls back to the newest intact one "
+    "by itself)";
 
 // [model] keys that steer training but not the function the weights compute; a run may resume
 // with other values (e.g. a different load-balancing coefficient).
@@ -43,7 +45,8 @@ std::string hex64(uint64_t v) {
   throw CorruptCheckpoint("checkpoint " + where + ": " + problem + "; " + fix);
 }
 
-// "step-00000030" -> 30; false for any other name (temporary and moved-aside directories).
+}  // namespace
+
 bool parse_step_name(const std::string& name, int64_t* step) {
   // At most 18 digits, so the number cannot overflow (a name is read from checkpoints/latest).
   if (name.size() < 13 || name.size() > 5 + 18 || name.compare(0, 5, "step-") != 0) return false;
@@ -55,6 +58,8 @@ bool parse_step_name(const std::string& name, int64_t* step) {
   *step = s;
   return true;
 }
+
+namespace {
 
 bool is_complete(const std::string& dir) {
   try {
@@ -387,8 +392,12 @@ json load_checkpoint(const std::string& dir, const ModelConfig& expected, const 
 }
 
 void verify_checkpoint(const std::string& dir, const ModelConfig& expected) {
+  check_same_model(read_checkpoint_manifest(dir), expected, dir);
+  verify_checkpoint_files(dir);
+}
+
+void verify_checkpoint_files(const std::string& dir) {
   const json manifest = read_checkpoint_manifest(dir);
-  check_same_model(manifest, expected, dir);
   std::map<std::string, SafetensorsReader> files;
   const std::string mpath = join(dir, kManifest);
   for (const auto& [name, meta] : manifest.at("tensors").items()) {

@@ -91,6 +91,9 @@ struct SaveOptions {
 // "step-00000030".
 std::string checkpoint_dir_name(int64_t step);
 
+// "step-00000030" -> 30; false for any other name (temporary and moved-aside directories).
+bool parse_step_name(const std::string& name, int64_t* step);
+
 // "rank-00003.safetensors": the part written by global worker 3.
 std::string checkpoint_part_name(int writer);
 
@@ -156,6 +159,10 @@ nlohmann::json load_checkpoint(const std::string& dir, const ModelConfig& expect
 // so a caller can refuse a bad checkpoint before it changes anything. Reads every tensor once.
 // Throws CorruptCheckpoint as load_checkpoint does.
 void verify_checkpoint(const std::string& dir, const ModelConfig& expected);
+
+// The same checks of the files alone (the manifest, every tensor's file size, shape, dtype and
+// checksum), whatever model it holds: whether checkpoint `dir` is intact. Reads every tensor once.
+void verify_checkpoint_files(const std::string& dir);
 
 // The newest complete checkpoint of a run: the directory named by checkpoints/latest if it
 // holds a valid manifest, else the highest step-* directory that does; "" if none.

@@ -434,7 +434,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   RunDir rd;
   rd.path = run_dir;
   if (w == 0 && opts.metrics_fd < 0 && !opts.join)
-    rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true});
+    rd = open_run_dir(run_dir, cfg, {.resume = resume, .allow_config_change = true, .verify_checkpoint = false});
   configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
 

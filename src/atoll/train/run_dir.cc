@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
@@ -150,6 +151,35 @@ RunDir inspect_run_dir(const std::string& path, const Config& cfg, const RunDirO
   return rd;
 }
 
+void resume_from_intact(RunDir& rd, const std::function<void(const std::string& dir)>& load) {
+  if (rd.checkpoint.empty()) return;
+  std::vector<std::pair<int64_t, std::string>> steps;  // every step-* checkpoint, newest first
+  for (const std::string& name : checkpoint_dirs(rd.path))
+    if (int64_t step = 0; parse_step_name(name, &step))
+      steps.emplace_back(step, (fs::path(rd.path) / "checkpoints" / name).string());
+  std::sort(steps.rbegin(), steps.rend());
+  rd.skipped.clear();
+  for (const auto& [step, dir] : steps) {
+    try {
+      load(dir);
+    } catch (const CorruptCheckpoint& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find("; fix:"));  // the fix of one file does not apply to the run
+      rd.skipped.push_back({.dir = dir, .reason = why});
+      log_warn(dir + " is damaged (" + why + "): skipped, it is kept; trying the checkpoint before it");
+      continue;
+    }
+    rd.checkpoint = dir;
+    if (!rd.skipped.empty()) log_warn("resuming from " + dir + ", the newest intact checkpoint of " + rd.path);
+    return;
+  }
+  std::string what;
+  for (const SkippedCheckpoint& s : rd.skipped) what += (what.empty() ? "" : "; ") + s.reason;
+  throw RunDirConflict("every checkpoint of " + rd.path + "/checkpoints is damaged (" + what +
+                       "); nothing was changed; fix: put back the damaged files (a backup, or a copy from the machine "
+                       "that wrote them), or start a fresh --run-dir");
+}
+
 RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOptions& opts) {
   // A lock file present: its holder, if any, is the reason to refuse; taking it changes nothing
   // in the folder (the lock puts a taken-over file back when the start fails).
@@ -164,6 +194,7 @@ RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOpti
     log_warn("took over the stale lock of " + path + " left by atoll " + lock->stale_holder() +
              " (that process has ended)");
   rd.lock = std::move(lock);
+  if (opts.verify_checkpoint) resume_from_intact(rd, [](const std::string& dir) { verify_checkpoint_files(dir); });
   return rd;
 }
 
@@ -177,6 +208,16 @@ void begin_run(RunDir& rd, const Config& cfg) {
   }
   if (rd.starts_over)
     log_warn(rd.path + " holds no checkpoint yet (the run stopped before its first): starting over from step 0");
+  // Out of the way of this run's saves and prunes, which would replace or remove it.
+  for (SkippedCheckpoint& s : rd.skipped) {
+    std::string to = s.dir + ".damaged";
+    for (int i = 2; fs::exists(to); ++i) to = s.dir + ".damaged-" + std::to_string(i);
+    std::error_code ec;
+    fs::rename(s.dir, to, ec);
+    if (ec) throw_io_error("move the damaged checkpoint aside to " + to + ":", s.dir, ec.value());
+    s.moved_to = to;
+    log_warn("moved the damaged checkpoint " + s.dir + " aside to " + to + " (kept for recovery)");
+  }
   fs::create_directories(rd.path + "/checkpoints");
   write_file_atomic(rd.path + "/config.toml", config_to_toml(cfg));  // IoError with the reason ("disk full")
 }
@@ -185,11 +226,13 @@ void record_resume(JsonlWriter& events, const RunDir& rd, int64_t step) {
   if (!rd.resumed) return;
   nlohmann::json changes = nlohmann::json::array();
   for (const ConfigChange& c : rd.config_changes) changes.push_back(c.text());
+  for (const SkippedCheckpoint& s : rd.skipped)
+    events.write(event_row("checkpoint_skipped", {{"checkpoint", s.dir}, {"reason", s.reason}, {"moved_to", s.moved_to}}));
   nlohmann::json e = rd.starts_over
-                         ? nlohmann::json{{"event", "start_over"},
-                                          {"reason", "--resume found no checkpoint in " + rd.path +
-                                                         " (the run stopped before its first): starting over from step 0"}}
-                         : nlohmann::json{{"event", "resume"}, {"step", step}, {"checkpoint", rd.checkpoint}};
+                         ? event_row("start_over", {{"reason", "--resume found no checkpoint in " + rd.path +
+                                                                   " (the run stopped before its first): starting "
+                                                                   "over from step 0"}})
+                         : event_row("resume", {{"step", step}, {"checkpoint", rd.checkpoint}});
   if (!changes.empty()) e["config_changes"] = changes;
   events.write(e);
 }

@@ -11,11 +11,17 @@
 //   - the run continues with its own config.toml; a change is checked key by key
 //     (resume_config.h): the keys of kResumeSafeKeys may change, any other only with
 //     allow_config_change, a [model] key never;
-//   - it continues from the newest complete checkpoint; a run without a checkpoint yet (stopped
-//     before its first) starts over from step 0, saying so in the log and with a `start_over`
-//     event; checkpoints that are all damaged are an error (starting over would replace them).
+//   - it continues from the newest intact checkpoint: a damaged one (its manifest, a missing,
+//     truncated or changed rank file: every tensor is checked against the manifest as the
+//     checkpoint is read, once) is skipped with a warning and a `checkpoint_skipped` event, and
+//     kept, moved aside as step-NNNNNNNN.damaged when the run starts (so no later save or prune
+//     removes it); checkpoints/latest names the newest complete one again at the next commit.
+//     A run without a checkpoint yet (stopped before its first) starts over from step 0, saying
+//     so in the log and with a `start_over` event; checkpoints that are all damaged are an error
+//     (starting over would replace them).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +36,16 @@ namespace atl {
 struct RunDirOptions {
   bool resume = false;               // continue the run the folder holds
   bool allow_config_change = false;  // --resume may change keys outside kResumeSafeKeys
+  // Resuming: open_run_dir settles the checkpoint on the newest intact one (verify_checkpoint_files,
+  // every tensor read once). false: the caller does, as it loads it (resume_from_intact).
+  bool verify_checkpoint = true;
+};
+
+// A damaged checkpoint that a resume passed over.
+struct SkippedCheckpoint {
+  std::string dir;       // RUN_DIR/checkpoints/step-NNNNNNNN
+  std::string reason;    // what is damaged, naming the file
+  std::string moved_to{};  // where begin_run moved it aside ("" before)
 };
 
 struct RunDir {
@@ -37,6 +53,7 @@ struct RunDir {
   bool resumed = false;                     // the folder already held this run
   std::string checkpoint;                   // newest complete checkpoint to resume from ("" = from step 0)
   bool starts_over = false;                 // resumed, but no checkpoint yet: from step 0
+  std::vector<SkippedCheckpoint> skipped;   // damaged checkpoints newer than `checkpoint`, newest first
   std::vector<ConfigChange> config_changes;  // against the run's config.toml (resumed only)
   std::unique_ptr<RunLock> lock;            // held by the process that writes the run
 };
@@ -59,15 +76,23 @@ RunDir inspect_run_dir(const std::string& path, const Config& cfg, const RunDirO
 // that process) before anything is checked, so the error says why.
 RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOptions& opts);
 
+// Resuming (rd.checkpoint set): settles rd.checkpoint on the newest checkpoint that `load`
+// accepts, trying every step-* checkpoint of the run from the newest down. `load(dir)` reads
+// the checkpoint and throws CorruptCheckpoint, changing nothing, when it is damaged: that one
+// goes to rd.skipped, with a warning naming it and why. Every one damaged: RunDirConflict naming
+// them (nothing changed). Any other error of `load` passes through.
+void resume_from_intact(RunDir& rd, const std::function<void(const std::string& dir)>& load);
+
 // The run starts writing (called once the data and the checkpoint to resume from have been
 // validated, so a failed start leaves the folder as it was): keeps the folder (the lock's
-// commit), removes leftovers of interrupted writes (remove_leftover_writes), logs the config
-// changes and writes config.toml.
+// commit), removes leftovers of interrupted writes (remove_leftover_writes), moves the skipped
+// checkpoints aside (step-NNNNNNNN.damaged), logs the config changes and writes config.toml.
 void begin_run(RunDir& rd, const Config& cfg);
 
-// The events of a resumed run, at `step`: `resume` (with the checkpoint and any config_changes,
-// as "key: old -> new"), or `start_over` (with its reason) for a run without a checkpoint yet.
-// Nothing for a fresh run.
+// The events of a resumed run, at `step`: a `checkpoint_skipped` per damaged checkpoint passed
+// over (its dir, the reason, where it was moved), then `resume` (with the checkpoint and any
+// config_changes, as "key: old -> new"), or `start_over` (with its reason) for a run without a
+// checkpoint yet. Nothing for a fresh run.
 void record_resume(JsonlWriter& events, const RunDir& rd, int64_t step);
 
 // Removes the "<name>.tmp-<pid>" directories that interrupted writes left in the run directory:

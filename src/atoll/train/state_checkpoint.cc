@@ -25,8 +25,8 @@ void upgrade_v1(json& m, const std::string& dir) {
   json& st = m["state"];
   if (!st.is_object())
     throw CorruptCheckpoint("checkpoint " + dir +
-                            "/manifest.json: field 'state' is not an object; fix: resume from "
-                            "an older checkpoint (or start a fresh --run-dir)");
+                            "/manifest.json: field 'state' is not an object; fix: use another checkpoint of "
+                            "the run (`--resume` falls back to the newest intact one by itself)");
   m["islands"] = st.value("islands", 1);
   m["workers_per_island"] = st.value("workers_per_island", 1);
   if (!st.contains("loaders") && st.contains("loader")) st["loaders"] = json::array({st["loader"]});

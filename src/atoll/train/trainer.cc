@@ -89,7 +89,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   // The folder first: a refused run directory costs no data preparation, and the lock is ours
   // before anything in it is written.
   RunDir rd = open_run_dir(opts.run_dir.empty() ? default_run_dir() : opts.run_dir, cfg,
-                           {.resume = opts.resume, .allow_config_change = opts.allow_config_change});
+                           {.resume = opts.resume, .allow_config_change = opts.allow_config_change,
+                            .verify_checkpoint = false});  // verified below as it is read, once
   result.run_dir = rd.path;
   if (signals) signals->set_run_dir(rd.path);
   const int threads = configure_threads(cfg.train.threads);
@@ -99,11 +100,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
   TrainingState state{.loop = loop};  // one island of one worker, without DiLoCo
-  if (!rd.checkpoint.empty()) {
-    const nlohmann::json manifest = read_training_manifest(rd.checkpoint);
-    check_resume(manifest, rd.checkpoint, cfg, 1, 1, /*diloco=*/false);
-    restore_training_state(rd.checkpoint, manifest, cfg, state, {});
-  }
+  resume_from_intact(rd, [&](const std::string& dir) {  // the newest checkpoint that reads back intact
+    const nlohmann::json manifest = read_training_manifest(dir);
+    check_resume(manifest, dir, cfg, 1, 1, /*diloco=*/false);
+    restore_training_state(dir, manifest, cfg, state, {});
+  });
   engine.to_device(kAllState);
   begin_run(rd, cfg);
   if (!data.tokenizer_path.empty()) {
