@@ -105,6 +105,7 @@ Runner add_eval(CLI::App& app) {
       DataLoader loader(data, "val", {.seq_len = cm.config.model.seq_len, .shuffle = false, .prefetch = false});
       loader.check_vocab(cm.config.model.vocab_size);
       const EvalResult r = evaluate(cm.config.model, cm.params, loader, f->tokens, f->batch);
+      loader.check_integrity(/*wait=*/true);  // no loss of a damaged shard is reported
       losses[data] = r.loss;
       sum += set.weight * r.loss, weight += set.weight, tokens += r.tokens;
     }

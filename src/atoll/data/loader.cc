@@ -30,33 +30,6 @@ void from_json(const nlohmann::json& j, Cursor& c) {
   j.at("n_workers").get_to(c.n_workers);
 }
 
-namespace {
-
-std::vector<std::string> find_shards(const std::string& path, const std::string& split) {
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return {path};
-  if (!fs::is_directory(path, ec)) {
-    throw DataError("data path " + path + " does not exist; fix: run `atoll data prepare --out " + path +
-                    "` or point data.dir/--data at a folder of shards or a .bin file");
-  }
-  std::vector<std::string> shards;
-  for (const auto& e : fs::directory_iterator(path)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && name.starts_with(split + "_") && name.ends_with(".bin")) {
-      shards.push_back(e.path().string());
-    }
-  }
-  if (shards.empty()) {
-    throw DataError("no " + split + "_*.bin shards in " + path +
-                    "; fix: run `atoll data prepare "
-                    "--out " +
-                    path + "` or pass a single .bin file");
-  }
-  std::sort(shards.begin(), shards.end());
-  return shards;
-}
-
-}  // namespace
 
 DataLoader::DataLoader(const std::string& path, const std::string& split, const LoaderOptions& options)
     : opt_(options), T_(options.seq_len) {
@@ -67,7 +40,9 @@ DataLoader::DataLoader(const std::string& path, const std::string& split, const 
   // shards that give no window at all are an error.
   std::string short_shard;
   int64_t short_tokens = 0;
-  for (const std::string& p : find_shards(path, split)) {
+  std::vector<ListedShard> listed = list_shards(path, split);  // against meta.json: the list and sizes
+  for (const ListedShard& l : listed) {
+    const std::string& p = l.path;
     ShardView shard(p);
     if (shard.size() < T_ + 1) {
       if (short_shard.empty()) {
@@ -95,6 +70,7 @@ DataLoader::DataLoader(const std::string& path, const std::string& split, const 
                     " tokens, none left for worker " + std::to_string(opt_.worker) + " of " +
                     std::to_string(opt_.n_workers) + "; fix: use fewer workers, a smaller seq_len or more data");
   }
+  verifier_ = std::make_unique<ShardVerifier>(std::move(listed));  // the checksums, in the background
   prefetch_ = std::make_unique<BatchPrefetcher<Pos>>(
       [this](const Pos& from, int B, int32_t* inputs, int32_t* targets) { return fill(from, B, inputs, targets); }, T_,
       opt_.prefetch);
@@ -207,6 +183,8 @@ void DataLoader::check_vocab(int vocab_size) const {
   }
 }
 
+void DataLoader::check_integrity(bool wait) const { verifier_->check(wait); }
+
 int64_t DataLoader::n_tokens() const {
   int64_t n = 0;
   for (const ShardView& s : shards_) n += s.size();
@@ -221,6 +199,7 @@ std::vector<std::string> DataLoader::shard_paths() const {
 
 bool has_val_split(const std::string& path) {
   if (!fs::is_directory(path)) return true;
+  if (meta_lists_split(path, "val")) return true;  // its shards checked when read: missing ones named
   for (const auto& e : fs::directory_iterator(path))
     if (e.path().filename().string().rfind("val_", 0) == 0 && e.path().extension() == ".bin") return true;
   return false;

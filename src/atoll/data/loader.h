@@ -27,6 +27,7 @@
 
 #include "atoll/data/batch_prefetcher.h"
 #include "atoll/data/shard.h"
+#include "atoll/data/shard_verifier.h"
 
 namespace atl {
 
@@ -56,15 +57,17 @@ struct Cursor {
 void to_json(nlohmann::json& j, const Cursor& c);
 void from_json(const nlohmann::json& j, Cursor& c);
 
-// Whether `path` has a validation split: a folder with a val_*.bin shard, or a single .bin file
-// (which serves both splits).
+// Whether `path` has a validation split: a folder with a val_*.bin shard or whose meta.json
+// lists one, or a single .bin file (which serves both splits).
 bool has_val_split(const std::string& path);
 
 class DataLoader {
  public:
   // `path` is a folder, whose `<split>_*.bin` shards are read (split "train" or "val"), or a
   // single .bin file (llm.c's own shards load unchanged). Throws DataError when there are no
-  // shards or a shard is shorter than T+1 tokens.
+  // shards, a shard is shorter than T+1 tokens, or the shards disagree with the list and sizes
+  // of the dataset's meta.json (shard_list.h); their checksums are checked in the background
+  // (check_integrity).
   DataLoader(const std::string& path, const std::string& split, const LoaderOptions& options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
@@ -86,6 +89,9 @@ class DataLoader {
 
   // Throws DataError naming the shard, position and id if any token id is >= vocab_size.
   void check_vocab(int vocab_size) const;
+  // Throws DataError naming the shard if one failed its meta.json checksum so far; with `wait`,
+  // once every shard has been checked (shard_verifier.h).
+  void check_integrity(bool wait) const;
 
   int seq_len() const { return T_; }
   int64_t n_windows() const { return n_windows_; }           // W, all workers
@@ -115,6 +121,7 @@ class DataLoader {
   mutable std::mutex order_mu_;
   mutable std::vector<std::pair<int64_t, std::shared_ptr<const std::vector<uint32_t>>>> orders_;
 
+  std::unique_ptr<ShardVerifier> verifier_;
   std::unique_ptr<BatchPrefetcher<Pos>> prefetch_;  // last: its thread reads the members above
 };
 

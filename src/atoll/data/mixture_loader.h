@@ -68,6 +68,10 @@ class MixtureLoader {
 
   // Throws DataError naming the shard if any token id is >= vocab_size.
   void check_vocab(int vocab_size) const;
+  // DataLoader::check_integrity of every dataset.
+  void check_integrity(bool wait) const {
+    for (const auto& s : sources_) s->check_integrity(wait);
+  }
 
   bool mixes() const { return !single_; }
   const std::vector<std::string>& dirs() const { return dirs_; }

@@ -49,7 +49,7 @@ void from_json(const nlohmann::json& j, ShardRecord& r) {
   j.at("xxh3").get_to(r.xxh3);
 }
 
-std::string shard_checksum(const std::string& path) {
+std::string shard_checksum(const std::string& path, const std::atomic<bool>* stop) {
   const ShardView view(path);  // validates the header and size
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError("token shard " + path + ": cannot open (" + std::strerror(errno) + ")");
@@ -57,7 +57,7 @@ std::string shard_checksum(const std::string& path) {
   XXH3_64bits_reset(state);
   std::vector<char> chunk(1 << 20);
   off_t at = kShardHeaderBytes;
-  while (true) {
+  while (stop == nullptr || !stop->load(std::memory_order_relaxed)) {
     const ssize_t got = ::pread(fd, chunk.data(), chunk.size(), at);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;

@@ -10,6 +10,7 @@
 // the stream exactly, when it is given the same items from that point on.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
@@ -35,7 +36,8 @@ struct StreamPoint {
 };
 
 // XXH3-64 of a shard file's token bytes, hex. Throws DataError if it is not a valid shard.
-std::string shard_checksum(const std::string& path);
+// `stop` (optional) ends the reading early when it turns true (the result is then meaningless).
+std::string shard_checksum(const std::string& path, const std::atomic<bool>* stop = nullptr);
 
 class ShardStreamWriter {
  public:

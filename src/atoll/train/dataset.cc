@@ -11,7 +11,8 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/data/prepare.h"
-#include "atoll/data/shard.h"
+#include "atoll/data/loader.h"
+#include "atoll/data/shard_list.h"
 
 namespace atl {
 namespace fs = std::filesystem;
@@ -68,27 +69,14 @@ std::string cache_dir_for(const Config& cfg, int vocab) {
   return dir;
 }
 
-// Opens every train_/val_ shard (or the single .bin file), which checks its header and size:
-// cheap (a mapping, no token is read), and it reports a damaged shard before the caller
-// creates a run directory.
+// Opens every train_/val_ shard (or the single .bin file) and checks them against the list and
+// sizes of meta.json (data/shard_list.h): cheap (a mapping, no token is read), and it reports
+// a damaged shard before the caller creates a run directory (or a launcher starts workers).
 void check_shard_headers(const std::string& path) {
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
-    ShardView check(path);
-    return;
-  }
-  if (!fs::is_directory(path, ec)) return;
-  bool has_train = false;
-  for (const auto& e : fs::directory_iterator(path, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_regular_file() && (name.starts_with("train_") || name.starts_with("val_")) && name.ends_with(".bin")) {
-      ShardView check(e.path().string());
-      has_train = has_train || name.starts_with("train_");
-    }
-  }
-  if (!has_train)
-    throw DataError("no train_*.bin shards in " + path + "; fix: run `atoll data prepare --out " + path +
-                    "`, or point data.dir at a folder of shards or a single .bin file");
+  if (!fs::exists(path, ec)) return;
+  list_shards(path, "train");
+  if (fs::is_directory(path, ec) && has_val_split(path)) list_shards(path, "val");
 }
 
 struct MixEntry {

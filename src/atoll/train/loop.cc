@@ -35,9 +35,16 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
                            .island_size = opts.island_size});
 }
 
+void Loop::check_data(bool wait) const {
+  train_data.check_integrity(wait);
+  for (const auto& v : val_data)
+    if (v) v->check_integrity(wait);
+}
+
 LossParts Loop::gradients(int batch) {
   const int mb = micro_batch(cfg.train);
   const int n_micro = batch / mb;
+  check_data(/*wait=*/false);  // a damaged shard found so far stops the run here
   engine->zero_grads();
   if (const int p = train_data.enter_phase(tokens); p >= 0 && on_data_phase) {
     const DataPhase& phase = train_data.phases()[size_t(p)];

@@ -44,6 +44,9 @@ struct Loop {
   // `batch` training windows: the gradients hold the batch mean. Returns the mean loss.
   LossParts gradients(int batch);
   bool has_val() const;
+  // Throws DataError naming a shard of the training or validation data that failed its
+  // meta.json checksum; with `wait`, once every shard has been checked (data/shard_verifier.h).
+  void check_data(bool wait) const;
   // Mean cross-entropy over the first train.eval_batches micro-batches of each dataset's
   // validation split (one must exist), where the step runs; for a mixture, the mean of the
   // datasets' losses weighted by the current phase's shares.

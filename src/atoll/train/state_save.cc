@@ -330,6 +330,8 @@ SaveReport Checkpointer::save(const StatePlace& place) {
     r.wait_s = now_s() - w0;
   }
   fault_checkpoint_save();
+  // Nothing trained on a damaged shard is saved: every shard's checksum is known first.
+  impl_->state.loop.check_data(/*wait=*/true);
   // Parameters and moments from the GPU (a no-op on the CPU): the host copy the background
   // thread reads, which nothing writes before the fence (to_host is its only writer).
   impl_->state.loop.engine->to_host(kAllState);
