@@ -139,7 +139,7 @@ void check_same_model(const json& manifest, const ModelConfig& expected, const s
   auto there = toml_values(model_config_to_toml(saved));
   for (const auto& [key, here] : toml_values(model_config_to_toml(expected))) {
     if (kTrainingOnlyModelKeys.count(key) || there[key] == here) continue;
-    throw CorruptCheckpoint("checkpoint " + dir + " is from another model shape: model." + key + " is " + there[key] +
+    throw OtherModelCheckpoint("checkpoint " + dir + " is from another model shape: model." + key + " is " + there[key] +
                             " there, " + here + " here; fix: use the matching config or a fresh --run-dir");
   }
 }

@@ -29,6 +29,12 @@ class CorruptCheckpoint : public Error {  // truncated, wrong checksum, other mo
  public:
   using Error::Error;
 };
+// An intact checkpoint of another model shape than the one expected (not damage: a resume does
+// not skip it for an older one).
+class OtherModelCheckpoint : public CorruptCheckpoint {
+ public:
+  using CorruptCheckpoint::CorruptCheckpoint;
+};
 class RunDirConflict : public Error {  // run directory holds a different run
  public:
   using Error::Error;

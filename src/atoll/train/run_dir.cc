@@ -162,6 +162,8 @@ void resume_from_intact(RunDir& rd, const std::function<void(const std::string& 
   for (const auto& [step, dir] : steps) {
     try {
       load(dir);
+    } catch (const OtherModelCheckpoint&) {
+      throw;  // not damage: refused, as a config of another model is
     } catch (const CorruptCheckpoint& e) {
       std::string why = e.what();
       why = why.substr(0, why.find("; fix:"));  // the fix of one file does not apply to the run
@@ -194,7 +196,8 @@ RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOpti
     log_warn("took over the stale lock of " + path + " left by atoll " + lock->stale_holder() +
              " (that process has ended)");
   rd.lock = std::move(lock);
-  if (opts.verify_checkpoint) resume_from_intact(rd, [](const std::string& dir) { verify_checkpoint_files(dir); });
+  if (opts.verify_checkpoint)
+    resume_from_intact(rd, [&cfg](const std::string& dir) { verify_checkpoint(dir, cfg.model); });
   return rd;
 }
 

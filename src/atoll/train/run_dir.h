@@ -36,7 +36,7 @@ namespace atl {
 struct RunDirOptions {
   bool resume = false;               // continue the run the folder holds
   bool allow_config_change = false;  // --resume may change keys outside kResumeSafeKeys
-  // Resuming: open_run_dir settles the checkpoint on the newest intact one (verify_checkpoint_files,
+  // Resuming: open_run_dir settles the checkpoint on the newest intact one (verify_checkpoint,
   // every tensor read once). false: the caller does, as it loads it (resume_from_intact).
   bool verify_checkpoint = true;
 };
@@ -80,7 +80,8 @@ RunDir open_run_dir(const std::string& path, const Config& cfg, const RunDirOpti
 // accepts, trying every step-* checkpoint of the run from the newest down. `load(dir)` reads
 // the checkpoint and throws CorruptCheckpoint, changing nothing, when it is damaged: that one
 // goes to rd.skipped, with a warning naming it and why. Every one damaged: RunDirConflict naming
-// them (nothing changed). Any other error of `load` passes through.
+// them (nothing changed). Any other error of `load` passes through, OtherModelCheckpoint too
+// (an intact checkpoint of another model is refused, not passed over).
 void resume_from_intact(RunDir& rd, const std::function<void(const std::string& dir)>& load);
 
 // The run starts writing (called once the data and the checkpoint to resume from have been
