@@ -119,7 +119,7 @@ void Supervisor::close_pipes(Child& c) {
     if (buf->empty()) continue;
     const int index = int(&c - children_.data());
     const auto& cb = metrics ? opts_.on_metrics : opts_.on_output;
-    if (cb) guarded([&] { cb(index, *buf); });  // the last, unterminated line
+    if (cb) guarded([&, b = buf] { cb(index, *b); });  // the last, unterminated line
     buf->clear();
   }
 }
