@@ -65,7 +65,8 @@ else
   record device gpu skip "no CUDA device: nvidia-smi $(command -v nvidia-smi >/dev/null && echo failed || echo 'not found')"
 fi
 nvcc_v=$( (command -v nvcc || echo /usr/local/cuda/bin/nvcc) | xargs -I{} sh -c '{} --version 2>/dev/null' | tail -1)
-record device toolkit "${nvcc_v:+pass}${nvcc_v:-skip}" "${nvcc_v:-no nvcc}; libraries from ${cuda_libs:-nowhere}"
+if [[ -n "$nvcc_v" ]]; then record device toolkit pass "$nvcc_v; libraries from ${cuda_libs:-nowhere}"
+else record device toolkit skip "no nvcc; libraries from ${cuda_libs:-nowhere}"; fi
 write_summary
 
 # --- 2. every GPU test binary ------------------------------------------------------------------
