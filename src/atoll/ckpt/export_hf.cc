@@ -11,6 +11,7 @@
 
 #include "atoll/ckpt/export_zaya.h"
 #include "atoll/ckpt/file_io.h"
+#include "atoll/ckpt/hf_tables.h"
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
@@ -21,41 +22,6 @@ namespace fs = std::filesystem;
 
 namespace atl {
 namespace {
-
-// Our name (within a block, after "layers.{i}.") -> the Mixtral name after
-// "model.layers.{i}.". Stacked expert tensors name "{e}" and are split along dim 0.
-struct HfName {
-  const char* ours;
-  const char* theirs;
-};
-constexpr HfName kBlockNames[] = {
-    {"attn_norm", "input_layernorm.weight"},
-    {"attn.wq", "self_attn.q_proj.weight"},
-    {"attn.wk", "self_attn.k_proj.weight"},
-    {"attn.wv", "self_attn.v_proj.weight"},
-    {"attn.wo", "self_attn.o_proj.weight"},
-    {"moe_norm", "post_attention_layernorm.weight"},
-    {"moe.router", "block_sparse_moe.gate.weight"},
-    {"moe.w1", "block_sparse_moe.experts.{e}.w1.weight"},
-    {"moe.w2", "block_sparse_moe.experts.{e}.w2.weight"},
-    {"moe.w3", "block_sparse_moe.experts.{e}.w3.weight"},
-};
-constexpr HfName kTopNames[] = {
-    {"embed", "model.embed_tokens.weight"},
-    {"final_norm", "model.norm.weight"},
-    {"head", "lm_head.weight"},
-};
-
-std::string hf_name_of(const ParamEntry& e) {
-  for (const auto& n : kTopNames)
-    if (e.name == n.ours) return n.theirs;
-  const std::string pre = "layers." + std::to_string(e.layer) + ".";
-  if (e.layer >= 0 && e.name.compare(0, pre.size(), pre) == 0)
-    for (const auto& n : kBlockNames)
-      if (e.name.substr(pre.size()) == n.ours) return "model." + pre + n.theirs;
-  throw Error("cannot export parameter '" + e.name + "' as Mixtral: transformers has no tensor for it" +
-              " (fix: export this architecture under its own name)");
-}
 
 // The export's record of the files atoll wrote into it (kExportRecord itself aside): what a
 // later export may replace. Every other file in the folder is the user's and is kept.
@@ -164,27 +130,6 @@ void carry_over(const fs::path& from, const fs::path& to, const std::string& nam
 }
 
 }  // namespace
-
-std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout) {
-  std::vector<HfTensor> out;
-  for (const auto& e : layout.entries()) {
-    const std::string name = hf_name_of(e);
-    const size_t brace = name.find("{e}");
-    if (brace == std::string::npos) {
-      out.push_back({name, e.shape, e.offset});
-      continue;
-    }
-    // [E, out, in] -> E matrices [out, in], each contiguous in the stacked tensor.
-    ATOLL_CHECK_EQ(e.shape.size(), size_t(3)) << e.name;
-    const size_t per_expert = e.numel / static_cast<size_t>(e.shape[0]);
-    for (int64_t x = 0; x < e.shape[0]; ++x) {
-      std::string n = name;
-      n.replace(brace, 3, std::to_string(x));
-      out.push_back({n, {e.shape[1], e.shape[2]}, e.offset + static_cast<size_t>(x) * per_expert});
-    }
-  }
-  return out;
-}
 
 std::string hf_mixtral_config_json(const ModelConfig& m) {
   // Field names and meanings of transformers' MixtralConfig; intermediate_size is the

@@ -10,22 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "atoll/ckpt/hf_tables.h"
 #include "atoll/config/config.h"
 #include "atoll/model/layout.h"
 
 namespace atl {
-
-// One tensor of the export: its Hugging Face name and shape, and where its elements start in
-// the flat parameter buffer (a contiguous run of numel(shape) floats).
-struct HfTensor {
-  std::string name;            // e.g. "model.layers.0.block_sparse_moe.experts.1.w2.weight"
-  std::vector<int64_t> shape;  // e.g. [C, H]
-  size_t offset = 0;           // elements into the flat buffer
-};
-
-// The Hugging Face tensors of a layout, in layout order: the single mapping from our names to
-// Mixtral's, driven by the layout table. Throws Error for a tensor Mixtral has no name for.
-std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout);
 
 // transformers' MixtralConfig for `m`, as config.json holds it.
 std::string hf_mixtral_config_json(const ModelConfig& m);

@@ -32,6 +32,7 @@ Runner add_train(CLI::App& app) {
     bool print_config = false;
     bool no_sample = false;
     bool help_config = false;
+    std::string init_from;
   };
   auto f = std::make_shared<Flags>();
   f->config.add_to(cmd, "default: configs/default.toml; with --resume: the run's config.toml");
@@ -41,6 +42,9 @@ Runner add_train(CLI::App& app) {
                     resume_safe_keys_text() + "; a run without a checkpoint yet starts over from step 0");
   cmd->add_flag("--allow-config-change", f->allow_config_change,
                 "with --resume: let --set or --config change other keys too (never a [model] key)");
+  cmd->add_option("--init-from", f->init_from,
+                  "a new run starts from this Hugging Face model folder (config.json, safetensors, tokenizer.model; "
+                  "docs/weights.md): its [model] and weights, a fresh optimizer");
   cmd->add_flag("--print-config", f->print_config, "print the whole resolved config (always saved as RUN_DIR/config.toml)");
   cmd->add_flag("--no-sample", f->no_sample, "do not print a generated sample at the end");
   cmd->add_flag("--help-config", f->help_config, "list every config key (type, default, allowed values, meaning) and exit");
@@ -51,7 +55,9 @@ Runner add_train(CLI::App& app) {
       return 0;
     }
     const std::string run_dir = run_dir_or_default(f->run_dir, f->resume);
-    const Config cfg = f->config.load_for_run(run_dir, f->resume);
+    refuse_init_from_resume(f->init_from, f->resume);  // before the run's config is read
+    Config cfg = f->config.load_for_run(run_dir, f->resume);
+    apply_init_from(cfg, f->init_from, f->config.overrides);
     if (f->print_config)
       std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),
                   config_to_toml(cfg).c_str());
@@ -61,7 +67,8 @@ Runner add_train(CLI::App& app) {
     const TrainResult r = train(cfg, {.run_dir = run_dir,
                                       .resume = f->resume,
                                       .allow_config_change = f->allow_config_change,
-                                      .stop_on_signal = true});
+                                      .stop_on_signal = true,
+                                      .init_from = f->init_from});
     std::printf("\n%s", r.summary.c_str());
     std::fflush(stdout);
     if (r.stopped_by != 0) {

@@ -24,6 +24,12 @@ struct ConfigFlags {
   Config load_for_run(const std::string& run_dir, bool resume);
 };
 
+// --init-from DIR (cli/init_from.cc): replaces cfg's [model] by DIR/config.json's (logging the
+// keys that changed); a --set model.* that disagrees with it is a ConfigError. Does nothing for
+// an empty `dir`. refuse_init_from_resume: --init-from with --resume is a ConfigError.
+void apply_init_from(Config& cfg, const std::string& dir, const std::vector<std::string>& overrides);
+void refuse_init_from_resume(const std::string& dir, bool resume);
+
 // The run directory of a command that writes a run: --run-dir, else default_run_dir() for a new
 // run; --resume without --run-dir is a ConfigError.
 std::string run_dir_or_default(const std::string& given, bool resume);

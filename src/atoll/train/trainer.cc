@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/ckpt/import_hf.h"
 #include "atoll/core/file_writer.h"
+#include "atoll/data/tokenizer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
 #include "atoll/engine/memory_estimate.h"
@@ -75,6 +77,17 @@ std::string summarize(const TrainResult& r, int64_t start_step, int64_t start_to
   return text;
 }
 
+// The imported model's tokenizer must be the one the data was prepared with: the same ids.
+void check_init_tokenizer(const std::string& model_tok, const DatasetInfo& data) {
+  const std::string ours = tokenizer_fingerprint(model_tok);
+  const std::string theirs = data.tokenizer_path.empty() ? "" : tokenizer_fingerprint(data.tokenizer_path);
+  if (ours == theirs) return;
+  throw DataError("the data in " + data.dir + " was " +
+                  (theirs.empty() ? std::string("prepared without a tokenizer.model") : "tokenized by " + data.tokenizer_path) +
+                  ", not by the imported model's " + model_tok + ": its ids would mean other text to the model (fix: atoll "
+                  "data prepare --tokenizer " + model_tok + " --input ... --out DIR, then --set data.dir=DIR)");
+}
+
 }  // namespace
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
@@ -95,10 +108,21 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   if (signals) signals->set_run_dir(rd.path);
   const int threads = configure_threads(cfg.train.threads);
   const DatasetInfo data = resolve_dataset(cfg);
+  std::vector<float> imported;  // --init-from's weights, read and checked before the folder is written
+  nlohmann::json init_event;
+  if (!opts.init_from.empty()) {
+    if (!rd.checkpoint.empty())
+      throw RunDirConflict(rd.path + " already has checkpoints; --init-from starts a new run only (fix: another --run-dir)");
+    const HfSource src = read_hf_source(opts.init_from, cfg.model);
+    check_init_tokenizer(src.tokenizer_path, data);
+    imported.assign(ParamLayout::build(cfg.model).total(), 0.0f);
+    init_event = import_hf_weights(src, imported.data());
+  }
   // Validate everything (data, vocabulary, the checkpoint) before the run folder is touched.
   Loop loop(cfg, data.dir);
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
+  if (!imported.empty()) std::copy(imported.begin(), imported.end(), engine.host().params);
   TrainingState state{.loop = loop};  // one island of one worker, without DiLoCo
   resume_from_intact(rd, [&](const std::string& dir) {  // the newest checkpoint that reads back intact
     const nlohmann::json manifest = read_training_manifest(dir);
@@ -121,6 +145,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   } else {
     events.write(event_row("start", {{"threads", threads}, {"params", engine.layout().n_params()},
                                      {"device", engine.device_name()}}));
+    if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
   JsonlWriter metrics(rd.path + "/metrics.jsonl");

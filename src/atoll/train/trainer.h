@@ -22,6 +22,9 @@ struct TrainOptions {
   bool quiet = false;    // no progress output (tests)
   int64_t stop_after = 0;  // > 0: return after this step, as if interrupted (tests, time-boxed jobs)
   bool stop_on_signal = false;  // SIGINT/SIGTERM stop the run with a checkpoint (`atoll train`)
+  // A new run's weights from this Hugging Face folder (ckpt/import_hf.h), whose config.json the
+  // caller already made cfg.model; its tokenizer.model must be the data's. "" = drawn from the seed.
+  std::string init_from{};
 };
 
 struct TrainResult {

@@ -1,0 +1,148 @@
+// config.json of a Hugging Face folder -> atoll's [model] (ckpt/import_hf.h read_hf_source).
+#include <filesystem>
+#include <set>
+
+#include "atoll/ckpt/file_io.h"
+#include "atoll/ckpt/import_hf.h"
+#include "atoll/core/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace atl {
+namespace {
+
+// Fields that change nothing the weights compute (ids, storage dtype, generation and output
+// switches of transformers; the training settings initializer_range and router_aux_loss_coef,
+// which the run's own init_std and aux_loss_coef replace): listed in the init_from event.
+const std::set<std::string> kNoEffect = {
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "use_cache", "bos_token_id",
+    "eos_token_id", "pad_token_id", "output_router_logits", "_name_or_path", "return_dict", "output_attentions",
+    "output_hidden_states", "max_position_embeddings", "pretraining_tp", "id2label", "label2id",
+    "initializer_range", "router_aux_loss_coef"};
+
+// Why atoll refuses a model_type it does not import.
+const std::pair<const char*, const char*> kMissing[] = {
+    {"qwen3_moe", "Qwen3-MoE's per-head q/k RMSNorm in the attention (atoll's gqa part has no q/k norm)"},
+    {"olmoe", "OLMoE's q/k RMSNorm over the whole projection (atoll's gqa part has no q/k norm)"},
+    {"qwen2_moe", "Qwen2-MoE's shared expert with its own sigmoid gate (atoll has no shared-expert part)"},
+    {"zaya", "reading ZAYA1's layout back (its CCA and router tensors have no import table yet)"},
+};
+
+struct Reader {
+  const nlohmann::json& j;
+  std::string path;
+  std::set<std::string> used;
+
+  [[noreturn]] void refuse(const std::string& key, const std::string& why) const {
+    throw ConfigError(path + ": field " + key + " = " + (j.contains(key) ? j.at(key).dump() : "(missing)") + ": " + why);
+  }
+  bool has(const std::string& k) const { return j.contains(k) && !j.at(k).is_null(); }
+  int integer(const std::string& k, int fallback, bool required) {
+    used.insert(k);
+    if (!has(k)) {
+      if (required) refuse(k, "atoll needs it to know the model's shape (fix: add it to config.json)");
+      return fallback;
+    }
+    if (!j.at(k).is_number_integer() || j.at(k).get<int64_t>() <= 0 || j.at(k).get<int64_t>() > (1 << 30))
+      refuse(k, "not a positive integer");
+    return j.at(k).get<int>();
+  }
+  double number(const std::string& k, double fallback) {
+    used.insert(k);
+    if (!has(k)) return fallback;
+    if (!j.at(k).is_number()) refuse(k, "not a number");
+    return j.at(k).get<double>();
+  }
+  // A field atoll has no part for: accepted only at the value that means "off".
+  void must_be(const std::string& k, const nlohmann::json& off, const std::string& why) {
+    used.insert(k);
+    if (has(k) && j.at(k) != off) refuse(k, why + " (fix: atoll imports it only as " + off.dump() + ")");
+  }
+};
+
+}  // namespace
+
+HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSource src) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path + " is not valid JSON (" + e.what() + "); fix: pass a Hugging Face model folder");
+  }
+  if (!j.is_object()) throw ConfigError(path + " is not a JSON object; fix: pass a Hugging Face model folder");
+  Reader r{j, path, {}};
+  const std::string type = j.value("model_type", std::string());
+  for (const auto& [t, why] : kMissing)
+    if (type == t)
+      throw ConfigError(path + ": model_type \"" + type + "\" is not imported: atoll lacks " + why +
+                        "; importable: mixtral, llama, mistral");
+  const bool moe = type == "mixtral", dense = type == "llama" || type == "mistral";
+  if (!moe && !dense)
+    throw ConfigError(path + ": unknown model_type " + (j.contains("model_type") ? j["model_type"].dump() : "(missing)") +
+                      "; atoll imports mixtral (MixtralForCausalLM), llama and mistral (as one expert, top-1)");
+  const std::string arch = moe ? "MixtralForCausalLM" : type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM";
+  if (j.contains("architectures")) {
+    const auto& a = j["architectures"];
+    if (!a.is_array() || a.size() != 1 || a[0] != arch)
+      r.refuse("architectures", "model_type " + type + " is imported as [\"" + arch + "\"] only");
+  }
+  src.architecture = arch;
+  ModelConfig m = base;
+  m.vocab_size = r.integer("vocab_size", 0, true);
+  m.dim = r.integer("hidden_size", 0, true);
+  m.expert_hidden = r.integer("intermediate_size", 0, true);
+  m.n_layers = r.integer("num_hidden_layers", 0, true);
+  m.n_heads = r.integer("num_attention_heads", 0, true);
+  // transformers' defaults where a field may be absent: MixtralConfig's and LlamaConfig's.
+  m.n_kv_heads = r.integer("num_key_value_heads", moe ? 8 : m.n_heads, false);
+  if (m.dim % m.n_heads != 0 && !r.has("head_dim")) r.refuse("head_dim", "hidden_size is not a multiple of the heads");
+  m.head_dim = r.integer("head_dim", m.dim / m.n_heads, false);
+  if (moe) {
+    m.n_experts = r.integer("num_local_experts", 0, true);
+    m.top_k = r.integer("num_experts_per_tok", 0, true);
+  } else {
+    m.n_experts = 1, m.top_k = 1;
+  }
+  m.rope_theta = r.number("rope_theta", moe ? 1e6 : 1e4);
+  if (r.has("rope_parameters")) {  // transformers v5 keeps the RoPE settings together
+    r.used.insert("rope_parameters");
+    const auto& p = j["rope_parameters"];
+    if (!p.is_object() || p.value("rope_type", std::string("default")) != "default" || !p.contains("rope_theta") ||
+        !p["rope_theta"].is_number() || p.size() > 2)
+      r.refuse("rope_parameters", "atoll's RoPE is the default one with a rope_theta; scaled RoPE is not modelled");
+    m.rope_theta = p["rope_theta"].get<double>();
+  }
+  m.norm_eps = r.number("rms_norm_eps", moe ? 1e-5 : 1e-6);
+  r.used.insert("tie_word_embeddings");
+  if (r.has("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean())
+    r.refuse("tie_word_embeddings", "not true or false");
+  m.tie_embeddings = r.has("tie_word_embeddings") && j["tie_word_embeddings"].get<bool>();
+  m.attention = "gqa", m.router = "topk", m.attention_layers.clear(), m.router_layers.clear(), m.rope_layers.clear();
+  m.partial_rotary_factor = 1.0, m.residual_scaling = false;
+  const int max_pos = r.integer("max_position_embeddings", m.seq_len, false);
+  if (m.seq_len > max_pos)
+    throw ConfigError(path + ": max_position_embeddings = " + std::to_string(max_pos) + " is shorter than model.seq_len = " +
+                      std::to_string(m.seq_len) + " (fix: --set model.seq_len=" + std::to_string(max_pos) + " or less)");
+  r.must_be("hidden_act", "silu", "atoll's experts use SiLU (SwiGLU) only");
+  r.must_be("attention_dropout", 0.0, "atoll has no dropout");
+  r.must_be("router_jitter_noise", 0.0, "atoll's router adds no jitter noise");
+  r.must_be("attention_bias", false, "atoll's projections have no bias");
+  r.must_be("mlp_bias", false, "atoll's experts have no bias");
+  r.must_be("rope_scaling", nullptr, "atoll's RoPE is not scaled");
+  r.must_be("partial_rotary_factor", 1.0, "Mixtral and Llama rotate every entry of each head");
+  r.used.insert("sliding_window");
+  if (r.has("sliding_window") && (!j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() < m.seq_len))
+    r.refuse("sliding_window", "atoll's attention sees the whole context; a window shorter than model.seq_len = " +
+                                   std::to_string(m.seq_len) + " is not modelled (fix: --set model.seq_len to the window or less)");
+  for (const auto& [k, v] : j.items()) {
+    if (kNoEffect.count(k)) src.ignored.push_back(k);
+    else if (!r.used.count(k))
+      r.refuse(k, "atoll does not know this field, so it cannot tell whether the model it describes is atoll's "
+                  "(fix: remove it from config.json if it does not change the forward pass)");
+  }
+  src.model = m;
+  return src;
+}
+
+}  // namespace atl

@@ -1,0 +1,199 @@
+#include "atoll/ckpt/import_hf.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "atoll/ckpt/file_io.h"
+#include "atoll/ckpt/safetensors.h"
+#include "atoll/core/errors.h"
+#include "atoll/model/layout.h"
+
+namespace fs = std::filesystem;
+
+namespace atl {
+
+HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSource src);  // hf_config.cc
+
+namespace {
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+constexpr const char* kSingle = "model.safetensors";
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+// `name` (from the index) as a file inside `dir`: a plain name, no "..", not absolute, and not a
+// symbolic link whose target lies outside the folder.
+std::string inside(const fs::path& dir, const std::string& name, const std::string& index) {
+  const fs::path p(name);
+  const auto refuse = [&](const std::string& why) {
+    throw ConfigError(index + " names weight file \"" + name + "\", " + why +
+                      "; an import reads only files inside its folder (fix: copy the shards into " + dir.string() +
+                      ", e.g. cp -L, and name them by their file names)");
+  };
+  if (name.empty() || p.is_absolute() || p.has_parent_path() || name == "." || name == "..")
+    refuse("which is not a file name inside the folder");
+  std::error_code ec;
+  const fs::path full = dir / p;
+  if (!fs::exists(full, ec))
+    throw ConfigError(index + " names weight file " + full.string() +
+                      ", which is missing (fix: download every shard the index names)");
+  const fs::path real = fs::canonical(full, ec), home = fs::canonical(dir, ec);
+  if (ec || real.parent_path() != home) refuse("a symbolic link to " + real.string() + ", outside the folder");
+  return full.string();
+}
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);  // inf, nan
+  else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);
+  else if (man == 0) u = sign;
+  else {  // subnormal: normalise
+    int e = -1;
+    uint32_t m = man;
+    do { m <<= 1, ++e; } while (!(m & 0x400));
+    u = sign | uint32_t(112 - e) << 23 | ((m & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void convert(const std::string& dtype, const std::byte* src, size_t n, float* dst) {
+  if (dtype == "F32") {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+}
+
+}  // namespace
+
+HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw ConfigError("--init-from " + dir + " is not a folder (fix: pass a Hugging Face model folder)");
+  HfSource src;
+  src.dir = dir;
+  src = read_hf_config(dir, base, src);
+  const fs::path d(dir);
+  if (fs::exists(d / kIndex, ec)) {
+    const std::string index = (d / kIndex).string();
+    nlohmann::json j = nlohmann::json::parse(read_text_file(index), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw ConfigError(index + " has no \"weight_map\" object (fix: rewrite it, or pass a folder with " + kSingle + ")");
+    std::set<std::string> files;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw ConfigError(index + ": weight_map." + tensor + " is not a file name");
+      files.insert(file.get<std::string>());
+    }
+    for (const std::string& f : files) src.weight_files.push_back(inside(d, f, index));
+  } else if (fs::exists(d / kSingle, ec)) {
+    src.weight_files.push_back(inside(d, kSingle, (d / "config.json").string()));
+  } else {
+    throw ConfigError(dir + " has neither " + kSingle + " nor " + kIndex + " (fix: download the model's weights)");
+  }
+  if (!fs::exists(d / "tokenizer.model", ec)) {
+    if (fs::exists(d / "tokenizer.json", ec))
+      throw ConfigError(dir + " has only tokenizer.json (a Hugging Face tokenizers file); atoll reads SentencePiece "
+                        "tokenizer.model only (fix: put the model's SentencePiece tokenizer.model in the folder; models "
+                        "whose tokenizer is BPE in tokenizer.json only cannot be imported yet)");
+    throw ConfigError(dir + " has no tokenizer.model (fix: put the model's SentencePiece tokenizer.model in the folder)");
+  }
+  src.tokenizer_path = inside(d, "tokenizer.model", dir);
+  // A folder holding fused experts (transformers v5) names them; otherwise one matrix per expert.
+  if (src.architecture != "MixtralForCausalLM") src.layout = HfExpertLayout::kDense;
+  return src;
+}
+
+nlohmann::json import_hf_weights(const HfSource& src, float* params) {
+  const ParamLayout layout = ParamLayout::build(src.model);
+  std::vector<SafetensorsReader> files;
+  std::map<std::string, const SafetensorsReader*> where;  // tensor -> file holding it
+  for (const std::string& f : src.weight_files) {
+    files.push_back(SafetensorsReader::open(f));
+  }
+  nlohmann::json sums = nlohmann::json::object();
+  for (const auto& r : files) {
+    for (const auto& t : r.header().tensors) {
+      if (where.count(t.name))
+        throw CorruptCheckpoint("tensor '" + t.name + "' is in both " + where[t.name]->path() + " and " + r.path() +
+                                " (fix: re-download the model)");
+      where[t.name] = &r;
+    }
+  }
+  HfExpertLayout lay = src.layout;
+  if (lay != HfExpertLayout::kDense && where.count("model.layers.0.mlp.experts.gate_up_proj")) lay = HfExpertLayout::kFused;
+  const std::vector<HfPiece> pieces = hf_mixtral_pieces(layout, lay);
+  std::set<std::string> mapped;
+  for (const HfPiece& p : pieces) {
+    const auto it = where.find(p.name);
+    if (it == where.end())
+      throw CorruptCheckpoint("tensor '" + p.name + "' of " + src.architecture + " (" + expert_layout_name(lay) +
+                              " layout) is in none of the weight files of " + src.dir + " (fix: download every shard)");
+    const SafetensorsReader& r = *it->second;
+    const TensorInFile& t = *r.find(p.name);
+    if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+      throw CorruptCheckpoint(r.path() + ": tensor '" + p.name + "' is " + t.dtype + "; atoll imports F32, BF16, F16");
+    if (t.shape != p.shape)
+      throw CorruptCheckpoint(r.path() + ": tensor '" + p.name + "' has shape " + shape_string(t.shape) + ", config.json says " +
+                              shape_string(p.shape) + " (fix: a config.json matching the weights)");
+    const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
+    const auto bytes = r.view(p.name);
+    convert(t.dtype, bytes.data() + size_t(p.row) * width * elem, size_t(p.rows) * width, params + p.offset);
+    mapped.insert(p.name);
+  }
+  if (lay == HfExpertLayout::kDense)  // one expert: its router weight is 1 whatever the logits
+    for (const auto& e : layout.entries())
+      if (e.name.ends_with("moe.router")) std::fill(params + e.offset, params + e.offset + e.numel, 0.0f);
+  // Every tensor of the files has a place, but the rotary tables older checkpoints keep and a
+  // tied model's copy of its embedding as lm_head.
+  for (const auto& [name, r] : where) {
+    if (mapped.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && src.model.tie_embeddings) {
+      const auto a = r->view(name), b = where.count("model.embed_tokens.weight") ? where["model.embed_tokens.weight"]->view("model.embed_tokens.weight") : a.first(0);
+      if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) continue;
+      throw CorruptCheckpoint(r->path() + ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json "
+                              "ties them (tie_word_embeddings); fix: a config.json with tie_word_embeddings = false");
+    }
+    throw CorruptCheckpoint(r->path() + ": tensor '" + name + "' has no place in atoll's " + src.architecture +
+                            " (fix: a config.json describing this model; atoll refuses rather than drop weights)");
+  }
+  for (const auto& r : files) {
+    std::vector<std::byte> all = read_file_bytes(r.path());
+    sums[fs::path(r.path()).filename().string()] = hex64(XXH3_64bits(all.data(), all.size()));
+  }
+  for (const char* f : {"config.json", "tokenizer.model"}) {
+    const std::vector<std::byte> all = read_file_bytes((fs::path(src.dir) / f).string());
+    sums[f] = hex64(XXH3_64bits(all.data(), all.size()));
+  }
+  return {{"source", fs::absolute(src.dir).lexically_normal().string()},
+          {"architecture", src.architecture},
+          {"expert_layout", expert_layout_name(lay)},
+          {"xxh3", sums},
+          {"tensors", mapped.size()},
+          {"config_fields_without_effect", src.ignored}};
+}
+
+}  // namespace atl
