@@ -1,0 +1,191 @@
+// `atoll train --init-from DIR` (ckpt/import_hf.h, docs/weights.md): micro models written in
+// Hugging Face layout by tests/reference/hf_moe.py from a seeded generator (Mixtral per-expert and
+// transformers v5 fused, Llama as one expert; one file or shards; F32, BF16, F16; tied or not) are
+// imported, `atoll eval` equals the reference's numpy forward of the original folder (1e-6
+// relative), and the export gives the folder's tensors back value for value. Then: continue
+// training and resume; and every bad input refused with nothing of the run written.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_util.h"
+
+namespace atl::testing {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+class InitFrom : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) GTEST_SKIP() << "no python3-numpy";
+  }
+  static std::string script() {
+    const char* src = std::getenv("ATOLL_SOURCE_DIR");
+    return std::string(src ? src : ".") + "/tests/reference/hf_moe.py";
+  }
+  static std::string python(const std::string& args) {
+    std::string out;
+    FILE* p = popen(("/usr/bin/python3 '" + script() + "' " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int rc = pclose(p);
+    if (rc != 0) out = "FAILED: " + out;
+    return out;
+  }
+  // An HF folder of the micro shape, its tokenizer the micro data's.
+  std::string make(const std::string& name, const std::string& arch, const std::string& layout, int shards,
+                   const std::string& dtype, bool tie = false) {
+    const std::string hf = dir(name);
+    const std::string out = python("make '" + hf + "' " + arch + " " + layout + " " + std::to_string(shards) + " " + dtype +
+                                   (tie ? " tie" : " untied") + " 7 '" + base_run() + "/tokenizer.model'");
+    EXPECT_EQ(out, "");
+    return hf;
+  }
+  // `atoll train --init-from hf` for `steps` steps at lr 0 (the weights stay the imported ones).
+  RunResult init(const std::string& hf, const std::string& run, std::vector<std::string> more = {}) {
+    std::vector<std::string> a = {"--init-from", hf, "--set", "train.steps=1", "--set", "optim.lr=0", "--set",
+                                  "checkpoint.every=1", "--set", "train.eval_every=0"};
+    a.insert(a.end(), more.begin(), more.end());
+    return world().train(run, a);
+  }
+  void round_trip(const std::string& name, const std::string& arch, const std::string& layout, int shards,
+                  const std::string& dtype, bool tie = false) {
+    const std::string hf = make(name + "-hf", arch, layout, shards, dtype, tie), run = dir(name), back = dir(name + "-back");
+    const RunResult t = init(hf, run);
+    ASSERT_EQ(t.exit_code, 0) << t.describe();
+    const std::string shard = dir("tokens.bin");
+    std::vector<uint16_t> toks;
+    uint32_t s = 99;
+    for (int i = 0; i < 3 * MicroWorld::kSeqLen + 1; ++i) toks.push_back(uint16_t(((s = s * 1103515245u + 12345u) >> 16) % 384));
+    write_file(shard, llmc_shard(toks));
+    const RunResult e = run_atoll({"eval", "--checkpoint", run, "--data", shard});
+    ASSERT_EQ(e.exit_code, 0) << e.describe();
+    const json ref = json::parse(python("forward '" + hf + "' '" + shard + "' " + std::to_string(MicroWorld::kSeqLen)), nullptr, false);
+    ASSERT_TRUE(ref.is_object()) << ref.dump();
+    const double want = ref["loss"].get<double>(), got = json::parse(e.out)["loss"].get<double>();
+    EXPECT_NEAR(got, want, 1e-6 * want) << "atoll eval " << got << ", reference forward " << want;
+    const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", back});
+    ASSERT_EQ(x.exit_code, 0) << x.describe();
+    EXPECT_EQ(python("same '" + hf + "' '" + back + "'"), "");
+    // The event names the source, its files' checksums and the layout.
+    bool seen = false;
+    for (const auto& line : split_lines(read_file(run + "/events.jsonl"))) {
+      const json ev = json::parse(line);
+      if (ev["event"] != "init_from") continue;
+      seen = true;
+      EXPECT_EQ(ev["xxh3"].size(), size_t(shards + 2)) << line;  // the weights, config.json, tokenizer.model
+      EXPECT_EQ(ev["expert_layout"], arch == "llama" ? "dense" : layout) << line;
+    }
+    EXPECT_TRUE(seen) << "no init_from event";
+  }
+  // A refused import: exit non-zero, the error line holding `want`, and no run folder written.
+  void refused(const std::string& hf, const std::string& want, std::vector<std::string> more = {}) {
+    const std::string run = dir("refused-run");
+    const RunResult r = init(hf, run, more);
+    EXPECT_NE(r.exit_code, 0) << r.describe();
+    ASSERT_EQ(r.error_lines().size(), 1u) << r.describe();
+    EXPECT_NE(r.error_lines()[0].find(want), std::string::npos) << r.error_lines()[0];
+    EXPECT_FALSE(fs::exists(run + "/config.toml")) << "the refused run wrote its folder";
+    EXPECT_FALSE(fs::exists(run + "/checkpoints"));
+  }
+};
+
+TEST_F(InitFrom, MixtralPerExpertShardedBf16) { round_trip("px", "mixtral", "per-expert", 3, "BF16"); }
+TEST_F(InitFrom, MixtralFusedSingleF32) { round_trip("fu", "mixtral", "fused", 1, "F32"); }
+TEST_F(InitFrom, MixtralFusedShardedF16Tied) { round_trip("ft", "mixtral", "fused", 2, "F16", true); }
+TEST_F(InitFrom, LlamaAsOneExpert) { round_trip("ll", "llama", "per-expert", 2, "BF16"); }
+
+// Continue training: import, train, resume past it, export.
+TEST_F(InitFrom, ContinueTrainingAndResume) {
+  const std::string hf = make("hf", "mixtral", "fused", 2, "BF16"), run = dir("run");
+  const RunResult a = world().train(run, {"--init-from", hf, "--set", "train.steps=4"});
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  const RunResult again = world().train(run, {"--resume", "--init-from", hf});
+  EXPECT_NE(again.exit_code, 0);
+  ASSERT_EQ(again.error_lines().size(), 1u) << again.describe();
+  EXPECT_NE(again.error_lines()[0].find("--init-from " + hf + " with --resume"), std::string::npos) << again.describe();
+  const RunResult r = run_atoll({"train", "--resume", "--run-dir", run, "--set", "train.steps=6", "--no-sample"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", dir("out")});
+  ASSERT_EQ(x.exit_code, 0) << x.describe();
+  // Into a run that already has checkpoints: refused, the run unchanged.
+  const std::string before = read_file(run + "/config.toml");
+  const RunResult into = world().train(run, {"--init-from", hf});
+  EXPECT_NE(into.exit_code, 0) << into.describe();
+  EXPECT_EQ(read_file(run + "/config.toml"), before);
+}
+
+TEST_F(InitFrom, SetModelDisagreeingIsRefused) {
+  const std::string hf = make("hf", "mixtral", "per-expert", 1, "F32");
+  refused(hf, "--set model.n_experts = 8 disagrees with " + hf + "/config.json, which gives 4", {"--set", "model.n_experts=8"});
+}
+
+TEST_F(InitFrom, BadFoldersAreRefused) {
+  const std::string hf = make("hf", "mixtral", "per-expert", 2, "BF16");
+  const auto edit_json = [](const std::string& path, const std::function<void(json&)>& f) {
+    json j = json::parse(read_file(path));
+    f(j);
+    write_file(path, j.dump());
+  };
+  const auto copy = [&](const std::string& name) {
+    fs::copy(hf, dir(name), fs::copy_options::recursive);
+    return dir(name);
+  };
+  const std::string shard1 = "model-00001-of-00002.safetensors";
+  {  // a missing shard
+    const std::string d = copy("missing");
+    fs::remove(d + "/" + shard1);
+    refused(d, shard1 + ", which is missing");
+  }
+  for (const std::string& outside : {std::string("../") + shard1, std::string("/etc/passwd")}) {  // out of the folder
+    const std::string d = copy("out" + std::to_string(outside.size()));
+    edit_json(d + "/model.safetensors.index.json", [&](json& j) { j["weight_map"]["model.norm.weight"] = outside; });
+    refused(d, "names weight file \"" + outside + "\", which is not a file name inside the folder");
+  }
+  {  // a symbolic link out of the folder
+    const std::string d = copy("link");
+    fs::rename(d + "/" + shard1, dir(shard1));
+    fs::create_symlink(dir(shard1), d + "/" + shard1);
+    refused(d, "a symbolic link to " + dir(shard1) + ", outside the folder");
+  }
+  {  // an unknown model_type, and one that needs a part atoll lacks
+    const std::string d = copy("unknown");
+    edit_json(d + "/config.json", [](json& j) { j["model_type"] = "gpt2"; });
+    refused(d, "unknown model_type \"gpt2\"");
+    edit_json(d + "/config.json", [](json& j) { j["model_type"] = "qwen2_moe"; });
+    refused(d, "atoll lacks Qwen2-MoE's shared expert");
+  }
+  {  // fields atoll does not model: refused with the field and its value
+    const std::string d = copy("fields");
+    edit_json(d + "/config.json", [](json& j) { j["sliding_window"] = 16; });
+    refused(d, "field sliding_window = 16");
+    edit_json(d + "/config.json", [](json& j) { j["sliding_window"] = nullptr, j["router_jitter_noise"] = 0.1; });
+    refused(d, "field router_jitter_noise = 0.1");
+    edit_json(d + "/config.json", [](json& j) { j.erase("router_jitter_noise"), j["norm_topk_prob"] = false; });
+    refused(d, "field norm_topk_prob = false: atoll does not know this field");
+  }
+  {  // a tensor of the wrong shape (config.json says otherwise)
+    const std::string d = copy("shape");
+    edit_json(d + "/config.json", [](json& j) { j["intermediate_size"] = 40; });
+    refused(d, "has shape [48, 32], config.json says [40, 32]");
+  }
+  {  // a truncated file
+    const std::string d = copy("truncated");
+    const std::string bytes = read_file(d + "/" + shard1);
+    write_file(d + "/" + shard1, bytes.substr(0, bytes.size() - 100));
+    refused(d, "corrupt safetensors file " + d + "/" + shard1);
+  }
+  {  // only tokenizer.json
+    const std::string d = copy("tokjson");
+    fs::rename(d + "/tokenizer.model", d + "/tokenizer.json");
+    refused(d, "has only tokenizer.json");
+  }
+}
+
+}  // namespace
+}  // namespace atl::testing
