@@ -43,6 +43,26 @@ class FileWriter {
   size_t written_ = 0;
 };
 
+// A file opened for appending (created when missing), written a whole buffer per append(): one
+// write(2) for a buffer the system takes at once, so lines or records appended by several
+// processes never interleave (O_APPEND). Default-constructed, it writes nothing.
+class AppendFile {
+ public:
+  AppendFile() = default;
+  explicit AppendFile(const std::string& path);
+  ~AppendFile();
+  AppendFile(AppendFile&& o) noexcept;
+  AppendFile& operator=(AppendFile&& o) noexcept;
+
+  void append(const void* data, size_t bytes);
+  bool is_open() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // Writes `bytes` to `path` through `path.tmp` and a rename (readers see the old content or the
 // new), fsyncing the file when `sync`. On failure the temporary is removed and `path` is as it
 // was.

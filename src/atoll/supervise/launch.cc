@@ -31,6 +31,7 @@
 #include "atoll/train/dataset.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/metrics.h"
+#include "atoll/train/metrics_log.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/progress_mark.h"
 #include "atoll/train/run_dir.h"
@@ -53,7 +54,7 @@ std::string make_run_id() {
 // other workers' output lines are shown with their name in front.
 class LaunchView {
  public:
-  LaunchView(int64_t steps, int64_t first_step, JsonlWriter* metrics)
+  LaunchView(int64_t steps, int64_t first_step, MetricsLog* metrics)
       : progress_("step", steps, first_step), metrics_(metrics) {}
 
   void output(const std::string& name, const std::string& line) { progress_.note("[" + name + "] " + line); }
@@ -90,7 +91,7 @@ class LaunchView {
 
  private:
   Progress progress_;
-  JsonlWriter* metrics_;
+  MetricsLog* metrics_;
   std::map<int, double> loss_;
   std::map<int64_t, std::set<std::string>> hashes_;
   int64_t outer_ = 0;
@@ -333,7 +334,7 @@ int launch(const LaunchOptions& o) {
   // Rows after the checkpoint are logged again by the resumed run.
   if (rd.resumed) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
   JsonlWriter events(rd.path + "/events.jsonl");
-  JsonlWriter metrics(rd.path + "/metrics.jsonl");
+  MetricsLog metrics(rd.path);
   events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
   record_resume(events, rd, resume_step);
   if (!reshape.is_null()) {

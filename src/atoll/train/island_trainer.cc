@@ -31,6 +31,7 @@
 #include "atoll/optim/schedule.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/driver.h"
+#include "atoll/train/metrics_log.h"
 #include "atoll/train/island_hooks.h"
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
@@ -44,11 +45,11 @@ namespace atl {
 namespace {
 
 // Where rows go: the launcher's pipe (one write per line, so the launcher reads whole lines),
-// or the run's metrics.jsonl.
+// or the run's metrics.jsonl and its TensorBoard file (train/metrics_log.h).
 class RowSink {
  public:
-  RowSink(int fd, const std::string& path) : fd_(fd) {
-    if (fd_ < 0) file_ = JsonlWriter(path);
+  RowSink(int fd, const std::string& run_dir) : fd_(fd) {
+    if (fd_ < 0) file_ = MetricsLog(run_dir);
   }
   void write(const nlohmann::json& row) {
     if (fd_ < 0) return file_.write(row);
@@ -63,7 +64,7 @@ class RowSink {
 
  private:
   int fd_;
-  JsonlWriter file_;
+  MetricsLog file_;
 };
 
 // "island 1 rank 0": a worker as messages name it.
@@ -478,7 +479,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
     else events.write(event_row("start", {{"islands", N}, {"workers_per_island", M}}));  // the run's mark (run_dir.h)
   }
-  RowSink rows(opts.metrics_fd, run_dir + "/metrics.jsonl");
+  RowSink rows(opts.metrics_fd, run_dir);
   if (w == 0 && resume && opts.metrics_fd < 0)
     events.write(event_row("resume", {{"step", loop.step}, {"checkpoint", opts.resume_from}}));
   if (!opts.quiet)

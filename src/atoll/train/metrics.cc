@@ -57,33 +57,12 @@ nlohmann::json event_row(const std::string& event, const nlohmann::json& fields)
   return row;
 }
 
-JsonlWriter::JsonlWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw_io_error("open for appending", path, errno);
-}
-
-JsonlWriter::~JsonlWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-JsonlWriter::JsonlWriter(JsonlWriter&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) { o.fd_ = -1; }
-
-JsonlWriter& JsonlWriter::operator=(JsonlWriter&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(o.path_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
 void JsonlWriter::write(const nlohmann::json& row) {
-  if (fd_ < 0) return;
+  if (!file_.is_open()) return;
   const std::string line = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   // One write(2) per line keeps lines from several processes whole (O_APPEND); a short one (a
   // disk filling up) is continued so that the error names the reason it stopped.
-  write_all(fd_, line.data(), line.size(), path_);
+  file_.append(line.data(), line.size());
 }
 
 void truncate_jsonl_after_step(const std::string& path, int64_t max_step) {

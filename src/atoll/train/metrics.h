@@ -9,22 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/file_writer.h"
+
 namespace atl {
 
 class JsonlWriter {
  public:
   JsonlWriter() = default;
-  explicit JsonlWriter(const std::string& path);  // opens for appending, creating it
-  ~JsonlWriter();
-  JsonlWriter(JsonlWriter&&) noexcept;
-  JsonlWriter& operator=(JsonlWriter&&) noexcept;
+  explicit JsonlWriter(const std::string& path) : file_(path) {}  // opens for appending, creating it
 
   void write(const nlohmann::json& row);  // one line, one write(2)
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  std::string path_;
-  int fd_ = -1;
+  AppendFile file_;
 };
 
 // One metrics.jsonl row: every field a run logs per step, declared here once (DESIGN.md

@@ -23,6 +23,7 @@
 #include "atoll/train/driver.h"
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
+#include "atoll/train/metrics_log.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
@@ -148,7 +149,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
-  JsonlWriter metrics(rd.path + "/metrics.jsonl");
+  MetricsLog metrics(rd.path);
   if (!opts.quiet)
     log_info("run " + rd.path + ": " + std::to_string(engine.layout().n_params()) + " parameters, " +
              std::to_string(threads) + " threads, data " + data.dir + ", on " + engine.device_name());
