@@ -147,6 +147,15 @@ TEST_F(InitFrom, BadFoldersAreRefused) {
     edit_json(d + "/model.safetensors.index.json", [&](json& j) { j["weight_map"]["model.norm.weight"] = outside; });
     refused(d, "names weight file \"" + outside + "\", which is not a file name inside the folder");
   }
+  {  // an index that puts a tensor in the other shard
+    const std::string d = copy("wrongfile");
+    std::string moved;
+    edit_json(d + "/model.safetensors.index.json", [&](json& j) {
+      for (auto& [k, v] : j["weight_map"].items())
+        if (v == shard1 && moved.empty()) moved = k, v = "model-00002-of-00002.safetensors";
+    });
+    refused(d, "puts tensor '" + moved + "' in model-00002-of-00002.safetensors, but " + d + "/" + shard1 + " holds it");
+  }
   {  // a symbolic link out of the folder
     const std::string d = copy("link");
     fs::rename(d + "/" + shard1, dir(shard1));

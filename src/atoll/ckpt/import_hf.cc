@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -88,6 +89,44 @@ void convert(const std::string& dtype, const std::byte* src, size_t n, float* ds
   }
 }
 
+size_t data_bytes(const SafetensorsHeader& h) { return h.tensors.empty() ? 0 : h.tensors.back().end; }
+
+// A weight file's header, checked against the file's length, without reading its data.
+SafetensorsHeader read_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (!in || ec) throw IoError("cannot read " + path + (ec ? ": " + ec.message() : std::string()));
+  std::vector<std::byte> head(8);
+  if (size < 8 || !in.read(reinterpret_cast<char*>(head.data()), 8))
+    throw CorruptCheckpoint("corrupt safetensors file " + path + ": shorter than its 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(std::to_integer<unsigned char>(head[i])) << (8 * i);
+  if (n <= size - 8) {  // else parse_safetensors_header refuses the length
+    head.resize(8 + n);
+    if (!in.read(reinterpret_cast<char*>(head.data()) + 8, std::streamsize(n))) throw IoError("cannot read " + path);
+  }
+  return parse_safetensors_header(head, size, path);
+}
+
+// The index's weight_map must say where each tensor is: a tensor it puts in another file than the
+// one holding it is a folder put together from two downloads.
+void check_index(const HfSource& src, const std::map<std::string, size_t>& where) {
+  const fs::path index = fs::path(src.dir) / kIndex;
+  std::error_code ec;
+  if (src.weight_files.size() == 1 && !fs::exists(index, ec)) return;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(index.string()));
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    const auto it = where.find(tensor);
+    if (it == where.end())
+      throw CorruptCheckpoint(index.string() + " puts tensor '" + tensor + "' in " + file.get<std::string>() +
+                              ", which does not hold it (fix: re-download the model)");
+    if (fs::path(src.weight_files[it->second]).filename() != file.get<std::string>())
+      throw CorruptCheckpoint(index.string() + " puts tensor '" + tensor + "' in " + file.get<std::string>() + ", but " +
+                              src.weight_files[it->second] + " holds it (fix: re-download the model)");
+  }
+}
+
 }  // namespace
 
 HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
@@ -129,61 +168,77 @@ HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
 
 nlohmann::json import_hf_weights(const HfSource& src, float* params) {
   const ParamLayout layout = ParamLayout::build(src.model);
-  std::vector<SafetensorsReader> files;
-  std::map<std::string, const SafetensorsReader*> where;  // tensor -> file holding it
-  for (const std::string& f : src.weight_files) {
-    files.push_back(SafetensorsReader::open(f));
-  }
-  nlohmann::json sums = nlohmann::json::object();
-  for (const auto& r : files) {
-    for (const auto& t : r.header().tensors) {
+  // Pass 1, the headers only (each checked against its file's length): which file holds what.
+  std::vector<SafetensorsHeader> headers;
+  std::map<std::string, size_t> where;  // tensor -> index into src.weight_files
+  for (size_t i = 0; i < src.weight_files.size(); ++i) {
+    const std::string& f = src.weight_files[i];
+    headers.push_back(read_header(f));
+    for (const auto& t : headers.back().tensors) {
       if (where.count(t.name))
-        throw CorruptCheckpoint("tensor '" + t.name + "' is in both " + where[t.name]->path() + " and " + r.path() +
+        throw CorruptCheckpoint("tensor '" + t.name + "' is in both " + src.weight_files[where[t.name]] + " and " + f +
                                 " (fix: re-download the model)");
-      where[t.name] = &r;
+      where[t.name] = i;
     }
   }
+  check_index(src, where);
   HfExpertLayout lay = src.layout;
   if (lay != HfExpertLayout::kDense && where.count("model.layers.0.mlp.experts.gate_up_proj")) lay = HfExpertLayout::kFused;
-  const std::vector<HfPiece> pieces = hf_mixtral_pieces(layout, lay);
+  std::vector<std::vector<HfPiece>> by_file(src.weight_files.size());
   std::set<std::string> mapped;
-  for (const HfPiece& p : pieces) {
+  for (const HfPiece& p : hf_mixtral_pieces(layout, lay)) {
     const auto it = where.find(p.name);
     if (it == where.end())
       throw CorruptCheckpoint("tensor '" + p.name + "' of " + src.architecture + " (" + expert_layout_name(lay) +
                               " layout) is in none of the weight files of " + src.dir + " (fix: download every shard)");
-    const SafetensorsReader& r = *it->second;
-    const TensorInFile& t = *r.find(p.name);
+    const std::string& f = src.weight_files[it->second];
+    const TensorInFile& t = *headers[it->second].find(p.name);
     if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-      throw CorruptCheckpoint(r.path() + ": tensor '" + p.name + "' is " + t.dtype + "; atoll imports F32, BF16, F16");
+      throw CorruptCheckpoint(f + ": tensor '" + p.name + "' is " + t.dtype + "; atoll imports F32, BF16, F16");
     if (t.shape != p.shape)
-      throw CorruptCheckpoint(r.path() + ": tensor '" + p.name + "' has shape " + shape_string(t.shape) + ", config.json says " +
+      throw CorruptCheckpoint(f + ": tensor '" + p.name + "' has shape " + shape_string(t.shape) + ", config.json says " +
                               shape_string(p.shape) + " (fix: a config.json matching the weights)");
-    const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
-    const auto bytes = r.view(p.name);
-    convert(t.dtype, bytes.data() + size_t(p.row) * width * elem, size_t(p.rows) * width, params + p.offset);
+    by_file[it->second].push_back(p);
     mapped.insert(p.name);
+  }
+  // Every tensor of the files has a place, but the rotary tables older checkpoints keep and a
+  // tied model's copy of its embedding as lm_head (compared below).
+  const bool tied_head = src.model.tie_embeddings && where.count("lm_head.weight");
+  for (const auto& [name, i] : where)
+    if (!mapped.count(name) && !name.ends_with("rotary_emb.inv_freq") && !(tied_head && name == "lm_head.weight"))
+      throw CorruptCheckpoint(src.weight_files[i] + ": tensor '" + name + "' has no place in atoll's " + src.architecture +
+                              " (fix: a config.json describing this model; atoll refuses rather than drop weights)");
+  // Pass 2, one file at a time: its bytes hashed and its pieces converted, then let go.
+  nlohmann::json sums = nlohmann::json::object();
+  std::vector<float> head;  // a tied model's stored lm_head
+  for (size_t i = 0; i < src.weight_files.size(); ++i) {
+    const std::string& f = src.weight_files[i];
+    const std::vector<std::byte> bytes = read_file_bytes(f);
+    if (bytes.size() != headers[i].data_start + data_bytes(headers[i]))
+      throw CorruptCheckpoint(f + " changed while it was read (fix: import again once it is complete)");
+    sums[fs::path(f).filename().string()] = hex64(XXH3_64bits(bytes.data(), bytes.size()));
+    for (const HfPiece& p : by_file[i]) {
+      const TensorInFile& t = *headers[i].find(p.name);
+      const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
+      convert(t.dtype, bytes.data() + t.file_offset + size_t(p.row) * width * elem, size_t(p.rows) * width,
+              params + p.offset);
+    }
+    if (tied_head && where["lm_head.weight"] == i) {
+      const TensorInFile& t = *headers[i].find("lm_head.weight");
+      head.resize(t.bytes() / safetensors_dtype_size(t.dtype));
+      convert(t.dtype, bytes.data() + t.file_offset, head.size(), head.data());
+    }
+  }
+  if (tied_head) {
+    const ParamEntry* embed = layout.find("embed");
+    if (head.size() != embed->numel || !std::equal(head.begin(), head.end(), params + embed->offset))
+      throw CorruptCheckpoint(src.weight_files[where["lm_head.weight"]] + ": tensor 'lm_head.weight' differs from "
+                              "model.embed_tokens.weight, but config.json ties them (tie_word_embeddings); fix: a "
+                              "config.json with tie_word_embeddings = false");
   }
   if (lay == HfExpertLayout::kDense)  // one expert: its router weight is 1 whatever the logits
     for (const auto& e : layout.entries())
       if (e.name.ends_with("moe.router")) std::fill(params + e.offset, params + e.offset + e.numel, 0.0f);
-  // Every tensor of the files has a place, but the rotary tables older checkpoints keep and a
-  // tied model's copy of its embedding as lm_head.
-  for (const auto& [name, r] : where) {
-    if (mapped.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
-    if (name == "lm_head.weight" && src.model.tie_embeddings) {
-      const auto a = r->view(name), b = where.count("model.embed_tokens.weight") ? where["model.embed_tokens.weight"]->view("model.embed_tokens.weight") : a.first(0);
-      if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) continue;
-      throw CorruptCheckpoint(r->path() + ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json "
-                              "ties them (tie_word_embeddings); fix: a config.json with tie_word_embeddings = false");
-    }
-    throw CorruptCheckpoint(r->path() + ": tensor '" + name + "' has no place in atoll's " + src.architecture +
-                            " (fix: a config.json describing this model; atoll refuses rather than drop weights)");
-  }
-  for (const auto& r : files) {
-    std::vector<std::byte> all = read_file_bytes(r.path());
-    sums[fs::path(r.path()).filename().string()] = hex64(XXH3_64bits(all.data(), all.size()));
-  }
   for (const char* f : {"config.json", "tokenizer.model"}) {
     const std::vector<std::byte> all = read_file_bytes((fs::path(src.dir) / f).string());
     sums[f] = hex64(XXH3_64bits(all.data(), all.size()));
