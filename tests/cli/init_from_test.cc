@@ -120,6 +120,27 @@ TEST_F(InitFrom, ContinueTrainingAndResume) {
   EXPECT_EQ(read_file(run + "/config.toml"), before);
 }
 
+// atoll launch: every worker of every island starts from the imported weights; a bad folder is
+// refused before the launcher writes anything.
+TEST_F(InitFrom, LaunchTwoIslands) {
+  const std::string hf = make("hf", "mixtral", "per-expert", 2, "BF16"), run = dir("run");
+  const RunResult l = run_atoll({"launch", "--config", world().config(), "--run-dir", run, "--islands", "2", "--init-from", hf,
+                                 "--set", "train.steps=2", "--set", "optim.lr=0", "--set", "checkpoint.every=2", "--set",
+                                 "train.eval_every=0"}, 120);
+  ASSERT_EQ(l.exit_code, 0) << l.describe();
+  EXPECT_NE(read_file(run + "/events.jsonl").find("\"init_from\""), std::string::npos);
+  const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", dir("back")});
+  ASSERT_EQ(x.exit_code, 0) << x.describe();
+  EXPECT_EQ(python("same '" + hf + "' '" + dir("back") + "'"), "");
+  fs::copy(hf, dir("bad"), fs::copy_options::recursive);
+  fs::remove(dir("bad") + "/model-00002-of-00002.safetensors");
+  const RunResult b = run_atoll({"launch", "--config", world().config(), "--run-dir", dir("badrun"), "--islands", "2",
+                                 "--init-from", dir("bad")}, 60);
+  EXPECT_NE(b.exit_code, 0);
+  EXPECT_NE(b.err.find("model-00002-of-00002.safetensors, which is missing"), std::string::npos) << b.describe();
+  EXPECT_FALSE(fs::exists(dir("badrun") + "/config.toml"));
+}
+
 TEST_F(InitFrom, SetModelDisagreeingIsRefused) {
   const std::string hf = make("hf", "mixtral", "per-expert", 1, "F32");
   refused(hf, "--set model.n_experts = 8 disagrees with " + hf + "/config.json, which gives 4", {"--set", "model.n_experts=8"});

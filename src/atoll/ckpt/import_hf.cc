@@ -218,25 +218,26 @@ nlohmann::json import_hf_weights(const HfSource& src, float* params) {
       throw CorruptCheckpoint(f + " changed while it was read (fix: import again once it is complete)");
     sums[fs::path(f).filename().string()] = hex64(XXH3_64bits(bytes.data(), bytes.size()));
     for (const HfPiece& p : by_file[i]) {
+      if (!params) break;  // a check only
       const TensorInFile& t = *headers[i].find(p.name);
       const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
       convert(t.dtype, bytes.data() + t.file_offset + size_t(p.row) * width * elem, size_t(p.rows) * width,
               params + p.offset);
     }
-    if (tied_head && where["lm_head.weight"] == i) {
+    if (params && tied_head && where["lm_head.weight"] == i) {
       const TensorInFile& t = *headers[i].find("lm_head.weight");
       head.resize(t.bytes() / safetensors_dtype_size(t.dtype));
       convert(t.dtype, bytes.data() + t.file_offset, head.size(), head.data());
     }
   }
-  if (tied_head) {
+  if (params && tied_head) {
     const ParamEntry* embed = layout.find("embed");
     if (head.size() != embed->numel || !std::equal(head.begin(), head.end(), params + embed->offset))
       throw CorruptCheckpoint(src.weight_files[where["lm_head.weight"]] + ": tensor 'lm_head.weight' differs from "
                               "model.embed_tokens.weight, but config.json ties them (tie_word_embeddings); fix: a "
                               "config.json with tie_word_embeddings = false");
   }
-  if (lay == HfExpertLayout::kDense)  // one expert: its router weight is 1 whatever the logits
+  if (params && lay == HfExpertLayout::kDense)  // one expert: its router weight is 1 whatever the logits
     for (const auto& e : layout.entries())
       if (e.name.ends_with("moe.router")) std::fill(params + e.offset, params + e.offset + e.numel, 0.0f);
   for (const char* f : {"config.json", "tokenizer.model"}) {

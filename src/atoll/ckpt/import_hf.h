@@ -45,7 +45,8 @@ struct HfSource {
 HfSource read_hf_source(const std::string& dir, const ModelConfig& base);
 
 // The weights of `src` into `params` (laid out by ParamLayout::build(src.model), fp32, every
-// element written): each tensor's header checked, BF16 / F16 / F32 converted. Returns the
+// element written): each tensor's header checked, BF16 / F16 / F32 converted. With `params` null
+// only checks (every header, tensor and checksum, nothing converted). Returns the
 // init_from event's fields: the source, each file's xxh3 (16 hex digits of its bytes, as the
 // checkpoints' manifests), the layout and the tensors mapped.
 nlohmann::json import_hf_weights(const HfSource& src, float* params);

@@ -46,6 +46,7 @@ Runner add_worker(CLI::App& app) {
       ->check(whole_number(0, kIntMax));
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
+  cmd->add_option("--init-from", f->init_from, "a fresh start's weights from this Hugging Face folder (passed by `atoll launch --init-from`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
   return [cmd, f, config, token_file, run_id]() -> int {
     if (!cmd->parsed()) return -1;
@@ -115,12 +116,16 @@ Runner add_launch(CLI::App& app) {
                     "; a run without a checkpoint yet starts over from step 0");
   cmd->add_flag("--allow-config-change", f->launch.allow_config_change,
                 "with --resume: let --set or --config change other keys too (never a [model] key)");
+  cmd->add_option("--init-from", f->launch.init_from,
+                  "a new run starts from this Hugging Face model folder (docs/weights.md): its [model] and weights");
   cmd->add_flag("--print-config", f->launch.print_config,
                 "print the whole resolved config (always saved as RUN_DIR/config.toml)");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     f->launch.run_dir = run_dir_or_default(f->launch.run_dir, f->launch.resume);
+    refuse_init_from_resume(f->launch.init_from, f->launch.resume);
     f->launch.config = f->config.load_for_run(f->launch.run_dir, f->launch.resume);
+    apply_init_from(f->launch.config, f->launch.init_from, f->config.overrides);
     f->launch.config_path = f->config.path;
     f->launch.stop_grace = std::chrono::milliseconds(int64_t(f->stop_grace_s * 1000));
     return launch(f->launch);

@@ -29,6 +29,7 @@
 #include "atoll/supervise/redis_server.h"
 #include "atoll/supervise/run_secrets.h"
 #include "atoll/train/dataset.h"
+#include "atoll/train/init_weights.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/metrics_log.h"
@@ -138,6 +139,7 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
                                    "--run-dir", rd.path, "--run-id", run_id, "--metrics-fd", "3", "--quiet"};
   if (join) argv.push_back("--join");
   else if (!rd.checkpoint.empty()) argv.insert(argv.end(), {"--resume-from", rd.checkpoint});
+  else if (!o.init_from.empty()) argv.insert(argv.end(), {"--init-from", std::filesystem::absolute(o.init_from).string()});
   return argv;
 }
 
@@ -318,6 +320,12 @@ int launch(const LaunchOptions& o) {
     resume_step = manifest.at("step").get<int64_t>();
     reshape = describe_reshape(manifest, N, M);
   }
+  nlohmann::json init_event;  // checked whole here, before anything is written; each worker reads the weights
+  if (!o.init_from.empty()) {
+    if (!rd.checkpoint.empty())
+      throw RunDirConflict(rd.path + " already has checkpoints; --init-from starts a new run only (fix: another --run-dir)");
+    init_event = init_from_hf(o.init_from, cfg, data, nullptr);
+  }
   std::unique_ptr<RedisServer> redis;
   const std::chrono::milliseconds timeout(int64_t(cfg.fault.timeout_s * 1000));
   const StoreAddress store_address = open_store(o.store, timeout, &redis);
@@ -337,6 +345,7 @@ int launch(const LaunchOptions& o) {
   MetricsLog metrics(rd.path);
   events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
   record_resume(events, rd, resume_step);
+  if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   if (!reshape.is_null()) {
     reshape["step"] = resume_step;
     events.write(event_row("reshape", reshape));

@@ -54,6 +54,7 @@ struct LaunchOptions {
   bool resume = false;                         // continue the run in run_dir from its newest checkpoint
   bool allow_config_change = false;            // resume with keys changed beyond kResumeSafeKeys
   bool print_config = false;                   // print the whole resolved config, not one line
+  std::string init_from = {};                  // a new run's weights from this Hugging Face folder (docs/weights.md)
 };
 
 // Runs the whole launch (see above); returns the exit status.

@@ -40,6 +40,7 @@
 #include "atoll/train/state_transfer.h"
 #include "atoll/train/stop_signals.h"
 #include "atoll/train/trainer.h"
+#include "atoll/train/init_weights.h"
 
 namespace atl {
 namespace {
@@ -445,6 +446,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
             {.worker = w, .n_workers = W, .device_index = opts.rank, .island_rank = opts.rank, .island_size = M});
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
+  nlohmann::json init_event;  // every worker of a fresh start reads the same weights: the same θ
+  if (!opts.init_from.empty() && !resume && !opts.join) init_event = init_from_hf(opts.init_from, cfg, data, engine.host().params);
   std::filesystem::create_directories(run_dir);
   // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
   JsonlWriter events(run_dir + "/events.jsonl");
@@ -478,6 +481,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
     else events.write(event_row("start", {{"islands", N}, {"workers_per_island", M}}));  // the run's mark (run_dir.h)
+    if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   }
   RowSink rows(opts.metrics_fd, run_dir);
   if (w == 0 && resume && opts.metrics_fd < 0)

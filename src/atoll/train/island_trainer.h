@@ -72,6 +72,7 @@ struct WorkerOptions {
   bool quiet = false;                // no log lines
   std::string resume_from;           // a checkpoint of this run to continue from ("" = fresh start)
   bool join = false;                 // a restarted worker: rejoin the running run (elastic islands)
+  std::string init_from;             // a fresh start's weights from this Hugging Face folder (train/init_weights.h)
   // SIGTERM/SIGINT stop the run with a checkpoint (preemption; `atoll worker`): the first worker
   // to get one posts in the store the step every worker stops at (far enough ahead that none has
   // passed it: the islands drift apart by at most diloco.inner_steps + diloco.overlap_steps);

@@ -12,15 +12,14 @@
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
-#include "atoll/ckpt/import_hf.h"
 #include "atoll/core/file_writer.h"
-#include "atoll/data/tokenizer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/model/layout.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/driver.h"
+#include "atoll/train/init_weights.h"
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/metrics_log.h"
@@ -78,17 +77,6 @@ std::string summarize(const TrainResult& r, int64_t start_step, int64_t start_to
   return text;
 }
 
-// The imported model's tokenizer must be the one the data was prepared with: the same ids.
-void check_init_tokenizer(const std::string& model_tok, const DatasetInfo& data) {
-  const std::string ours = tokenizer_fingerprint(model_tok);
-  const std::string theirs = data.tokenizer_path.empty() ? "" : tokenizer_fingerprint(data.tokenizer_path);
-  if (ours == theirs) return;
-  throw DataError("the data in " + data.dir + " was " +
-                  (theirs.empty() ? std::string("prepared without a tokenizer.model") : "tokenized by " + data.tokenizer_path) +
-                  ", not by the imported model's " + model_tok + ": its ids would mean other text to the model (fix: atoll "
-                  "data prepare --tokenizer " + model_tok + " --input ... --out DIR, then --set data.dir=DIR)");
-}
-
 }  // namespace
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
@@ -114,10 +102,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   if (!opts.init_from.empty()) {
     if (!rd.checkpoint.empty())
       throw RunDirConflict(rd.path + " already has checkpoints; --init-from starts a new run only (fix: another --run-dir)");
-    const HfSource src = read_hf_source(opts.init_from, cfg.model);
-    check_init_tokenizer(src.tokenizer_path, data);
     imported.assign(ParamLayout::build(cfg.model).total(), 0.0f);
-    init_event = import_hf_weights(src, imported.data());
+    init_event = init_from_hf(opts.init_from, cfg, data, imported.data());
   }
   // Validate everything (data, vocabulary, the checkpoint) before the run folder is touched.
   Loop loop(cfg, data.dir);
