@@ -22,7 +22,7 @@ ATOLL_BIN=$(pwd)/build/atoll ATOLL_SOURCE_DIR=$(pwd) ATOLL_CHAOS_EVENTS=$events 
   ATOLL_CHAOS_STEPS=$steps ATOLL_CHAOS_KEEP=$out/run \
   build/tests/cli_chaos_test --gtest_filter='Chaos.*' >"$out/test.log" 2>&1 || rc=$?
 echo "test: exit $rc after $(( $(date +%s) - start )) s (log: $out/test.log)"
-grep -E "Failure|Expected|actual|val_loss|left behind|waited" "$out/test.log" | head -20 || true
+grep -E "Failure|Expected|actual|val_loss|left behind|waited|median" "$out/test.log" | head -20 || true
 [ -f "$out/run/events.jsonl" ] || { echo "no events.jsonl kept (the test stopped before the end)"; exit 1; }
 python3 - "$out/run" <<'PY'
 import collections, json, sys

@@ -19,6 +19,7 @@
 // bench/chaos.sh runs this test at scale through the environment: ATOLL_CHAOS_EVENTS (22),
 // ATOLL_CHAOS_SEED (19), ATOLL_CHAOS_STEPS (2400), ATOLL_CHAOS_KEEP (a folder to copy the chaos
 // run's directory to, for its events.jsonl).
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -137,6 +138,10 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   int disruptions_in_wait = 0;     // since the newest outer step
   auto next_event = seconds_after(Clock::now(), uniform(0.3, 1.5));
   std::string log;
+  // Each random event's time and the newest outer step then; the seconds from it to the next
+  // committed outer step (the figure bench/chaos.sh reports: median and max).
+  std::vector<std::pair<Clock::time_point, int64_t>> pending;
+  std::vector<double> recovery_s;
 
   while (b.running()) {
     const auto now = Clock::now();
@@ -146,6 +151,11 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
       IslandState& is = islands[size_t(r["island"].get<int>())];
       is.logged = std::max(is.logged, s);
       if (s > newest) newest = s, progressed_at = now, disruptions_in_wait = 0;
+    });
+    std::erase_if(pending, [&](const auto& p) {
+      if (newest <= p.second) return false;
+      recovery_s.push_back(std::chrono::duration<double>(now - p.first).count());
+      return true;
     });
     // The wait per disruption that came in it (at least one).
     if (const double wait_s = std::chrono::duration<double>(now - progressed_at).count() / std::max(1, disruptions_in_wait);
@@ -182,6 +192,7 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
         const bool hang = rng() % 2 == 1;
         if (is.pid > 0 && ::kill(is.pid, hang ? SIGSTOP : SIGKILL) == 0) {  // never kill(-1)
           ++events, ++tally[hang ? "hang" : "kill"], last_event_at = newest;
+          pending.emplace_back(now, newest);
           is.disrupted = true, is.disrupted_at = newest, last_disruption = newest, ++disruptions_in_wait;
           // Held past the ttl: shorter than the timeout (the others may get on before it is out)
           // or longer (it is out, leaves when let go, and rejoins).
@@ -215,6 +226,10 @@ TEST_F(Chaos, RandomKillsAndHangsFromASeedLeaveTheRunWhole) {
   EXPECT_LE(longest_wait_s, kStallTimeouts * kTimeoutS)
       << "an outer step waited longer than " << kStallTimeouts << " x fault.timeout_s per disruption in the wait, after "
       << "outer step " << longest_wait_after;
+  std::sort(recovery_s.begin(), recovery_s.end());
+  if (!recovery_s.empty())
+    std::printf("chaos seed %lu: %zu events followed by a committed outer step: median %.2f s, max %.2f s after the "
+                "event\n", (unsigned long)seed, recovery_s.size(), recovery_s[recovery_s.size() / 2], recovery_s.back());
   std::printf("chaos seed %lu: longest wait for an outer step %.1f s per disruption (after outer step %ld); "
               "fault-free pace %.1f ms per outer step; the last event at outer step %ld of %ld\n",
               (unsigned long)seed, longest_wait_s, (long)longest_wait_after, 1e3 * pace_s, (long)last_event_at,
