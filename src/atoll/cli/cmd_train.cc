@@ -1,8 +1,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 
 #include "atoll/cli/commands.h"
+#include "atoll/train/report.h"
 #include "atoll/train/resume_config.h"
 #include "atoll/train/trainer.h"
 
@@ -81,8 +83,12 @@ Runner add_train(CLI::App& app) {
       return r.stopped_by == SIGTERM ? 0 : 128 + r.stopped_by;
     }
     if (!f->no_sample && !r.tokenizer_path.empty()) {
-      std::printf("\nsample (temperature 0.8):\n%s\n",
-                  generate_text(r.checkpoint, r.tokenizer_path, "", 96, 0.8, 0.95, uint64_t(cfg.train.seed)).c_str());
+      const std::string sample =
+          generate_text(r.checkpoint, r.tokenizer_path, "", 96, 0.8, 0.95, uint64_t(cfg.train.seed));
+      std::printf("\nsample (temperature 0.8):\n%s\n", sample.c_str());
+      // Kept with the run's figures, and so on its report page.
+      std::ofstream(r.run_dir + "/summary.txt", std::ios::app) << "\nsample (temperature 0.8):\n" << sample << "\n";
+      write_run_report(r.run_dir);
     }
     return 0;
   };

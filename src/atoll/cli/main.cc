@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   std::vector<atl::cli::Runner> runners = {atl::cli::add_train(app),    atl::cli::add_bench(app),
                                            atl::cli::add_eval(app),     atl::cli::add_generate(app),
                                            atl::cli::add_export(app),   atl::cli::add_data(app),
-                                           atl::cli::add_launch(app),   atl::cli::add_worker(app)};
+                                           atl::cli::add_launch(app),   atl::cli::add_worker(app),
+                                           atl::cli::add_report(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

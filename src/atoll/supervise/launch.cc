@@ -33,6 +33,7 @@
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/metrics_log.h"
+#include "atoll/train/report.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/progress_mark.h"
 #include "atoll/train/run_dir.h"
@@ -343,6 +344,7 @@ int launch(const LaunchOptions& o) {
   if (rd.resumed) truncate_jsonl_after_step(rd.path + "/metrics.jsonl", resume_step);
   JsonlWriter events(rd.path + "/events.jsonl");
   MetricsLog metrics(rd.path);
+  metrics.on_eval = [&rd] { write_run_report(rd.path); };  // report.html at each evaluation
   events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
   record_resume(events, rd, resume_step);
   if (!init_event.is_null()) events.write(event_row("init_from", init_event));
@@ -396,6 +398,7 @@ int launch(const LaunchOptions& o) {
     view.finish();
     if (redis) redis->stop();
     remove_leftover_writes(rd.path);
+    write_run_report(rd.path);  // however it ended; rewritten below with the summary of a run that completes
   };
   SupervisorOutcome out;
   try {
@@ -446,6 +449,7 @@ int launch(const LaunchOptions& o) {
                 now_s() - t_start, latest.c_str());
   std::printf("\n%s", summary);
   std::ofstream(rd.path + "/summary.txt") << summary;
+  write_run_report(rd.path);
   return view.split_hashes() == 0 ? 0 : 3;
 }
 

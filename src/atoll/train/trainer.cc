@@ -23,6 +23,7 @@
 #include "atoll/train/loop.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/metrics_log.h"
+#include "atoll/train/report.h"
 #include "atoll/train/progress.h"
 #include "atoll/train/run_dir.h"
 #include "atoll/train/state_checkpoint.h"
@@ -136,6 +137,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
   MetricsLog metrics(rd.path);
+  metrics.on_eval = [&rd] { write_run_report(rd.path); };
   if (!opts.quiet)
     log_info("run " + rd.path + ": " + std::to_string(engine.layout().n_params()) + " parameters, " +
              std::to_string(threads) + " threads, data " + data.dir + ", on " + engine.device_name());
@@ -171,6 +173,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
   result.seconds = now_s() - t_start;
   result.summary = summarize(result, start_step, start_tokens);
   std::ofstream(rd.path + "/summary.txt") << result.summary;
+  write_run_report(rd.path);
   return result;
 }
 
