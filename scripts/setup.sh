@@ -12,6 +12,7 @@ packages=(
   fortunes            # the built-in default corpus (/usr/share/games/fortunes)
   python3             # acceptance and benchmark helpers
   python3-sentencepiece python3-numpy   # tests: the exported tokenizer against SentencePiece itself
+  chromium            # tests: `atoll report` pages rendered headless (tests/cli/report_test.cc)
 )
 source scripts/install_missing.sh
 install_missing "${packages[@]}"

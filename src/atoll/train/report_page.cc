@@ -123,13 +123,21 @@ function aligned(series) {
   return uPlot.join(tables);
 }
 const color = s => COLORS[(many ? s.run * 3 + s.group : s.group) % COLORS.length];
+// Axis ticks in SI units: 1.2M tokens, 35k bytes, 0.0003 stays as it is.
+function si(v) {
+  if (v == null) return "";
+  const a = Math.abs(v);
+  for (const [d, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) if (a >= d) return +(v / d).toPrecision(3) + p;
+  return String(+v.toPrecision(3));
+}
 const live = [];
 function draw(box, spec, series, extra) {
   const width = Math.max(480, box.clientWidth - 14);
   const opts = {title: spec.title, width, height: 260, scales: {x: {time: false}},
-    axes: [{label: spec.xlabel || spec.x}, {}], legend: {live: true},
+    axes: [{label: spec.xlabel || spec.x, values: (u, vs) => vs.map(si)}, {size: 60, values: (u, vs) => vs.map(si)}],
+    legend: {live: true},
     series: [{label: spec.xlabel || spec.x}].concat(series.map(s => ({label: s.label, stroke: color(s),
-      dash: s.val || s.run > 0 && many && false ? [6, 4] : undefined, width: 1.5, spanGaps: true,
+      width: 1.5, spanGaps: true,
       points: s.points ? {show: true, size: 6, fill: color(s)} : {show: false},
       paths: s.points ? () => null : undefined}))),
     hooks: {draw: [u => { box.setAttribute("data-points", String(series.reduce((n, s) => n + clean(s.pts).length, 0)));
