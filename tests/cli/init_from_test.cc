@@ -100,6 +100,44 @@ TEST_F(InitFrom, MixtralFusedSingleF32) { round_trip("fu", "mixtral", "fused", 1
 TEST_F(InitFrom, MixtralFusedShardedF16Tied) { round_trip("ft", "mixtral", "fused", 2, "F16", true); }
 TEST_F(InitFrom, LlamaAsOneExpert) { round_trip("ll", "llama", "per-expert", 2, "BF16"); }
 
+// ZayaForCausalLM, atoll's own export read back: a micro ZAYA1 (CCA, the zaya router, partial
+// rotary, no residual scaling: the export writes identity scales) trained off its init, exported,
+// imported; the import evaluates as the run did and exports the same tensors, byte for byte.
+TEST_F(InitFrom, ZayaExportReadBack) {
+  const std::string run = dir("zaya"), hf = dir("zaya-hf"), run2 = dir("zaya-run"), back = dir("zaya-back");
+  std::vector<std::string> a;
+  for (const char* kv : {"model.attention=\"cca\"", "model.router=\"zaya\"", "model.top_k=1",
+                                "model.router_hidden_size=8", "model.partial_rotary_factor=0.5", "model.rope_theta=500.0",
+                                "model.rope_layers=[\"global\", \"local\"]", "model.rope_theta_local=50.0",
+                                "optim.lr=0.01", "train.steps=4", "checkpoint.every=4"})
+    a.insert(a.end(), {"--set", kv});
+  const RunResult t = world().train(run, a);
+  ASSERT_EQ(t.exit_code, 0) << t.describe();
+  ASSERT_EQ(run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", hf}).exit_code, 0);
+  const RunResult i = init(hf, run2, {"--set", "optim.bias_balance_lr=0"});  // its one step changes nothing
+  ASSERT_EQ(i.exit_code, 0) << i.describe();
+  const RunResult e1 = run_atoll({"eval", "--checkpoint", run}), e2 = run_atoll({"eval", "--checkpoint", run2});
+  ASSERT_EQ(e1.exit_code, 0) << e1.describe();
+  ASSERT_EQ(e2.exit_code, 0) << e2.describe();
+  const double l1 = json::parse(e1.out)["loss"].get<double>(), l2 = json::parse(e2.out)["loss"].get<double>();
+  EXPECT_NEAR(l2, l1, 1e-6 * l1);
+  ASSERT_EQ(run_atoll({"export", "--checkpoint", run2, "--format", "hf", "--out", back}).exit_code, 0);
+  const auto ha = read_safetensors_header(hf + "/model.safetensors"), hb = read_safetensors_header(back + "/model.safetensors");
+  const std::string ba = read_file(hf + "/model.safetensors"), bb = read_file(back + "/model.safetensors");
+  ASSERT_EQ(ha.header.size(), hb.header.size());
+  for (const auto& [name, t1] : ha.header.items()) {
+    if (name == "__metadata__") continue;
+    ASSERT_TRUE(hb.header.contains(name)) << name;
+    const json& t2 = hb.header[name];
+    EXPECT_EQ(t1["shape"], t2["shape"]) << name;
+    const auto bytes = [](const std::string& all, size_t start, const json& t) {
+      return all.substr(start + t["data_offsets"][0].get<size_t>(),
+                        t["data_offsets"][1].get<size_t>() - t["data_offsets"][0].get<size_t>());
+    };
+    EXPECT_TRUE(bytes(ba, ha.data_start, t1) == bytes(bb, hb.data_start, t2)) << name << " changed in HF -> atoll -> HF";
+  }
+}
+
 // Continue training: import, train, resume past it, export.
 TEST_F(InitFrom, ContinueTrainingAndResume) {
   const std::string hf = make("hf", "mixtral", "fused", 2, "BF16"), run = dir("run");

@@ -159,6 +159,25 @@ std::vector<HfValues> hf_zaya_tensors(const ModelConfig& m, const ParamLayout& l
   return out;
 }
 
+std::vector<HfPiece> hf_zaya_pieces(const ParamLayout& layout) {
+  std::vector<HfPiece> out;
+  for (const ParamEntry& e : layout.entries()) {
+    const std::string pre = e.layer >= 0 ? layer_prefix(e.layer) : "";
+    const bool w3 = e.name == pre + "moe.w3";
+    const std::string name = w3 ? hf_zaya_name(layout.at(pre + "moe.w1")) : hf_zaya_name(e);
+    if (name.empty()) throw Error("cannot import parameter '" + e.name + "' from ZAYA1: no upstream name for it");
+    if (w3 || e.name == pre + "moe.w1") {  // gate_up_proj [E, 2H, C]: gate rows (W1), then up rows (W3)
+      const int64_t E = e.shape[0], H = e.shape[1], C = e.shape[2];
+      for (int64_t x = 0; x < E; ++x)
+        out.push_back({name, {E, 2 * H, C}, x * 2 * H + (w3 ? H : 0), H, e.offset + size_t(x * H * C)});
+      continue;
+    }
+    const int64_t rows = e.shape.empty() ? 1 : int64_t(e.numel) / e.shape.back();
+    out.push_back({name, e.shape, 0, rows, e.offset});
+  }
+  return out;
+}
+
 std::string hf_zaya_config_json(const ModelConfig& m) {
   // Field names and meanings of transformers' ZayaConfig (LagunaConfig's fields it keeps, plus
   // router_hidden_size and cca_time0/1). rope_parameters is written per layer type in full, so

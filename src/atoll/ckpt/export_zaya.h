@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/ckpt/hf_tables.h"
 #include "atoll/config/config.h"
 #include "atoll/model/layout.h"
 
@@ -43,6 +44,12 @@ std::string hf_zaya_name(const ParamEntry& e);
 // The ZAYA1 tensors of a model (hf_architecture(m) == kZaya), in layout order. Throws Error for a
 // row with no upstream name.
 std::vector<HfValues> hf_zaya_tensors(const ModelConfig& m, const ParamLayout& layout, const float* params);
+
+// The ZAYA1 tensors as pieces of our buffer (ckpt/hf_tables.h), for the import: moe.w1 and moe.w3
+// are the gate and up halves of each expert's rows of gate_up_proj [E, 2H, C]; every other row is
+// a whole tensor named by hf_zaya_name. The layout must have residual scaling (the import's: the
+// export writes the identity for a model without). Throws Error for a row with no upstream name.
+std::vector<HfPiece> hf_zaya_pieces(const ParamLayout& layout);
 
 // transformers' ZayaConfig for `m`, as config.json holds it.
 std::string hf_zaya_config_json(const ModelConfig& m);

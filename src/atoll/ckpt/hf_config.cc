@@ -25,7 +25,6 @@ const std::pair<const char*, const char*> kMissing[] = {
     {"qwen3_moe", "Qwen3-MoE's per-head q/k RMSNorm in the attention (atoll's gqa part has no q/k norm)"},
     {"olmoe", "OLMoE's q/k RMSNorm over the whole projection (atoll's gqa part has no q/k norm)"},
     {"qwen2_moe", "Qwen2-MoE's shared expert with its own sigmoid gate (atoll has no shared-expert part)"},
-    {"zaya", "reading ZAYA1's layout back (its CCA and router tensors have no import table yet)"},
 };
 
 struct Reader {
@@ -60,6 +59,40 @@ struct Reader {
   }
 };
 
+// ZAYA1's RoPE (ckpt/export_zaya.cc hf_zaya_config_json): layer_types "hybrid" (global) or
+// "hybrid_sliding" (local, its own rope_theta), rope_parameters per type with one
+// partial_rotary_factor. The sliding window of local layers must keep the whole context.
+void zaya_rope(Reader& r, ModelConfig& m) {
+  r.used.insert("layer_types"), r.used.insert("rope_parameters");
+  const auto& j = r.j;
+  if (!r.has("rope_parameters") || !j["rope_parameters"].is_object() || !j["rope_parameters"].contains("hybrid"))
+    r.refuse("rope_parameters", "ZAYA1's config gives the RoPE of its \"hybrid\" layers there");
+  double factor = -1;
+  for (const auto& [type, p] : j["rope_parameters"].items()) {
+    if ((type != "hybrid" && type != "hybrid_sliding") || !p.is_object() || p.value("rope_type", "default") != "default" ||
+        !p.contains("rope_theta") || !p["rope_theta"].is_number())
+      r.refuse("rope_parameters", "atoll models the default RoPE of layer types hybrid and hybrid_sliding only");
+    const double f = p.value("partial_rotary_factor", 1.0);
+    if (factor >= 0 && f != factor) r.refuse("rope_parameters", "atoll has one partial_rotary_factor for every layer");
+    factor = f;
+    (type == "hybrid" ? m.rope_theta : m.rope_theta_local) = p["rope_theta"].get<double>();
+  }
+  m.partial_rotary_factor = factor;
+  if (r.has("layer_types")) {
+    if (!j["layer_types"].is_array() || j["layer_types"].size() != size_t(m.n_layers)) r.refuse("layer_types", "not one per layer");
+    bool local = false;
+    for (const auto& t : j["layer_types"]) {
+      if (t != "hybrid" && t != "hybrid_sliding") r.refuse("layer_types", "atoll models hybrid and hybrid_sliding layers");
+      local = local || t == "hybrid_sliding";
+      m.rope_layers.push_back(t == "hybrid" ? "global" : "local");
+    }
+    if (!local) m.rope_layers.clear();
+    else if (!r.has("sliding_window") || !j["sliding_window"].is_number_integer() ||
+             j["sliding_window"].get<int64_t>() < m.seq_len)
+      r.refuse("sliding_window", "atoll's local layers see the whole context: the window must be model.seq_len or more");
+  }
+}
+
 }  // namespace
 
 HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSource src) {
@@ -77,11 +110,15 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
     if (type == t)
       throw ConfigError(path + ": model_type \"" + type + "\" is not imported: atoll lacks " + why +
                         "; importable: mixtral, llama, mistral");
-  const bool moe = type == "mixtral", dense = type == "llama" || type == "mistral";
-  if (!moe && !dense)
+  const bool moe = type == "mixtral", dense = type == "llama" || type == "mistral", zaya = type == "zaya";
+  if (!moe && !dense && !zaya)
     throw ConfigError(path + ": unknown model_type " + (j.contains("model_type") ? j["model_type"].dump() : "(missing)") +
-                      "; atoll imports mixtral (MixtralForCausalLM), llama and mistral (as one expert, top-1)");
-  const std::string arch = moe ? "MixtralForCausalLM" : type == "llama" ? "LlamaForCausalLM" : "MistralForCausalLM";
+                      "; atoll imports mixtral (MixtralForCausalLM), zaya (ZayaForCausalLM), llama and mistral (as one "
+                      "expert, top-1)");
+  const std::string arch = moe    ? "MixtralForCausalLM"
+                           : zaya ? "ZayaForCausalLM"
+                           : type == "llama" ? "LlamaForCausalLM"
+                                             : "MistralForCausalLM";
   if (j.contains("architectures")) {
     const auto& a = j["architectures"];
     if (!a.is_array() || a.size() != 1 || a[0] != arch)
@@ -91,21 +128,34 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   ModelConfig m = base;
   m.vocab_size = r.integer("vocab_size", 0, true);
   m.dim = r.integer("hidden_size", 0, true);
-  m.expert_hidden = r.integer("intermediate_size", 0, true);
+  m.expert_hidden = r.integer(zaya ? "moe_intermediate_size" : "intermediate_size", 0, true);
   m.n_layers = r.integer("num_hidden_layers", 0, true);
   m.n_heads = r.integer("num_attention_heads", 0, true);
   // transformers' defaults where a field may be absent: MixtralConfig's and LlamaConfig's.
   m.n_kv_heads = r.integer("num_key_value_heads", moe ? 8 : m.n_heads, false);
   if (m.dim % m.n_heads != 0 && !r.has("head_dim")) r.refuse("head_dim", "hidden_size is not a multiple of the heads");
   m.head_dim = r.integer("head_dim", m.dim / m.n_heads, false);
-  if (moe) {
+  if (zaya) {
+    m.n_experts = r.integer("num_experts", 0, true);
+    m.top_k = r.integer("num_experts_per_tok", 1, false);
+    if (m.top_k != 1) r.refuse("num_experts_per_tok", "atoll's zaya router picks one expert");
+    m.router_hidden_size = r.integer("router_hidden_size", 0, true);
+    m.cca_time0 = r.integer("cca_time0", 2, false);
+    m.cca_time1 = r.integer("cca_time1", 2, false);
+  } else if (moe) {
     m.n_experts = r.integer("num_local_experts", 0, true);
     m.top_k = r.integer("num_experts_per_tok", 0, true);
   } else {
     m.n_experts = 1, m.top_k = 1;
   }
   m.rope_theta = r.number("rope_theta", moe ? 1e6 : 1e4);
-  if (r.has("rope_parameters")) {  // transformers v5 keeps the RoPE settings together
+  m.attention = "gqa", m.router = "topk", m.attention_layers.clear(), m.router_layers.clear(), m.rope_layers.clear();
+  m.partial_rotary_factor = 1.0, m.residual_scaling = false;
+  if (zaya) {
+    zaya_rope(r, m);
+    m.attention = "cca", m.router = "zaya", m.residual_scaling = true;  // the export writes identity scales without
+    r.must_be("lm_head_bias", false, "atoll's head has no bias");
+  } else if (r.has("rope_parameters")) {  // transformers v5 keeps the RoPE settings together
     r.used.insert("rope_parameters");
     const auto& p = j["rope_parameters"];
     if (!p.is_object() || p.value("rope_type", std::string("default")) != "default" || !p.contains("rope_theta") ||
@@ -118,8 +168,6 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   if (r.has("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean())
     r.refuse("tie_word_embeddings", "not true or false");
   m.tie_embeddings = r.has("tie_word_embeddings") && j["tie_word_embeddings"].get<bool>();
-  m.attention = "gqa", m.router = "topk", m.attention_layers.clear(), m.router_layers.clear(), m.rope_layers.clear();
-  m.partial_rotary_factor = 1.0, m.residual_scaling = false;
   const int max_pos = r.integer("max_position_embeddings", m.seq_len, false);
   if (m.seq_len > max_pos)
     throw ConfigError(path + ": max_position_embeddings = " + std::to_string(max_pos) + " is shorter than model.seq_len = " +
@@ -132,7 +180,7 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   r.must_be("rope_scaling", nullptr, "atoll's RoPE is not scaled");
   r.must_be("partial_rotary_factor", 1.0, "Mixtral and Llama rotate every entry of each head");
   r.used.insert("sliding_window");
-  if (r.has("sliding_window") && (!j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() < m.seq_len))
+  if (r.has("sliding_window") && !(zaya && m.any_rope_local()) && (!j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() < m.seq_len))
     r.refuse("sliding_window", "atoll's attention sees the whole context; a window shorter than model.seq_len = " +
                                    std::to_string(m.seq_len) + " is not modelled (fix: --set model.seq_len to the window or less)");
   for (const auto& [k, v] : j.items()) {

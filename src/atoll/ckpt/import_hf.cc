@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "atoll/ckpt/export_zaya.h"
 #include "atoll/ckpt/file_io.h"
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/core/errors.h"
@@ -186,7 +187,9 @@ nlohmann::json import_hf_weights(const HfSource& src, float* params) {
   if (lay != HfExpertLayout::kDense && where.count("model.layers.0.mlp.experts.gate_up_proj")) lay = HfExpertLayout::kFused;
   std::vector<std::vector<HfPiece>> by_file(src.weight_files.size());
   std::set<std::string> mapped;
-  for (const HfPiece& p : hf_mixtral_pieces(layout, lay)) {
+  const bool zaya = src.architecture == "ZayaForCausalLM";
+  if (zaya) lay = HfExpertLayout::kFused;
+  for (const HfPiece& p : zaya ? hf_zaya_pieces(layout) : hf_mixtral_pieces(layout, lay)) {
     const auto it = where.find(p.name);
     if (it == where.end())
       throw CorruptCheckpoint("tensor '" + p.name + "' of " + src.architecture + " (" + expert_layout_name(lay) +

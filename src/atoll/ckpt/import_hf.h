@@ -3,10 +3,10 @@
 // SentencePiece tokenizer.model. The tensors are mapped by the tables the export writes by
 // (ckpt/hf_tables.h), so HF -> atoll -> HF gives the same tensors.
 //
-// Architectures: MixtralForCausalLM (per-expert or transformers v5's fused experts) and
-// LlamaForCausalLM / MistralForCausalLM (one expert, top-1: a dense model stays dense). Others
-// (Qwen3-MoE and OLMoE's q/k norms, Qwen2-MoE's shared expert, ZAYA1) are refused naming what
-// atoll lacks. Every config.json field is either mapped exactly or refused naming the field, its
+// Architectures: MixtralForCausalLM (per-expert or transformers v5's fused experts),
+// ZayaForCausalLM (ckpt/export_zaya.h's table, read back) and LlamaForCausalLM /
+// MistralForCausalLM (one expert, top-1: a dense model stays dense). Others (Qwen3-MoE and
+// OLMoE's q/k norms, Qwen2-MoE's shared expert) are refused naming what atoll lacks. Every config.json field is either mapped exactly or refused naming the field, its
 // value and why; fields that change nothing the weights compute (ids, dtype, cache...) are listed.
 //
 // Everything is checked before the caller writes anything: the folder's files (an index naming
