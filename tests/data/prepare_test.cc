@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/corpus.h"
 #include "atoll/data/loader.h"
 #include "atoll/data/shard.h"
@@ -154,7 +155,7 @@ TEST(Prepare, OneDocumentIsSplitAtTheTail) {
 
 TEST(Prepare, BadInputLeavesNothingBehind) {
   TempDir dir;
-  EXPECT_THROW(prepare_data({.inputs = {dir / "missing"}, .out_dir = dir / "data"}), DataError);
+  EXPECT_THROW(prepare_data({.inputs = {dir / "missing"}, .out_dir = dir / "data"}), PathError);
   testing::write_file(dir / "c.txt", "short text\n");
   EXPECT_THROW(prepare_data({.inputs = {dir / "c.txt"}, .out_dir = dir / "data", .vocab_size = 50}), DataError);
   EXPECT_FALSE(std::filesystem::exists(dir / "data"));

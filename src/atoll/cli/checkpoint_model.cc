@@ -5,11 +5,14 @@
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/core/user_path.h"
 
 namespace atl::cli {
 namespace fs = std::filesystem;
 
 CheckpointModel load_checkpoint_model(const std::string& path) {
+  check_input_dir(path, "--checkpoint",
+                  "pass a checkpoint (RUN_DIR/checkpoints/step-NNNNNNNN) or a run directory that has one");
   CheckpointModel cm;
   cm.dir = resolve_checkpoint(path);
   cm.config = read_checkpoint_config(cm.dir);
@@ -34,6 +37,7 @@ std::string run_tokenizer(const std::string& checkpoint_dir) {
 }
 
 Tokenizer load_checkpoint_tokenizer(const CheckpointModel& cm, const std::string& path) {
+  if (!path.empty()) check_input_file(path, "--tokenizer", "pass a SentencePiece tokenizer.model");
   const std::string tok_path = path.empty() ? run_tokenizer(cm.dir) : path;
   if (tok_path.empty())
     throw DataError(cm.dir + ": no tokenizer.model found for this checkpoint; fix: pass --tokenizer PATH");

@@ -7,6 +7,7 @@
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/loader.h"
 #include "atoll/model/model.h"
 #include "atoll/train/dataset.h"
@@ -89,6 +90,7 @@ Runner add_eval(CLI::App& app) {
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     configure_threads(0);
+    if (!f->data.empty()) check_input_file_or_dir(f->data, "--data", "pass a .bin shard or a prepared dataset's folder");
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
     const std::vector<MixSource> sets =
         f->data.empty() ? default_eval_sets(cm) : std::vector<MixSource>{{.dir = f->data, .weight = 1.0}};

@@ -5,6 +5,7 @@
 #include "atoll/ckpt/export_hf.h"
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/tokenizer.h"
 
 namespace atl::cli {
@@ -23,6 +24,7 @@ Runner add_export(CLI::App& app) {
       ->required();
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
+    check_output_dir(f->out, "--out");
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
     const std::string tok = run_tokenizer(cm.dir);
     HfSpecialTokens special;

@@ -11,6 +11,7 @@
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/launch.h"
 #include "atoll/supervise/run_secrets.h"
@@ -50,6 +51,8 @@ Runner add_worker(CLI::App& app) {
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
   return [cmd, f, config, token_file, run_id]() -> int {
     if (!cmd->parsed()) return -1;
+    if (!f->run_dir.empty()) check_output_dir(f->run_dir, "--run-dir");
+    if (!f->resume_from.empty()) check_input_dir(f->resume_from, "--resume-from", "pass a checkpoint of the run");
     // A launched run's id is in its folder: `--run-dir` alone joins it.
     if (run_id->count() == 0 && !f->run_dir.empty())
       if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;

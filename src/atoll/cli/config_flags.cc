@@ -3,6 +3,7 @@
 #include "atoll/atoll_config.h"
 #include "atoll/cli/commands.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/train/run_dir.h"
 
 namespace atl::cli {
@@ -13,7 +14,10 @@ void ConfigFlags::add_to(CLI::App* app, const std::string& default_help) {
       ->type_name("KEY=VALUE");
 }
 
-Config ConfigFlags::load() const { return load_config(path, overrides); }
+Config ConfigFlags::load() const {
+  if (!path.empty()) check_input_file(path, "--config", "pass a .toml file to --config");
+  return load_config(path, overrides);
+}
 
 Config ConfigFlags::load_for_run(const std::string& run_dir, bool resume) {
   if (resume && path.empty()) {
@@ -27,6 +31,7 @@ Config ConfigFlags::load_for_run(const std::string& run_dir, bool resume) {
 
 std::string run_dir_or_default(const std::string& given, bool resume) {
   if (resume && given.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
+  if (!given.empty()) check_output_dir(given, "--run-dir");
   return given.empty() ? default_run_dir() : given;
 }
 

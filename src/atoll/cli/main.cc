@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "atoll/atoll_config.h"
@@ -9,6 +10,7 @@
 #include "atoll/cli/openmp_wait.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 
 namespace {
 
@@ -54,6 +56,9 @@ int main(int argc, char** argv) {
     }
   } catch (const atl::Error& e) {
     std::fprintf(stderr, "atoll: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // never the library's raw text
+    std::fprintf(stderr, "atoll: error: %s\n", atl::filesystem_error_line(e).c_str());
     return 1;
   } catch (const atl::CheckError& e) {
     std::fprintf(stderr, "atoll: internal error: %s\n", e.what());

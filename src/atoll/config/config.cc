@@ -15,6 +15,7 @@
 #include "atoll/config/data_mix.h"
 #include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 
 namespace atl {
 namespace {
@@ -479,9 +480,8 @@ Config parse_config(const std::string& text, const std::string& origin, const st
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_config("", "default config", overrides);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))  // would read as empty, i.e. silently the defaults
-    throw ConfigError(path + ": is a folder, not a config file (fix: pass a .toml file to --config)");
+  // A folder would read as empty (silently the defaults), a pipe or /dev/zero never ends.
+  check_input_file(path, "config file", "pass a .toml file to --config");
   std::ifstream f(path);
   if (!f) throw ConfigError(path + ": cannot open config file (fix: check the path given to --config)");
   std::stringstream ss;

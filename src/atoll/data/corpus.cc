@@ -12,6 +12,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/byte_source.h"
 #include "atoll/data/document_stream.h"
 
@@ -52,24 +53,43 @@ size_t utf8_len(const unsigned char* p, size_t n) {
   return len;
 }
 
-// Files under a folder, sorted, minus hidden entries and strfile indexes.
-std::vector<fs::path> walk_folder(const fs::path& dir) {
-  std::vector<fs::path> files;
-  auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink);
-  for (; it != fs::recursive_directory_iterator(); ++it) {
-    const fs::path& p = it->path();
-    if (p.filename().string().starts_with(".")) {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
+// Files under a folder, sorted, minus hidden entries and strfile indexes. Each folder is
+// entered once: a symlink back to a folder above (a loop) or to one walked already is skipped
+// with a warning, as is `skip` (the output folder of a prepare that sits inside its input). An
+// entry that is neither a file nor a folder (a dangling symlink, a pipe, a device, a socket) is
+// skipped with a warning naming it: reading a pipe would block, and a device never ends.
+void walk_folder(const fs::path& dir, const std::string& skip, std::set<std::string>& entered,
+                 std::vector<fs::path>& files) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    entries.push_back(it->path());
+  if (ec) throw DataError("input folder " + dir.string() + ": cannot be listed (" + ec.message() +
+                          "); fix: make it readable (chmod +rx) or remove it from the inputs");
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    if (p.filename().string().starts_with(".")) continue;
+    const PathKind kind = path_kind(p.string());
+    if (kind == PathKind::kFolder) {
+      const std::string id = path_identity(p.string());
+      if (id == skip) {
+        log_warn("input " + p.string() + ": skipped, it is the output folder (--out) of this prepare");
+      } else if (!entered.insert(id).second) {
+        log_warn("input " + p.string() + ": skipped, a symbolic link to a folder read already (a loop, or the same "
+                 "folder twice)");
+      } else {
+        walk_folder(p, skip, entered, files);
+      }
+    } else if (kind == PathKind::kFile) {
+      if (p.extension() == ".dat" && fs::exists(fs::path(p).replace_extension(), ec)) continue;
+      files.push_back(p);
+    } else {
+      log_warn("input " + p.string() + ": skipped, it is " +
+               (kind == PathKind::kMissing ? std::string("a dangling symbolic link") : path_kind_text(kind)) +
+               ", not a file or folder");
     }
-    if (!it->is_regular_file()) continue;
-    if (p.extension() == ".dat" && fs::exists(fs::path(p).replace_extension())) continue;
-    files.push_back(p);
   }
-  std::sort(files.begin(), files.end());
-  return files;
 }
-
 }  // namespace
 
 uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
@@ -82,25 +102,26 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
 
 std::vector<std::string> default_corpus_paths() { return {kDefaultCorpus}; }
 
-std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs) {
+std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs, const std::string& key,
+                                           const std::string& skip_dir) {
+  const std::vector<PathEntry> entries = list_entries(key, inputs);
+  for (const PathEntry& e : entries)
+    check_input_file_or_dir(e.path, e.key, "pass existing files or folders (" + key + "), or leave it empty for the built-in corpus");
+  check_distinct_paths(entries, "list each input once");
+  const std::string skip = skip_dir.empty() ? "" : path_identity(skip_dir);
   std::vector<std::string> files;
-  std::set<fs::path> seen;  // canonical paths, so symlinked duplicates are read once
-  auto add = [&](const fs::path& p) {
-    if (seen.insert(fs::weakly_canonical(p)).second) files.push_back(p.string());
-  };
+  std::set<std::string> seen;  // identities, so symlinked duplicates are read once
+  std::set<std::string> entered;
   for (const std::string& input : inputs) {
-    std::error_code ec;
-    const auto status = fs::status(input, ec);
-    if (ec || !fs::exists(status)) {
-      throw DataError("input " + input +
-                      " does not exist; fix: pass existing files or folders "
-                      "(--input / data.input), or leave it empty for the built-in corpus");
-    }
-    if (fs::is_directory(status)) {
-      for (const fs::path& p : walk_folder(input)) add(p);
+    std::vector<fs::path> found;
+    if (path_kind(input) == PathKind::kFolder) {
+      entered.insert(path_identity(input));
+      walk_folder(input, skip, entered, found);
     } else {
-      add(input);
+      found.push_back(input);
     }
+    for (const fs::path& p : found)
+      if (seen.insert(path_identity(p.string())).second) files.push_back(p.string());
   }
   return files;
 }

@@ -5,7 +5,10 @@
 // Folders are walked recursively in sorted path order (so the document order, and with it
 // the tokenizer and the shards, is the same on every machine). While walking, hidden entries
 // are skipped, as are strfile index files (`x.dat` beside `x`); files reached twice (the
-// `x.u8 -> x` symlinks of Debian's fortunes, or an input named twice) are read once.
+// `x.u8 -> x` symlinks of Debian's fortunes) are read once, and a folder reached twice (a
+// symlink loop) is walked once. Pipes, devices, sockets and dangling symlinks inside a folder
+// are skipped with a warning; named as an input, they are refused (core/user_path.h), as is an
+// input named twice, in any spelling.
 // Text must be UTF-8: a file with a NUL byte or invalid UTF-8 in its first KiB (after
 // decompression) is refused as binary; stray invalid bytes later on are replaced with U+FFFD.
 #pragma once
@@ -29,9 +32,12 @@ struct Corpus {
 // The built-in corpus: Debian's `fortunes` package (apt-get install fortunes).
 std::vector<std::string> default_corpus_paths();
 
-// Expands inputs into the files to read, in the order described above. Throws DataError for
-// a path that does not exist.
-std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs);
+// Expands inputs into the files to read, in the order described above. Throws PathError for
+// an input that does not exist, is no file or folder, or names what another input names; `key`
+// names the inputs in messages ("--input", or "data.input" whose entries are "data.input[i]").
+// `skip_dir` (a prepare's output folder) is never walked into.
+std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs, const std::string& key = "--input",
+                                           const std::string& skip_dir = "");
 
 // Refuses a file that is not text (see above), naming it and the first bad byte. Reads at
 // most its first KiB (decompressed).

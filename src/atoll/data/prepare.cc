@@ -21,6 +21,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/corpus.h"
 #include "atoll/data/document_stream.h"
 #include "atoll/data/shard.h"
@@ -508,8 +509,12 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   fs::path out = fs::path(o.out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();  // "dir/" -> "dir"
 
+  check_output_dir(out.string(), o.out_key);
+  if (!o.tokenizer.empty()) check_input_file(o.tokenizer, "--tokenizer", "pass a SentencePiece tokenizer.model");
   const std::vector<std::string> inputs = o.inputs.empty() ? default_corpus_paths() : o.inputs;
-  const std::vector<std::string> files = list_corpus_files(inputs);
+  const std::vector<std::string> files =
+      list_corpus_files(inputs, o.inputs.empty() ? "the built-in corpus (apt-get install fortunes)" : o.input_key,
+                        out.string());
   for (const auto& f : files) check_text_file(f);  // a binary file is refused before any work
   const int64_t sample_budget = o.tokenizer.empty() ? sample_bytes(o) : 0;
   json identity{{"format", kFormat},

@@ -53,6 +53,8 @@ struct PrepareOptions {
   std::string out_dir{};
   int vocab_size = 4096;  // requested; a small corpus may give fewer
   std::string vocab_key = "--vocab-size";  // where vocab_size came from, for messages
+  std::string input_key = "--input";       // where inputs and out_dir came from, for messages
+  std::string out_key = "--out";
   std::string tokenizer{};  // a SentencePiece model to use as it is ("" = train one)
   double val_fraction = 0.02;
   // Tokens per shard. llm.c writes 100 M-token shards of FineWeb's 10 B tokens; atoll's

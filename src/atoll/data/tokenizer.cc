@@ -12,6 +12,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/data/corpus.h"
@@ -200,11 +201,7 @@ void Tokenizer::train(const std::vector<std::string>& docs, int vocab_size, cons
 }
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
-  if (!std::filesystem::exists(model_path)) {
-    throw DataError("tokenizer model " + model_path +
-                    " does not exist; fix: run `atoll data "
-                    "prepare` or point to the dataset's tokenizer.model");
-  }
+  check_input_file(model_path, "tokenizer model", "run `atoll data prepare` or point to the dataset's tokenizer.model");
   Tokenizer t;
   const auto status = t.sp_->Load(model_path);
   if (!status.ok()) {
@@ -257,6 +254,7 @@ int Tokenizer::unk_id() const { return sp_->unk_id(); }
 int Tokenizer::pad_id() const { return sp_->pad_id(); }
 
 std::string tokenizer_fingerprint(const std::string& model_path) {
+  check_input_file(model_path, "tokenizer model", "check the path");
   std::ifstream in(model_path, std::ios::binary);
   std::stringstream bytes;
   bytes << in.rdbuf();

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 
 namespace atl {
 
@@ -38,6 +39,7 @@ void write_secret_file(const std::string& path, const std::string& secret) {
 }
 
 std::string read_secret_file(const std::string& path, const std::string& flag) {
+  check_input_file(path, flag, "give the file `atoll launch` wrote in the run directory");
   std::ifstream f(path);
   if (!f)
     throw ConfigError(flag + " " + path + ": cannot read it (" + std::strerror(errno) +

@@ -10,6 +10,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/prepare.h"
 #include "atoll/data/loader.h"
 #include "atoll/data/shard_list.h"
@@ -104,7 +105,12 @@ std::vector<MixEntry> mix_entries(const DataConfig& d) {
 DatasetInfo resolve_mixture(const Config& cfg) {
   DatasetInfo info;
   std::string first_key, first_fp;
-  for (const MixEntry& e : mix_entries(cfg.data)) {
+  const std::vector<MixEntry> entries = mix_entries(cfg.data);
+  std::vector<PathEntry> paths;
+  for (const MixEntry& e : entries) paths.push_back({e.key, e.dir});
+  check_distinct_paths(paths, "list each dataset once per mixture, spelled the same way in every phase");
+  for (const MixEntry& e : entries) {
+    check_input_dir(e.dir, e.key, "run `atoll data prepare --input ... --out " + e.dir + "` or correct the path");
     const std::string meta_path = e.dir + "/meta.json";
     std::ifstream f(meta_path);
     const auto meta = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
@@ -137,11 +143,14 @@ DatasetInfo resolve_mixture(const Config& cfg) {
 }  // namespace
 
 DatasetInfo resolve_dataset(const Config& cfg) {
+  // Also when data.dir holds the dataset already: a list naming one input twice is a mistake.
+  check_distinct_paths(list_entries("data.input", cfg.data.input), "list each input once");
   if (!data_phases(cfg.data).empty()) return resolve_mixture(cfg);
   const int vocab = cfg.data.vocab_size ? cfg.data.vocab_size : cfg.model.vocab_size;
   DatasetInfo info;
   const bool given = !cfg.data.dir.empty();
   info.dir = given ? cfg.data.dir : cache_dir_for(cfg, vocab);
+  if (given && path_kind(info.dir) != PathKind::kFile) check_output_dir(info.dir, "data.dir");  // a .bin, a folder, or none yet
   const bool ready = fs::exists(info.dir + "/meta.json") || (given && fs::is_regular_file(info.dir));
   // An unfinished prepare (progress.json) is resumed below, never read as shards made elsewhere.
   const bool unfinished = fs::exists(info.dir + "/progress.json");
@@ -161,6 +170,8 @@ DatasetInfo resolve_dataset(const Config& cfg) {
     opt.out_dir = info.dir;
     opt.vocab_size = vocab;
     opt.vocab_key = cfg.data.vocab_size ? "data.vocab_size" : "model.vocab_size";
+    opt.input_key = "data.input";
+    opt.out_key = given ? "data.dir" : "the cache folder (ATOLL_CACHE_DIR)";
     opt.val_fraction = cfg.data.val_fraction;
     opt.min_val_tokens = int64_t(cfg.model.seq_len) + 1;
     log_info("preparing data into " + info.dir + " (tokenizer vocabulary " + std::to_string(vocab) + ")");
