@@ -10,6 +10,7 @@
 
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
+#include "atoll/config/key_effect.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/user_path.h"
 #include "atoll/dist/store.h"
@@ -73,7 +74,11 @@ Runner add_worker(CLI::App& app) {
     f->stop_on_signal = true;  // SIGTERM (preemption, or the launcher stopping it): a checkpoint, then exit 0
     WorkerResult r;
     try {
-      r = run_worker(config->load(), *f);
+      const Config cfg = config->load();
+      if (!f->quiet)  // a worker `atoll launch` started: the launcher warned already
+        warn_idle_keys(cfg, config->given,
+                       {.islands = true, .n_islands = f->islands, .workers_per_island = f->workers_per_island});
+      r = run_worker(cfg, *f);
     } catch (const LeftRun& e) {  // the launcher restarts it with --join
       std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
       return kWorkerRejoinExit;
@@ -129,6 +134,11 @@ Runner add_launch(CLI::App& app) {
     refuse_init_from_resume(f->launch.init_from, f->launch.resume);
     f->launch.config = f->config.load_for_run(f->launch.run_dir, f->launch.resume);
     apply_init_from(f->launch.config, f->launch.init_from, f->config.overrides);
+    warn_idle_keys(f->launch.config, f->config.given,
+                   {.islands = true,
+                    .n_islands = f->launch.islands,
+                    .workers_per_island = f->launch.workers_per_island,
+                    .supervised = true});
     f->launch.config_path = f->config.path;
     f->launch.stop_grace = std::chrono::milliseconds(int64_t(f->stop_grace_s * 1000));
     return launch(f->launch);

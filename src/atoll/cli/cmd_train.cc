@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "atoll/cli/commands.h"
+#include "atoll/config/key_effect.h"
 #include "atoll/train/report.h"
 #include "atoll/train/resume_config.h"
 #include "atoll/train/trainer.h"
@@ -60,6 +61,7 @@ Runner add_train(CLI::App& app) {
     refuse_init_from_resume(f->init_from, f->resume);  // before the run's config is read
     Config cfg = f->config.load_for_run(run_dir, f->resume);
     apply_init_from(cfg, f->init_from, f->config.overrides);
+    warn_idle_keys(cfg, f->config.given, {.islands = false});  // one island, no DiLoCo, no launcher
     if (f->print_config)
       std::printf("# resolved config (%s)\n%s\n", f->config.path.empty() ? "built-in defaults" : f->config.path.c_str(),
                   config_to_toml(cfg).c_str());

@@ -16,11 +16,13 @@ namespace atl::cli {
 struct ConfigFlags {
   std::string path;
   std::vector<std::string> overrides;
+  std::vector<std::string> given;  // after a load: the keys the file or --set set (config/key_effect.h)
   void add_to(CLI::App* app, const std::string& default_help);
-  Config load() const;
+  Config load();
   // The config of a command that writes a run: with `resume` and no --config, the run's own
   // (RUN_DIR/config.toml with --set applied; train/run_dir.h); else --config, by default
-  // default_config_path(). Sets `path` to the file read.
+  // default_config_path(). Sets `path` to the file read. A resumed run's `given` are the keys
+  // of --set (its config.toml was checked when it started).
   Config load_for_run(const std::string& run_dir, bool resume);
 };
 

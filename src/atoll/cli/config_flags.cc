@@ -14,15 +14,17 @@ void ConfigFlags::add_to(CLI::App* app, const std::string& default_help) {
       ->type_name("KEY=VALUE");
 }
 
-Config ConfigFlags::load() const {
+Config ConfigFlags::load() {
   if (!path.empty()) check_input_file(path, "--config", "pass a .toml file to --config");
-  return load_config(path, overrides);
+  return load_config(path, overrides, &given);
 }
 
 Config ConfigFlags::load_for_run(const std::string& run_dir, bool resume) {
   if (resume && path.empty()) {
     const Config cfg = load_run_config(run_dir, overrides);
     path = run_dir + "/config.toml";
+    given.clear();
+    for (const std::string& item : overrides) given.push_back(item.substr(0, item.find('=')));
     return cfg;
   }
   if (path.empty()) path = default_config_path();

@@ -346,7 +346,9 @@ struct Reader {
 struct Writer {
   std::string section;
   std::ostringstream out;
+  std::map<std::string, std::string> values;  // key -> its value as TOML
   void key(const char* k, const std::string& value) {
+    values[k] = value;
     auto [sec, name] = split_key(k);
     if (sec != section) {
       out << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
@@ -454,7 +456,8 @@ std::string config_help_text() {
   return out;
 }
 
-Config parse_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides) {
+Config parse_config(const std::string& text, const std::string& origin, const std::vector<std::string>& overrides,
+                    std::vector<std::string>* given) {
   toml::table root;
   try {
     root = toml::parse(text, origin);
@@ -467,7 +470,17 @@ Config parse_config(const std::string& text, const std::string& origin, const st
   std::map<std::string, std::string> overridden;
   for (auto& item : overrides) {
     apply_override(root, item);
-    overridden[item.substr(0, item.find('='))] = item;
+    // A second --set of one key would replace the first unchecked: which one was meant?
+    const auto [it, fresh] = overridden.emplace(item.substr(0, item.find('=')), item);
+    if (!fresh)
+      throw ConfigError("--set " + it->second + " and --set " + item + " set one key twice; fix: give " + it->first +
+                        " once");
+  }
+  if (given) {  // every key the file or --set wrote (check_unknown_keys and apply_override let only declared keys in)
+    given->clear();
+    for (auto& [sec, node] : root)
+      if (auto* t = node.as_table())
+        for (auto& [name, _] : *t) given->push_back(std::string(sec.str()) + "." + std::string(name.str()));
   }
   Config c;
   Reader r{root, origin, overridden};
@@ -478,15 +491,15 @@ Config parse_config(const std::string& text, const std::string& origin, const st
   return c;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (path.empty()) return parse_config("", "default config", overrides);
+Config load_config(const std::string& path, const std::vector<std::string>& overrides, std::vector<std::string>* given) {
+  if (path.empty()) return parse_config("", "default config", overrides, given);
   // A folder would read as empty (silently the defaults), a pipe or /dev/zero never ends.
   check_input_file(path, "config file", "pass a .toml file to --config");
   std::ifstream f(path);
   if (!f) throw ConfigError(path + ": cannot open config file (fix: check the path given to --config)");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_config(ss.str(), path, overrides);
+  return parse_config(ss.str(), path, overrides, given);
 }
 
 namespace {
@@ -581,6 +594,13 @@ std::string config_to_toml(const Config& cfg) {
   Writer w;
   visit_config(c, w);
   return w.out.str();
+}
+
+std::map<std::string, std::string> config_values(const Config& cfg) {
+  Config c = cfg;
+  Writer w;
+  visit_config(c, w);
+  return w.values;
 }
 
 std::string model_config_to_toml(const ModelConfig& m) {

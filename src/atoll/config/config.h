@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -143,18 +144,23 @@ std::string config_help_text();
 
 // Loads `path` (empty = defaults only), applies `overrides` ("key=value", value in TOML syntax
 // or a bare string), validates and returns the config. Throws ConfigError naming the file,
-// the key and the fix.
-Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// the key and the fix (also for one key given twice with --set). `given`, when not null,
+// receives every key the file or --set set (not those left at their defaults).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   std::vector<std::string>* given = nullptr);
 
 // Same, from TOML text (`origin` names it in errors).
 Config parse_config(const std::string& toml_text, const std::string& origin,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {}, std::vector<std::string>* given = nullptr);
 
 // Cross-field checks (head dims, top-k, batch divisibility...). Throws ConfigError.
 void validate_config(const Config& cfg, const std::string& origin);
 
 // The resolved config as TOML (every key, defaults included); parse_config(to_toml(c)) == c.
 std::string config_to_toml(const Config& cfg);
+
+// Every key's value as TOML ("model.dim" -> "128"), as config_to_toml writes them.
+std::map<std::string, std::string> config_values(const Config& cfg);
 
 // Only the [model] section, for comparing shapes across runs and checkpoints.
 std::string model_config_to_toml(const ModelConfig& m);

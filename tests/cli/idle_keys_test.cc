@@ -1,0 +1,36 @@
+// A config key set to something that does nothing in the command run is named on stderr with
+// its value and the reason (config/key_effect.h), once, and the run goes on; one key given
+// twice with --set is refused naming both.
+#include <gtest/gtest.h>
+
+#include "cli/cli_util.h"
+
+namespace atl::testing {
+namespace {
+
+class IdleKeys : public CliTest {};
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(IdleKeys, TrainNamesDilocoAndMuonKeysItIgnores) {
+  const RunResult r = world().train(dir("run"), {"--set", "train.steps=1", "--set", "diloco.inner_steps=5", "--set",
+                                                 "optim.name=adamw", "--set", "optim.ns_steps=3"});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(count(r.err, "diloco.inner_steps = 5 has no effect in this run: it applies only to DiLoCo's outer steps"), 1u)
+      << r.err;
+  EXPECT_EQ(count(r.err, "optim.ns_steps = 3 has no effect in this run: it applies only with optim.name = muon"), 1u) << r.err;
+  EXPECT_EQ(count(r.err, "has no effect"), 2u) << r.err;  // the micro config's own keys all act
+}
+
+TEST_F(IdleKeys, OneKeySetTwiceIsRefused) {
+  const RunResult r = world().train(dir("run"), {"--set", "train.steps=x", "--set", "train.steps=1"});
+  EXPECT_TRUE(fails_clearly(r, {"--set train.steps=x", "--set train.steps=1", "twice"}));
+  EXPECT_FALSE(fs::exists(dir("run")));
+}
+
+}  // namespace
+}  // namespace atl::testing
