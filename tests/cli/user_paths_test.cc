@@ -72,6 +72,7 @@ TEST_F(UserPaths, TrainFlagsAndDataKeys) {
   const std::string micro = world().config();
   refuses_specials({"train", "--config", "@", "--run-dir", dir("run")}, "--config @");
   refuses_specials({"train", "--config", micro, "--run-dir", "@"}, "--run-dir @");
+  refuses_specials({"train", "--config", micro, "--run-dir", dir("run"), "--init-from", "@"}, "--init-from @");
   refuses_specials({"train", "--config", micro, "--run-dir", dir("run"), "--set", "data.input=[\"@\"]", "--set",
                     "data.dir=\"" + dir("d") + "\""},
                    "data.input[0] = \"@\"");

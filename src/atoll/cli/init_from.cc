@@ -6,6 +6,7 @@
 #include "atoll/cli/commands.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/core/user_path.h"
 
 namespace atl::cli {
 namespace {
@@ -31,6 +32,7 @@ void refuse_init_from_resume(const std::string& dir, bool resume) {
 
 void apply_init_from(Config& cfg, const std::string& dir, const std::vector<std::string>& overrides) {
   if (dir.empty()) return;
+  check_input_dir(dir, "--init-from", "pass a Hugging Face model folder (config.json and *.safetensors)");
   const HfSource src = read_hf_source(dir, cfg.model);
   const auto ours = model_values(cfg.model), theirs = model_values(src.model);
   for (const std::string& o : overrides) {
