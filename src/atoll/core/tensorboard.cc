@@ -4,7 +4,6 @@
 
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -89,16 +88,15 @@ std::string tb_scalars_event(double wall_time, int64_t step, const std::vector<T
   return e;
 }
 
-TbWriter::TbWriter(const std::string& dir) {
+TbWriter::TbWriter(const std::string& dir, double created, const std::string& suffix) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw_io_error("create the folder", dir, ec.value());
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  file_ = AppendFile(dir + "/events.out.tfevents." + std::to_string(int64_t(now)) + "." + host + "." +
-                     std::to_string(::getpid()));
-  std::string first = event_header(now, 0);
+  file_ = AppendFile(dir + "/events.out.tfevents." + std::to_string(int64_t(created)) + "." + host + "." +
+                     std::to_string(::getpid()) + suffix);
+  std::string first = event_header(created, 0);
   put_bytes(first, 3, "brain.Event:2");
   append(tfrecord(first));
 }

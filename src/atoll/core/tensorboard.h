@@ -35,13 +35,13 @@ struct TbScalar {
 // The Event message of one step's scalars (no file_version).
 std::string tb_scalars_event(double wall_time, int64_t step, const std::vector<TbScalar>& scalars);
 
-// An event file DIR/events.out.tfevents.<seconds>.<host>.<pid>, created with its folder; each
-// add() appends one record with one write(2), so a reader sees whole records at every log step.
-// I/O errors are IoError (core/file_writer.h).
+// An event file DIR/events.out.tfevents.<seconds>.<host>.<pid><suffix>, created with its folder
+// (seconds: `created`, seconds since 1970); each add() appends one record with one write(2), so a
+// reader sees whole records at every log step. I/O errors are IoError (core/file_writer.h).
 class TbWriter {
  public:
   TbWriter() = default;  // writes nothing
-  explicit TbWriter(const std::string& dir);
+  TbWriter(const std::string& dir, double created, const std::string& suffix = "");
 
   void add(int64_t step, const std::vector<TbScalar>& scalars, double wall_time);
   const std::string& path() const { return file_.path(); }

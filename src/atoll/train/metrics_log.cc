@@ -36,13 +36,23 @@ std::vector<TbScalar> tb_scalars_of_row(const nlohmann::json& row) {
   return out;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir) : jsonl_(run_dir + "/metrics.jsonl"), tb_(run_dir + "/tb") {}
+namespace {
+double now_epoch() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& run_dir)
+    : tb_dir_(run_dir + "/tb"), created_(now_epoch()), jsonl_(run_dir + "/metrics.jsonl") {}
 
 void MetricsLog::write(const nlohmann::json& row) {
   jsonl_.write(row);
   if (row.contains("step") && row["step"].is_number_integer()) {
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    tb_.add(row["step"].get<int64_t>(), tb_scalars_of_row(row), now);
+    const int64_t island = row.contains("island") && row["island"].is_number_integer() ? row["island"].get<int64_t>() : -1;
+    auto it = tb_.find(island);
+    if (it == tb_.end())
+      it = tb_.emplace(island, TbWriter(tb_dir_, created_, island < 0 ? "" : ".island" + std::to_string(island))).first;
+    it->second.add(row["step"].get<int64_t>(), tb_scalars_of_row(row), now_epoch());
   }
   if (on_eval && row.contains("val_loss")) on_eval();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,10 +21,15 @@ namespace atl {
 // island and rank are the record's coordinates, not scalars; strings are left out.
 std::vector<TbScalar> tb_scalars_of_row(const nlohmann::json& row);
 
+// The rows of each island go to an event file of their own in RUN_DIR/tb, named
+// events.out.tfevents.<seconds>.<host>.<pid>.island<I> (no suffix for a single-process run), all
+// with the seconds of the log's start, so the files sort by island; TensorBoard reads the folder
+// as one run.
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Appends to run_dir/metrics.jsonl and writes a new event file in run_dir/tb.
+  // Appends to run_dir/metrics.jsonl; the event files are created in run_dir/tb with the first
+  // row of each island.
   explicit MetricsLog(const std::string& run_dir);
 
   // One row to both; then, when the row carries an evaluation (val_loss), on_eval (the run's
@@ -32,8 +38,10 @@ class MetricsLog {
   std::function<void()> on_eval;
 
  private:
+  std::string tb_dir_;
+  double created_ = 0;
   JsonlWriter jsonl_;
-  TbWriter tb_;
+  std::map<int64_t, TbWriter> tb_;  // by island; -1: rows without one
 };
 
 }  // namespace atl
