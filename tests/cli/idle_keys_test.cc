@@ -32,5 +32,17 @@ TEST_F(IdleKeys, OneKeySetTwiceIsRefused) {
   EXPECT_FALSE(fs::exists(dir("run")));
 }
 
+// A run without a validation split says at the start that no validation pass will come, and
+// `atoll eval` of it names the cause (data.val_fraction = 0), not a dataset to prepare.
+TEST_F(IdleKeys, NoValidationSplitIsSaidNotSilent) {
+  const std::string run = dir("run");
+  const RunResult r = world().train(run, {"--set", "train.steps=2", "--set", "data.val_fraction=0", "--set",
+                                          "data.dir=\"" + dir("data") + "\""});
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(count(r.err, "no validation pass will run"), 1u) << r.err;
+  const RunResult e = run_atoll({"eval", "--checkpoint", run}, 60);
+  EXPECT_TRUE(fails_clearly(e, {dir("data"), "no validation split", "data.val_fraction = 0", "--data"}));
+}
+
 }  // namespace
 }  // namespace atl::testing

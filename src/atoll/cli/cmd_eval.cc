@@ -6,7 +6,9 @@
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
+#include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/log.h"
 #include "atoll/core/user_path.h"
 #include "atoll/data/loader.h"
 #include "atoll/model/model.h"
@@ -98,9 +100,21 @@ Runner add_eval(CLI::App& app) {
     nlohmann::json losses = nlohmann::json::object();
     double sum = 0, weight = 0;
     int64_t tokens = 0;
+    nlohmann::json left_out = nlohmann::json::array();
     for (const MixSource& set : sets) {
       const std::string& data = set.dir;
-      if (sets.size() > 1 && !has_val_split(data)) continue;
+      if (!has_val_split(data)) {
+        if (sets.size() == 1)
+          throw DataError("the data at " + data + " has no validation split (val_*.bin): " +
+                          (f->data.empty() ? "the run was trained with data.val_fraction = " +
+                                                 fmt_double(cm.config.data.val_fraction) + " or on shards without one"
+                                           : std::string("--data names a folder without val_*.bin")) +
+                          "; fix: pass --data a .bin shard or a folder with val_*.bin (a held-out text prepared with "
+                          "the run's --tokenizer)");
+        log_warn("eval: the mixture's loss leaves out " + data + ": it has no validation split (val_*.bin)");
+        left_out.push_back(data);
+        continue;
+      }
       check_same_tokenizer(cm, dataset_tokenizer_fingerprint(data), "the data at " + data,
                            "pass --data made with the model's tokenizer (its run's data), or the --checkpoint of a "
                            "model trained on this data");
@@ -118,6 +132,7 @@ Runner add_eval(CLI::App& app) {
     nlohmann::json out = {{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", tokens}, {"checkpoint", cm.dir},
                           {"data", sets.front().dir}};
     if (sets.size() > 1) out["data"] = "mixture", out["losses"] = losses;
+    if (!left_out.empty()) out["left_out"] = left_out;  // never a mean that silently covers less
     std::printf("%s\n", out.dump().c_str());
     return 0;
   };

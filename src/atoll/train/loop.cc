@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "atoll/core/log.h"
+
 namespace atl {
 
 namespace {
@@ -30,6 +32,19 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
     val_data.back() = std::make_unique<DataLoader>(dir, "val",
                                                    LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
     val_data.back()->check_vocab(c.model.vocab_size);
+  }
+  // A validation figure that leaves out a dataset it claims to cover, or that never comes, is
+  // said once at the start (by the first worker), never left silent.
+  if (opts.worker == 0) {
+    const std::vector<std::string> dirs = train_data.dirs();
+    if (!has_val() && c.train.eval_every > 0)
+      log_warn("train.eval_every = " + std::to_string(c.train.eval_every) + ": no validation pass will run, the data (" +
+               dirs.front() + ") has no validation split (val_*.bin); fix: prepare it with a validation share "
+               "(data.val_fraction > 0), or set train.eval_every = 0");
+    for (size_t i = 0; i < dirs.size() && dirs.size() > 1 && has_val(); ++i)
+      if (!val_data[i])
+        log_warn("val_loss leaves out " + dirs[i] + ": it has no validation split (val_*.bin); fix: prepare it with a "
+                 "validation share (`atoll data prepare --val-fraction`)");
   }
   engine = make_engine(c, {.device_index = opts.device_index, .island_rank = opts.island_rank,
                            .island_size = opts.island_size});
