@@ -211,6 +211,33 @@ TEST_F(MembershipTest, AReformWaitsForALapsedHolderRatherThanLeaveOnlyAJoiner) {
   EXPECT_EQ(out[1], out[0]);
 }
 
+// A joiner that left out the holder as late (it judged it gone before the group formed) while
+// the holder lives and re-forms too keeps it after all: a view of the joiner alone would hold
+// no state and end the run (the 1,205-event chaos run, seed 33). Island 1 is being admitted
+// and re-forms only once island 0, the holder, is ready for the next epoch.
+TEST_F(MembershipTest, AReformNeverLeavesOutEveryHolderThatIsReady) {
+  const auto out = run_processes(2, [&](int p) {
+    Store store(store_options("late-holder"));
+    Membership m(store, options(p, 2));
+    m.start_heartbeat();
+    m.announce();
+    const View v = m.initial_view();
+    const std::string flag = store.run_prefix() + "/test/";
+    if (p == 0) {  // ready for epoch 1 (as reform marks it), then reads the view island 1 proposed
+      store.set(store.run_prefix() + "/members/e1/ready/0.0", v.tokens.at("0.0"));
+      store.set(flag + "ready0", "1");
+      store.wait({flag + "decided1"});
+      return m.reform(v, {1}).describe();
+    }
+    store.wait({flag + "ready0"});
+    const std::string seen = m.reform(v, {1}, {0}).describe();
+    store.set(flag + "decided1", "1");
+    return seen;
+  });
+  EXPECT_EQ(out[1], "epoch 1: islands 0, 1 (joining 1)");
+  EXPECT_EQ(out[0], out[1]);
+}
+
 TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd) {
   const auto out = run_processes(3, [&](int island) {
     Store store(store_options("join"));
@@ -428,7 +455,9 @@ TEST_F(MembershipTest, AnotherRunsTokenAndAJoinerOfNoRunAreRefusedAtOnce) {
   const auto t0 = Clock::now();
   const std::string no_run = refusal([&] { mistaken.expect_run(); });
   EXPECT_NE(no_run.find("worker 1.0: refused: --join, but run 'atoll-by-mistake' is not on"), std::string::npos) << no_run;
-  EXPECT_NE(no_run.find("launched-run"), std::string::npos) << "names the runs the store holds: " << no_run;
+  // The store is this suite's, shared by its tests: the list names the first five runs it holds.
+  EXPECT_TRUE(no_run.find("launched-run") != std::string::npos || no_run.find(" more)") != std::string::npos)
+      << "names the runs the store holds: " << no_run;
   EXPECT_NE(no_run.find("RUN_DIR/run.id"), std::string::npos) << no_run;
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0) << "waited past the ttl (0.4 s)";
   for (const auto& v : elsewhere.get_many(run_keys)) EXPECT_FALSE(v) << "a refused worker wrote to the run";

@@ -416,6 +416,17 @@ View Membership::reform(const View& v, const std::vector<int>& joining, const st
     }
     View proposal{.epoch = next, .islands = {}, .joining = {}, .tokens = {}};
     bool pending = false, holder_lost = false;
+    auto keep = [&](size_t j) {
+      proposal.islands.push_back(v.islands[j]);
+      if (std::find(joining.begin(), joining.end(), v.islands[j]) != joining.end())
+        proposal.joining.push_back(v.islands[j]);
+      for (size_t r = 0; r < M; ++r) {
+        const std::string name = worker_name(v.islands[j], int(r));
+        proposal.tokens[name] = v.tokens.at(name);
+      }
+    };
+    std::vector<size_t> late_ready_holders;  // left out by this worker, yet ready: alive and here
+    bool late_holder_alive = false;
     for (size_t j = 0; j < v.islands.size(); ++j) {
       bool all_ready = true, lost = false;
       for (size_t r = 0; r < M; ++r) {
@@ -427,24 +438,31 @@ View Membership::reform(const View& v, const std::vector<int>& joining, const st
         lost = lost || !beats[k] || *beats[k] != want;
       }
       const bool late = std::find(left_out.begin(), left_out.end(), v.islands[j]) != left_out.end();
+      const bool holder = std::find(joining.begin(), joining.end(), v.islands[j]) == joining.end();
       if (all_ready && !late) {
-        proposal.islands.push_back(v.islands[j]);
-        if (std::find(joining.begin(), joining.end(), v.islands[j]) != joining.end())
-          proposal.joining.push_back(v.islands[j]);
-        for (size_t r = 0; r < M; ++r) {
-          const std::string name = worker_name(v.islands[j], int(r));
-          proposal.tokens[name] = v.tokens.at(name);
-        }
+        keep(j);
       } else if (!lost && !late) {
         pending = true;
-      } else if (lost && !late && std::find(joining.begin(), joining.end(), v.islands[j]) == joining.end()) {
+      } else if (lost && !late && holder) {
         holder_lost = true;
+      } else if (late && holder && all_ready) {
+        late_ready_holders.push_back(j);
+      } else if (late && holder && !lost) {
+        late_holder_alive = true;
       }
     }
-    // A view without an island that holds the run's state ends the run; a holder whose heartbeat
-    // lapsed may only be starved (a loaded host), so it is waited for, up to the timeout, before
-    // such a view is proposed.
-    if (proposal.holders().empty() && holder_lost) pending = true;
+    // A view without an island that holds the run's state ends the run. So where this worker
+    // left out every holder as late (it judged them gone before the group formed while they
+    // lived: seen once in the 1,205-event chaos run, docs/benchmarks.md), the holders that are
+    // ready for this epoch (alive, re-forming with us) are kept after all, and one alive but not
+    // ready yet is waited for; a holder whose heartbeat lapsed may only be starved (a loaded
+    // host), so it is waited for too, up to the timeout, before such a view is proposed.
+    if (proposal.holders().empty() && !late_ready_holders.empty()) {
+      for (const size_t j : late_ready_holders) keep(j);
+      std::sort(proposal.islands.begin(), proposal.islands.end());
+      std::sort(proposal.joining.begin(), proposal.joining.end());
+    }
+    if (proposal.holders().empty() && (holder_lost || late_holder_alive)) pending = true;
     if (!pending || deadline.passed()) return publish(proposal);
     backoff.pause();
   }
