@@ -20,6 +20,21 @@ TEST(Config, DefaultsRoundTripThroughToml) {
   EXPECT_DOUBLE_EQ(d.optim.lr, 1.5e-3);
 }
 
+// Strings with quotes, backslashes and control characters (found by fuzz_config: a --set
+// value holding a NUL printed as TOML that did not read back, so config.toml would not resume).
+TEST(Config, EveryStringPrintsAsTomlThatReadsBack) {
+  Config c = parse_config("", "defaults");
+  c.data.input = {std::string("a\0b", 3), "tab\there", "line\nbreak\r", "q\"uo\\te", "\x1f\x7f"};
+  const std::string text = config_to_toml(c);
+  const Config d = parse_config(text, "round-trip");
+  EXPECT_EQ(d.data.input, c.data.input);
+  EXPECT_EQ(config_to_toml(d), text);
+  // A bare --set string must be UTF-8, as TOML's strings are.
+  EXPECT_NO_THROW(parse_config("", "x", {"data.input=caf\xc3\xa9"}));
+  for (const char* bad : {"data.input=x\xff", "data.input=\xc0\xaf", "data.input=\xed\xa0\x80", "data.input=\xe2\x82"})
+    EXPECT_THROW(parse_config("", "x", {bad}), ConfigError) << bad;
+}
+
 TEST(Config, OverridesParseByDeclaredType) {
   Config c = parse_config("[model]\nn_layers = 2\n", "t.toml",
                           {"model.n_layers=3", "optim.name=muon", "optim.lr=0.01", "model.tie_embeddings=true",

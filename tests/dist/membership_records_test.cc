@@ -26,7 +26,10 @@ TEST(MembershipRecords, MalformedRecordsAreIoErrors) {
                           R"({"epoch": 1, "islands": [-1], "joining": [], "tokens": {}})",
                           R"({"epoch": 1, "islands": [0, 0], "joining": [], "tokens": {}})",
                           R"({"epoch": 1, "islands": [0], "joining": [2], "tokens": {}})",
-                          R"({"epoch": "1", "islands": [0], "joining": [], "tokens": {}})", "[]", "{"})
+                          R"({"epoch": "1", "islands": [0], "joining": [], "tokens": {}})",
+                          R"({"epoch": 1e30, "islands": [0], "joining": [], "tokens": {}})",
+                          R"({"epoch": 1.5, "islands": [0], "joining": [], "tokens": {}})",
+                          R"({"epoch": 1, "islands": [0.5], "joining": [], "tokens": {}})", "[]", "{"})
     EXPECT_THROW(View::from_json(bad), IoError) << bad;
   for (const char* bad :
        {R"({"commit": 1})", R"({"commit": true, "why": 3})", "[true]", "", R"({"commit": true, "next": {"epoch": 2}})"})

@@ -39,6 +39,9 @@ TEST_F(Messages, TheSourcesManifestIsCheckedEntryByEntry) {
   m["step"] = {{"value", "four"}};
   EXPECT_THROW(parse_transfer_manifest(m.dump(), entries), PeerLost);
   m = manifest();
+  m["fragment_outer_steps"] = {{"value", {1.5}}};
+  EXPECT_THROW(parse_transfer_manifest(m.dump(), entries), PeerLost);
+  m = manifest();
   m["fragment_outer_steps"] = {{"value", {1, 2}}};  // another diloco.fragments
   EXPECT_THROW(parse_transfer_manifest(m.dump(), entries), PeerLost);
 }
@@ -55,7 +58,10 @@ TEST_F(Messages, RefusalsNameOnlyTensorsTheTransferSends) {
 
 TEST_F(Messages, AWorkerRecordFromTheStoreIsChecked) {
   EXPECT_NO_THROW(parse_worker_record("{}", entries));
-  for (const char* bad : {"not json", "[]", R"({"loaders": "x"})", R"({"loaders": {"epoch": "1"}})"})
+  for (const char* bad : {"not json", "[]", R"({"loaders": "x"})", R"({"loaders": {"epoch": "1"}})",
+                          // A float where the cursor holds an integer (past int64: a cast would be undefined).
+                          R"({"loaders": {"epoch": 1e30, "position": 5, "seq_len": 64, "n_windows": 100, "seed": 7,
+                                          "shuffle": true, "worker": 1, "n_workers": 2}})"})
     EXPECT_THROW(parse_worker_record(bad, entries), IoError) << bad;
 }
 

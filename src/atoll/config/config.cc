@@ -408,6 +408,25 @@ void check_unknown_keys(const toml::table& root, const std::string& origin) {
   }
 }
 
+// Well-formed UTF-8: shortest forms only, no surrogates, nothing above U+10FFFF.
+bool is_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? b : b & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c >> 6) != 0x2) return false;
+      cp = cp << 6 | (c & 0x3f);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
 void apply_override(toml::table& root, const std::string& item) {
   const std::string origin = "--set " + item;
   auto eq = item.find('=');
@@ -421,6 +440,8 @@ void apply_override(toml::table& root, const std::string& item) {
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
+    // A TOML string is UTF-8 (else the printed config.toml would not read back).
+    if (!is_utf8(value)) throw ConfigError(origin + ": the value is not valid UTF-8 text (fix: pass it as UTF-8)");
     parsed.insert_or_assign("v", value);
   }
   auto [sec, name] = split_key(key);

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace atl {
@@ -17,10 +18,21 @@ std::string fmt_double(double x) {
 }
 
 std::string quote(const std::string& s) {
+  // TOML basic strings forbid control characters other than tab: they are written as \uXXXX,
+  // so that any string a config holds prints as TOML that reads back to it.
   std::string r = "\"";
   for (char ch : s) {
-    if (ch == '"' || ch == '\\') r += '\\';
-    r += ch;
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      r += '\\';
+      r += ch;
+    } else if ((u < 0x20 && ch != '\t') || u == 0x7f) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", u);
+      r += esc;
+    } else {
+      r += ch;
+    }
   }
   return r + "\"";
 }

@@ -9,6 +9,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/core/rng.h"
+#include "atoll/data/json_integer.h"
 
 namespace atl {
 
@@ -20,14 +21,14 @@ void to_json(nlohmann::json& j, const Cursor& c) {
 }
 
 void from_json(const nlohmann::json& j, Cursor& c) {
-  j.at("epoch").get_to(c.epoch);
-  j.at("position").get_to(c.position);
-  j.at("seq_len").get_to(c.seq_len);
-  j.at("n_windows").get_to(c.n_windows);
-  j.at("seed").get_to(c.seed);
+  json_integer_to(j.at("epoch"), c.epoch);
+  json_integer_to(j.at("position"), c.position);
+  json_integer_to(j.at("seq_len"), c.seq_len);
+  json_integer_to(j.at("n_windows"), c.n_windows);
+  json_integer_to(j.at("seed"), c.seed);
   j.at("shuffle").get_to(c.shuffle);
-  j.at("worker").get_to(c.worker);
-  j.at("n_workers").get_to(c.n_workers);
+  json_integer_to(j.at("worker"), c.worker);
+  json_integer_to(j.at("n_workers"), c.n_workers);
 }
 
 

@@ -6,6 +6,7 @@
 
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/data/json_integer.h"
 
 namespace atl {
 
@@ -148,10 +149,12 @@ std::string MixtureLoader::cursor_json_problem(const json& j) {
       (void)j.get<Cursor>();
       return "";
     }
-    (void)j.at("phase").get<int>();
+    int phase = 0;
+    json_integer_to(j.at("phase"), phase);
     for (const json& s : j.at("sources")) {
       (void)s.at("dir").get<std::string>();
-      (void)s.at("picks").get<int64_t>();
+      int64_t picks = 0;
+      json_integer_to(s.at("picks"), picks);
       (void)s.at("cursor").get<Cursor>();
     }
     return "";

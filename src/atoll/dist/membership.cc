@@ -144,6 +144,7 @@ View View::from_json(const std::string& text) {
   try {
     const json j = json::parse(text);
     View v;
+    if (!j.at("epoch").is_number_unsigned()) bad_record("view", "epoch is not a number from 0", text);
     v.epoch = j.at("epoch").get<uint64_t>();
     v.islands = island_list(j.at("islands"), "view", text);
     v.joining = island_list(j.at("joining"), "view", text);

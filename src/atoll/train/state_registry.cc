@@ -95,6 +95,8 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                .set = [s](const json& v) { s->diloco->set_fragment_outer_steps(v.get<std::vector<int64_t>>()); },
                .check = [&cfg](const json& v) -> std::string {
                  if (!v.is_array()) return "is not a list";
+                 for (const json& n : v)
+                   if (!n.is_number_integer()) return "holds " + n.dump() + ", not a count";
                  if (int(v.size()) == cfg.diloco.fragments) return "";
                  const std::string p = std::to_string(v.size());
                  return "was written with diloco.fragments = " + p + ", not " + std::to_string(cfg.diloco.fragments) +
