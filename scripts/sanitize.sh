@@ -4,6 +4,8 @@
 #   scripts/sanitize.sh          ASan + UBSan (build-asan): core, layers, model, optim, config,
 #                                data, ckpt, dist, train unit tests and the fuzz targets' replay;
 #                                the same build holds the fuzz targets (scripts/fuzz.sh)
+#   scripts/sanitize.sh ci       the same build, a shorter list for CI's budget: the parsers'
+#                                tests, the ring, the checkpoint writer and the fuzz replay
 #   scripts/sanitize.sh thread   TSan (build-tsan): the threaded parts: dist/ (collectives, the
 #                                store, membership, the liveness watch), ckpt/'s background writer
 # Any report stops its test (halt_on_error) and the script exits non-zero. ATOLL_SANITIZE_TESTS
@@ -16,7 +18,7 @@ install_missing clang libclang-rt-14-dev libomp-14-dev
 source scripts/ccache_env.sh
 
 case "$mode" in
-  address)
+  address | ci)
     build=build-asan
     cmake_args=(-DATOLL_FUZZ=ON)
     # Fast, single-process or few-process tests; the long end-to-end cli_ tests stay in the
@@ -28,6 +30,9 @@ case "$mode" in
       ckpt_safetensors_test ckpt_checkpoint_test ckpt_sharded_checkpoint_test ckpt_background_writer_test
       dist_codec_test dist_ring_allreduce_test dist_membership_test dist_store_test
       train_state_registry_test train_run_lock_test fuzz_replay_test)
+    [ "$mode" = ci ] && tests=(config_config_test data_shard_test data_loader_test ckpt_safetensors_test
+      ckpt_checkpoint_test ckpt_background_writer_test dist_codec_test dist_ring_allreduce_test
+      dist_membership_records_test train_state_transfer_messages_test fuzz_replay_test)
     # halt_on_error: the first report ends the test; leaks are reported at exit.
     export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
@@ -42,7 +47,7 @@ case "$mode" in
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
     ;;
   *)
-    echo "usage: scripts/sanitize.sh [address|thread]" >&2
+    echo "usage: scripts/sanitize.sh [address|ci|thread]" >&2
     exit 2
     ;;
 esac

@@ -338,9 +338,11 @@ std::optional<View> Membership::view(uint64_t epoch) {
 Decision Membership::decide(const View& v, const std::string& attempt, bool ok, bool admit) {
   const std::string decision_key = attempt_key(v.epoch, attempt, "decision");
   const std::string vote_key = attempt_key(v.epoch, attempt, "vote/" + me_);
+  // A failure decides before it votes, so a peer that reads the "fail" vote finds this
+  // decision already written (and every worker reads the same reason).
+  if (!ok) store_.set_if_absent(decision_key, json{{"commit", false}, {"why", "worker " + me_ + " failed"}}.dump());
   store_.set(vote_key, ok ? "ok" : "fail");
   store_.keep("vote", vote_key, ok ? "ok" : "fail");
-  if (!ok) store_.set_if_absent(decision_key, json{{"commit", false}, {"why", "worker " + me_ + " failed"}}.dump());
   const std::vector<std::string> votes_keys = worker_keys(attempt_key(v.epoch, attempt, "vote/"), v.islands);
   const std::vector<std::string> beat_keys = worker_keys(key("hb/"), v.islands);
   WaitDeadline deadline(opts_.timeout, opts_.ttl);
