@@ -130,7 +130,9 @@ if ((HAS_GPU)); then
       --set train.device=cuda --set train.precision=$prec >"$LOGS/bench/atoll-$cfg-$prec.log" 2>&1
     bench_result "atoll $cfg $prec" $? "$LOGS/bench/atoll-$cfg-$prec.log" '^\{'
   done; done
-  if python3 -c 'import torch' 2>/dev/null; then
+  if [[ ! -f "$KIT/peer/ref_moe.py" ]]; then
+    record bench pytorch skip "the kit was built without the PyTorch peer (../shared/peer)"
+  elif python3 -c 'import torch' 2>/dev/null; then
     for mode in eager compile; do for cfg in small medium; do
       flag=(); [[ $mode == compile ]] && flag=(--compile)
       PYTHONUNBUFFERED=1 part_timeout "$(bench_slice 90)" python3 "$KIT/bench/peer_gpu.py" --peer "$KIT/peer" \
