@@ -15,6 +15,7 @@
 #include "atoll/config/data_mix.h"
 #include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/log.h"
 #include "atoll/core/user_path.h"
 
 namespace atl {
@@ -491,11 +492,13 @@ Config parse_config(const std::string& text, const std::string& origin, const st
   std::map<std::string, std::string> overridden;
   for (auto& item : overrides) {
     apply_override(root, item);
-    // A second --set of one key would replace the first unchecked: which one was meant?
+    // A later --set of one key overrides an earlier one (scripts add their defaults first and
+    // the caller's values after them), but never silently: a changed value is named.
     const auto [it, fresh] = overridden.emplace(item.substr(0, item.find('=')), item);
-    if (!fresh)
-      throw ConfigError("--set " + it->second + " and --set " + item + " set one key twice; fix: give " + it->first +
-                        " once");
+    if (!fresh && it->second != item)
+      log_warn("--set " + it->second + " and --set " + item + " set one key twice: the last stands (give " +
+               it->first + " once to silence this)");
+    it->second = item;
   }
   if (given) {  // every key the file or --set wrote (check_unknown_keys and apply_override let only declared keys in)
     given->clear();
