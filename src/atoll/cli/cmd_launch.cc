@@ -52,6 +52,9 @@ Runner add_worker(CLI::App& app) {
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
   return [cmd, f, config, token_file, run_id]() -> int {
     if (!cmd->parsed()) return -1;
+    // Flags that cannot go together are named before any path is looked at.
+    if (f->join && !f->resume_from.empty())
+      throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
     if (!f->run_dir.empty()) check_output_dir(f->run_dir, "--run-dir");
     if (!f->resume_from.empty()) check_input_dir(f->resume_from, "--resume-from", "pass a checkpoint of the run");
     // A launched run's id is in its folder: `--run-dir` alone joins it.
@@ -69,8 +72,6 @@ Runner add_worker(CLI::App& app) {
       throw ConfigError("--rank " + std::to_string(f->rank) + " is not below --workers-per-island " +
                         std::to_string(f->workers_per_island) + "; fix: ranks are numbered 0..M-1");
     if (config->path.empty()) config->path = default_config_path();
-    if (f->join && !f->resume_from.empty())
-      throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
     f->stop_on_signal = true;  // SIGTERM (preemption, or the launcher stopping it): a checkpoint, then exit 0
     WorkerResult r;
     try {
