@@ -1,3 +1,4 @@
+#include "atoll/core/user_path.h"
 #include "atoll/data/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -108,7 +109,7 @@ TEST(Tokenizer, MinVocabSizeIsWhatSentencePieceNeeds) {
 
 TEST(Tokenizer, LoadErrors) {
   TempDir dir;
-  EXPECT_THROW(Tokenizer::load(dir / "missing.model"), DataError);
+  EXPECT_THROW(Tokenizer::load(dir / "missing.model"), PathError);  // checked before it is opened (core/user_path.h)
   testing::write_file(dir / "junk.model", "this is not a protobuf");
   try {
     Tokenizer::load(dir / "junk.model");
