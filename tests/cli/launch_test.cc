@@ -303,7 +303,8 @@ TEST_F(WorkerTest, AHandStartedWorkerZeroTakesTheRunsLock) {
   base_run();  // the data prepared first
   const std::string run = dir("run-0");
   Background busy({"train", "--config", world().config(), "--run-dir", run, "--no-sample", "--set",
-                   "train.steps=100000", "--set", "checkpoint.every=2", "--set", "train.eval_every=0"},
+                   "train.steps=100000", "--set", "checkpoint.every=2", "--set", "checkpoint.keep=1000000", "--set",
+                   "train.eval_every=0"},  // keep: the step-2 checkpoint named below must stay
                   dir("busy"));
   ASSERT_TRUE(wait_for_file(run + "/checkpoints", "latest", 60, [&] { return busy.running(); }))
       << read_file(dir("busy") + ".err");
