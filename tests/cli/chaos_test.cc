@@ -53,8 +53,10 @@ constexpr double kStallTimeouts = 2;
 constexpr int64_t kH = 4;
 constexpr double kTimeoutS = 4, kTtlS = 1;
 // A killed or let-go worker's way back: the restart backoff, a process start, admission at the
-// next commit and the state transfer (join takes about 1.5 s on tiny: docs/benchmarks.md).
-constexpr double kRejoinS = 4;
+// next commit and the state transfer (join takes about 1.5 s on tiny: docs/benchmarks.md), plus
+// up to one heartbeat ttl: a restarted worker waits for its dead predecessor's heartbeat to lapse
+// before it takes the place (a live one's is refused).
+constexpr double kRejoinS = 4 + kTtlS;
 // The micro model's batch: large enough that an outer step takes tens of milliseconds, so that the
 // 22 events fit in the run's first part with room for the last one's island to come back.
 constexpr int kBatch = 16;
