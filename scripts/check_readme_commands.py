@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Runs the commands that README.md documents, as written, from the repository root, so the
-README cannot drift from what atoll does. CI calls it from .ci/run after scripts/setup.sh.
+"""Runs the commands that README.md and the pages of docs/ document, as written, from the
+repository root, so the docs cannot drift from what atoll does. CI calls it from .ci/run after
+scripts/setup.sh.
 
-    scripts/check_readme_commands.py [--steps N] [--list] [--self-test]
+    scripts/check_readme_commands.py [--steps N] [--list] [--links] [--self-test]
 
-It reads every command line of the README's indented code blocks (lines that start with
-`build/` or `scripts/`, `\\` continuations joined, `# comments` dropped) and runs each one,
-in order, with these rules, which the README itself states:
+It reads every command line of the pages' indented code blocks (lines that start with
+`build/` or `scripts/`, `\\` continuations joined, `# comments` dropped): README.md first, then
+docs/*.md in name order, all in one working tree, so a page may use what README.md's commands
+made (runs/tiny). docs/history.md is not read: it keeps superseded figures and their commands
+verbatim. It runs each command, in order, with these rules, which the README itself states:
   - a command that trains (`atoll train`, `launch`, `worker`) gets `--set train.steps=N`
     appended (default 40), to stay within a few minutes on 2 cores;
   - `my_texts/` and `notes.jsonl` stand for the user's files: it writes them first (fortunes
@@ -14,8 +17,13 @@ in order, with these rules, which the README itself states:
   - `atoll worker`'s blanks (HOST:6379, I, R, N, cfg.toml) are filled with a redis-server it
     starts on loopback, two islands (I = 0 and 1, run at once), rank 0 and configs/tiny.toml;
   - the test-suite command (`ctest`), `scripts/build_gpu.sh` and `scripts/gpu_kit.sh` are
-    listed but not run: .ci/run runs them itself.
+    listed but not run: .ci/run runs them itself;
+  - a page that holds the line `<!-- commands: listed, not run: REASON -->` has its commands
+    listed and checked as written out, but not run (docs/benchmarks.md: measurements that take
+    minutes to hours); so has one command whose comment says `# listed, not run: REASON`.
 A command with an elided part (`...`) or an unknown blank is an error: write it out.
+`--links` checks that every relative link and image of those pages (and of docs/history.md)
+names a file or folder that exists.
 
 Prepared data goes to a fresh ATOLL_CACHE_DIR (a newcomer's empty cache). It refuses to start
 when a path the commands write already exists (move it away first), and removes what it
@@ -24,6 +32,7 @@ created at the end. Exits non-zero, naming the command and showing its output, w
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -43,10 +52,22 @@ NOT_RUN = {
 }
 FORTUNES = Path("/usr/share/games/fortunes")
 TIMEOUT_S = 900
+HISTORY = "docs/history.md"  # superseded figures and their commands, kept verbatim: not read
+PAGE_NOT_RUN = re.compile(r"^<!--\s*commands: listed, not run: (.+?)\s*-->\s*$", re.M)
+LINE_NOT_RUN = re.compile(r"#\s*listed, not run: (.+)$")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
-def readme_commands(text):
-    """Each documented command as a list of argv parts (split at `&&`), in README order."""
+def pages():
+    """The pages whose commands are checked, in the order they run: README.md, then docs/."""
+    return ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")
+                                  if str(p.relative_to(ROOT)) != HISTORY)
+
+
+def page_commands(text):
+    """Each documented command of a page as (argv parts split at `&&`, reason it is not run or
+    None), in page order. The reason comes from the page's or the command's marker."""
+    page_reason = PAGE_NOT_RUN.search(text)
     commands, pending = [], ""
     for line in text.splitlines():
         if not line.startswith("    "):
@@ -58,6 +79,7 @@ def readme_commands(text):
         if text.endswith("\\"):
             pending += text[:-1] + " "
             continue
+        marker = LINE_NOT_RUN.search(pending + text)
         words = shlex.split(pending + text, comments=True)
         pending = ""
         parts, part = [], []
@@ -68,8 +90,45 @@ def readme_commands(text):
             else:
                 part.append(w)
         parts.append(part)
-        commands.append(parts)
+        reason = marker.group(1).strip() if marker else page_reason.group(1) if page_reason else None
+        commands.append((parts, reason))
     return commands
+
+
+def readme_commands(text):
+    """Each documented command of a page as a list of argv parts (split at `&&`), in page order."""
+    return [parts for parts, _ in page_commands(text)]
+
+
+def all_commands():
+    """(page, parts, reason not run or None) for every command of every checked page."""
+    out = []
+    for page in pages():
+        for parts, reason in page_commands((ROOT / page).read_text()):
+            out.append((page, parts, reason or not_run_reason(parts)))
+    return out
+
+
+def broken_links(page, text):
+    """The relative links and images of a page that name nothing in the tree."""
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            continue  # a URL (https:, mailto:) or an anchor of the page itself
+        path = target.split("#")[0]
+        if not (ROOT / page).parent.joinpath(path).exists():
+            broken.append(target)
+    return broken
+
+
+def check_links():
+    bad = [f"{page}: ({t})" for page in pages() + [HISTORY] if (ROOT / page).is_file()
+           for t in broken_links(page, (ROOT / page).read_text())]
+    if bad:
+        print("check_readme_commands: links that name no file:\n  " + "\n  ".join(bad))
+        return 1
+    print(f"check_readme_commands: every relative link resolves ({len(pages()) + 1} pages)")
+    return 0
 
 
 def describe(parts):
@@ -162,11 +221,11 @@ def run(argvs, env, log):
     return ok, time.monotonic() - start
 
 
-def check_written_out(commands):
+def check_written_out(commands, page="README.md"):
     """Every command complete: no elided part, no blank the check cannot fill."""
     for parts in commands:
         if any("..." in w for p in parts for w in p):
-            raise SystemExit(f"check_readme_commands: README.md elides part of `{describe(parts)}`: write it out")
+            raise SystemExit(f"check_readme_commands: {page} elides part of `{describe(parts)}`: write it out")
         for p in parts:
             if atoll_subcommand(p) == "worker":
                 fill_worker_blanks(p, "redis://127.0.0.1:1", 0)
@@ -174,7 +233,8 @@ def check_written_out(commands):
 
 def self_test():
     """The checker itself catches what it must: it parses continuations, comments and `&&`,
-    refuses an elided command and an unknown blank, and reports a failing command as failed."""
+    refuses an elided command and an unknown blank, reads the listed-only markers, finds a
+    broken relative link, and reports a failing command as failed."""
     text = ("prose\n\n    build/atoll train --config a.toml \\\n        --set x=1   # comment\n"
             "    scripts/setup.sh && build/atoll eval --checkpoint runs/x\n    not a command\n")
     assert readme_commands(text) == [[["build/atoll", "train", "--config", "a.toml", "--set", "x=1"]],
@@ -185,6 +245,13 @@ def self_test():
         except SystemExit:
             continue
         raise AssertionError(f"not refused: {bad!r}")
+    marked = "    build/atoll bench --config a.toml   # listed, not run: takes an hour\n    build/atoll eval --checkpoint x\n"
+    assert page_commands(marked) == [([["build/atoll", "bench", "--config", "a.toml"]], "takes an hour"),
+                                     ([["build/atoll", "eval", "--checkpoint", "x"]], None)]
+    page = "# Figures\n<!-- commands: listed, not run: measurements -->\n\n" + marked
+    assert [r for _, r in page_commands(page)] == ["takes an hour", "measurements"]
+    links = "[a](README.md) ![b](docs/no-such.png) [c](https://x.org/y) [d](#here) [e](docs/#x) [f](nope.md#a)"
+    assert broken_links("README.md", links) == ["docs/no-such.png", "nope.md#a"]
     with tempfile.TemporaryFile("w+") as log:
         assert run([["scripts/no-such-script.sh"]], dict(os.environ), log)[0] is False
         assert run([["false"]], dict(os.environ), log)[0] is False
@@ -197,22 +264,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40, help="train.steps for the commands that train")
     ap.add_argument("--list", action="store_true", help="list the commands and what would run, run nothing")
+    ap.add_argument("--links", action="store_true", help="check the pages' relative links, run nothing")
     ap.add_argument("--self-test", action="store_true", help="check the checker on made-up commands")
     args = ap.parse_args()
     if args.self_test:
         return self_test()
+    if args.links:
+        return check_links()
 
-    commands = readme_commands((ROOT / "README.md").read_text())
-    check_written_out(commands)
+    commands = all_commands()
+    for page in pages():
+        check_written_out([parts for p, parts, _ in commands if p == page], page)
     if args.list:
-        for parts in commands:
-            print(("not run (" + not_run_reason(parts) + "): " if not_run_reason(parts) else "") + describe(parts))
+        for page, parts, reason in commands:
+            print(f"{page}: " + (f"not run ({reason}): " if reason else "") + describe(parts))
         return 0
     if not (ROOT / "build/atoll").is_file():
         raise SystemExit("check_readme_commands: no build/atoll; fix: run scripts/setup.sh first")
-    existing = [p for p in written_paths(commands) if (ROOT / p).exists()]
+    existing = [p for p in written_paths(parts for _, parts, reason in commands if not reason) if (ROOT / p).exists()]
     if existing:
-        raise SystemExit(f"check_readme_commands: {', '.join(existing)} already exist in {ROOT}; the README's "
+        raise SystemExit(f"check_readme_commands: {', '.join(existing)} already exist in {ROOT}; the docs' "
                          "commands would write there; fix: move them away and run again")
 
     # What existed before, so that only what the commands add is removed afterwards.
@@ -221,16 +292,16 @@ def main():
     env = dict(os.environ, ATOLL_CACHE_DIR=cache)
     redis = None
     failed = []
+    page_seconds = {}
     try:
         write_user_inputs()
-        for parts in commands:
+        for page, parts, reason in commands:
             title = describe(parts)
-            reason = not_run_reason(parts)
             if reason:
-                print(f"-- not run ({reason}): {title}", flush=True)
+                print(f"-- not run ({reason}) [{page}]: {title}", flush=True)
                 continue
             parts = [p + ["--set", f"train.steps={args.steps}"] if atoll_subcommand(p) in TRAINING
-                     and "--help-config" not in p else p for p in parts]
+                     and "--help-config" not in p and "--help" not in p else p for p in parts]
             with tempfile.TemporaryFile("w+") as log:
                 ok, seconds = True, 0.0
                 for p in parts:
@@ -248,12 +319,13 @@ def main():
                     seconds += s
                     if not ok:
                         break
+                page_seconds[page] = page_seconds.get(page, 0.0) + seconds
                 status = "ok" if ok else "FAILED"
-                print(f"-- {status} ({seconds:.0f} s): {describe(parts)}", flush=True)
+                print(f"-- {status} ({seconds:.0f} s) [{page}]: {describe(parts)}", flush=True)
                 if not ok:
                     log.seek(0)
                     print("".join(log.readlines()[-40:]), flush=True)
-                    failed.append(title)
+                    failed.append(f"{page}: {title}")
     finally:
         if redis is not None:
             redis.send_signal(signal.SIGTERM)
@@ -273,11 +345,14 @@ def main():
                         shutil.rmtree(path)
                     else:
                         path.unlink()
+    print("check_readme_commands: seconds per page: " +
+          ", ".join(f"{page} {sec:.0f}" for page, sec in page_seconds.items()))
     if failed:
-        print(f"check_readme_commands: {len(failed)} README command(s) failed:\n  " + "\n  ".join(failed))
+        print(f"check_readme_commands: {len(failed)} command(s) failed:\n  " + "\n  ".join(failed))
         return 1
-    print(f"check_readme_commands: every README command ran ({len(commands)} listed)")
-    return 0
+    print(f"check_readme_commands: every command ran ({len(commands)} listed, "
+          f"{sum(1 for c in commands if c[2])} of them not run)")
+    return check_links()
 
 
 if __name__ == "__main__":

@@ -298,7 +298,7 @@ TEST_F(RunDirTest, TheConsoleShowsOneConfigLineAndPrintConfigShowsItAll) {
   EXPECT_NE(p.out.find("[model]\nvocab_size = 384\n"), std::string::npos) << p.out;
 }
 
-// configs/tiny.toml checkpoints often enough that a stopped run resumes (the README's example).
+// configs/tiny.toml checkpoints often enough that a stopped run resumes (docs/checkpoints.md's example).
 TEST(TinyConfig, CheckpointsOftenEnoughToResume) {
   const char* src = std::getenv("ATOLL_SOURCE_DIR");
   ASSERT_NE(src, nullptr);

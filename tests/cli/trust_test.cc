@@ -3,7 +3,7 @@
 // environment, never a command line that `ps` shows; a worker started by hand with a wrong or
 // missing token, or a wrong store password, or with the right ones as an island that is running,
 // is refused with a clear error and the run goes on untouched (no worker lost, no re-forming, no
-// join); the README's recipe (`--run-dir RUN_DIR`, which reads the run id from RUN_DIR/run.id)
+// join); docs/islands.md's recipe (`--run-dir RUN_DIR`, which reads the run id from RUN_DIR/run.id)
 // reaches the run, and a worker without it is told which run the store holds; a user's own store
 // with a password is given as redis://:PASSWORD@HOST:PORT, and a wrong one is a clear error before
 // any worker starts.
@@ -64,7 +64,7 @@ TEST_F(TrustAtTheDoor, AWrongOrMissingTokenIsRefusedAndTheRunGoesOnUntouched) {
   const std::string with_password = "redis://:" + password + "@" + store.substr(8);
 
   // Island 1 is alive: a worker that took its place would make the run lose it. Each joins by the
-  // README's recipe: the run folder names the run (RUN_DIR/run.id).
+  // docs/islands.md's recipe: the run folder names the run (RUN_DIR/run.id).
   auto intruder = [&](const std::string& store_url, const std::vector<std::string>& extra,
                       const std::vector<std::string>& run_flags = {"--run-dir", ""}) {
     std::vector<std::string> w = {"worker", "--store", store_url, "--island", "1", "--rank", "0", "--islands", "2",

@@ -22,7 +22,7 @@
 
 namespace atl {
 
-// The one list of keys a --resume may change without --allow-config-change (docs: README.md).
+// The one list of keys a --resume may change without --allow-config-change (docs: docs/checkpoints.md).
 inline constexpr std::array<std::string_view, 10> kResumeSafeKeys = {
     "train.steps",     "train.eval_every", "train.eval_batches", "train.log_every",   "train.threads",
     "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
