@@ -9,6 +9,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev libcli11-dev libxxhash-dev libzstd-dev zlib1g-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libhiredis-dev redis-server   # dist/: collectives, rendezvous store
+  libcpp-httplib-dev  # supervise/: the live view's HTTP server (atoll launch --status-port)
   fortunes            # the built-in default corpus (/usr/share/games/fortunes)
   python3             # acceptance and benchmark helpers
   python3-sentencepiece python3-numpy   # tests: the exported tokenizer against SentencePiece itself

@@ -127,10 +127,19 @@ Runner add_launch(CLI::App& app) {
                 "with --resume: let --set or --config change other keys too (never a [model] key)");
   cmd->add_option("--init-from", f->launch.init_from,
                   "a new run starts from this Hugging Face model folder (docs/weights.md): its [model] and weights");
+  cmd->add_option("--status-port", f->launch.status_port,
+                  "serve the live view of the islands on this port while the run trains: / (a page), /status.json, "
+                  "/metrics (Prometheus), /health; 0 picks a free port (printed); default: none")
+      ->check(whole_number(0, 65535));
+  auto* status_host = cmd->add_option("--status-host", f->launch.status_host,
+                  "the address the live view listens on (default 127.0.0.1: this machine only; 0.0.0.0: every "
+                  "interface, readable by anyone who reaches it)");
   cmd->add_flag("--print-config", f->launch.print_config,
                 "print the whole resolved config (always saved as RUN_DIR/config.toml)");
-  return [cmd, f]() -> int {
+  return [cmd, f, status_host]() -> int {
     if (!cmd->parsed()) return -1;
+    if (status_host->count() > 0 && f->launch.status_port < 0)
+      throw ConfigError("--status-host without --status-port; fix: add --status-port PORT (0 picks a free one)");
     f->launch.run_dir = run_dir_or_default(f->launch.run_dir, f->launch.resume);
     refuse_init_from_resume(f->launch.init_from, f->launch.resume);
     f->launch.config = f->config.load_for_run(f->launch.run_dir, f->launch.resume);

@@ -141,6 +141,17 @@ Decision parse_decision(const std::string& text);
 std::vector<int> parse_round(const std::string& text);
 uint64_t parse_epoch(const std::string& text);
 
+// What an observer outside the run reads of its membership, taking no part in it (the
+// launcher's live view, supervise/status_model.h): every worker's heartbeat, its token and when it
+// expires (Unix ms on the store's clock), indexed island * M + rank, nullopt where absent; and the
+// newest view (nullopt before the first is published). Reads only; store errors are thrown as
+// they are (IoError, Timeout).
+struct MembershipSnapshot {
+  std::vector<std::optional<Store::Expiring>> heartbeats;
+  std::optional<View> view;
+};
+MembershipSnapshot read_membership(Store& store, int islands, int workers_per_island);
+
 // The attempt name of outer step `outer_step` ("s<outer_step>") and of an admission ("admit").
 std::string outer_attempt(int64_t outer_step);
 inline const char* kAdmitAttempt = "admit";

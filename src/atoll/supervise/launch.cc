@@ -26,6 +26,7 @@
 #include "atoll/dist/store.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/supervise/launcher.h"
+#include "atoll/supervise/live_view.h"
 #include "atoll/supervise/redis_server.h"
 #include "atoll/supervise/run_secrets.h"
 #include "atoll/train/dataset.h"
@@ -310,6 +311,8 @@ int launch(const LaunchOptions& o) {
     std::printf("%s; %d islands x %d workers\n", describe_run(cfg, run_dir).c_str(), N, M);
   std::fflush(stdout);
   const double t_start = now_s();
+  LiveView live({.port = o.status_port, .host = o.status_host, .islands = N, .workers_per_island = M}, cfg,
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   // Held until launch returns: the workers it starts write the folder under this lock.
   RunDir rd = open_run_dir(run_dir, cfg, {.resume = o.resume, .allow_config_change = o.allow_config_change});
   const DatasetInfo data = resolve_dataset(cfg);  // prepared once here, so the workers find it ready
@@ -362,6 +365,7 @@ int launch(const LaunchOptions& o) {
   const std::string run_id = make_run_id();
   write_run_id(rd.path, run_id);  // where a worker started by hand finds the run (`atoll worker --run-dir`)
   const StoreOptions store_options{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout};
+  live.set_run(run_id, rd.path, store_options);
   {
     Store s(store_options);
     publish_run_token(s, run_token);  // before any worker can register
@@ -375,11 +379,18 @@ int launch(const LaunchOptions& o) {
                   .signal_grace = std::chrono::milliseconds(int64_t(cfg.checkpoint.grace_s * 1000)),
                   .on_output = [&](int c, const std::string& line) { view.output(workers[size_t(c)].name, line); },
                   .on_metrics = [&](int c, const std::string& line) {
-                    if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r);
+                    if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r), live.row(c, r);
                   },
-                  .on_exit = [&](int c, const ChildExit& e) { return policy.on_exit(c, e); },
+                  .on_exit = [&](int c, const ChildExit& e) {
+                    ExitAction a = policy.on_exit(c, e);
+                    if (a.kind == ExitAction::Kind::kFail)
+                      live.set_state("failed", workers[size_t(c)].name + " failed (" + e.describe() + ")" + policy.why() +
+                                                   (e.last_error.empty() ? "" : ": " + e.last_error));
+                    return a;
+                  },
                   .on_tick = [&] {
                     policy.tick();
+                    live.tick(sup);
                     if (redis) keep_store_alive(*redis, store_options, run_token, events);
                   }});
   policy.attach(&sup);
@@ -390,12 +401,15 @@ int launch(const LaunchOptions& o) {
           .argv = worker_argv(o, rd, store, run_id, threads, i, r, /*join=*/true)});
       sup.spawn({.name = w.name, .argv = worker_argv(o, rd, store, run_id, threads, i, r, false), .env = env});
     }
+  live.tick(sup);
+  live.set_state("running");
   // However the run ends, every worker is gone when sup.run() returns or throws (the launcher's
   // own error, such as a metrics row it cannot write to a full disk): the store is stopped and
   // the checkpoints the workers left half written are removed, naming each, so that the space a
   // full disk needs is free again. The run's lock goes with `rd`.
   const auto wind_down = [&] {
     view.finish();
+    live.close_store();
     if (redis) redis->stop();
     remove_leftover_writes(rd.path);
     write_run_report(rd.path);  // however it ended; rewritten below with the summary of a run that completes
@@ -403,6 +417,10 @@ int launch(const LaunchOptions& o) {
   SupervisorOutcome out;
   try {
     out = sup.run();
+  } catch (const std::exception& e) {
+    live.set_state("failed", e.what());
+    wind_down();
+    throw;
   } catch (...) {
     wind_down();
     throw;

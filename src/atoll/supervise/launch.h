@@ -21,7 +21,10 @@
 //  5. shows their output with each worker's name in front, writes their metrics rows, whole
 //     lines, into the one RUN_DIR/metrics.jsonl, and drives one progress line from worker 0's
 //     rows with every island's latest loss;
-//  6. stops Redis and reports how the run ended (RUN_DIR/summary.txt when it ran to the end).
+//  6. with `status_port` (>= 0), serves the live view of the islands while the run trains
+//     (live_view.h; bound in step 1, before the run directory is opened, so a taken port is
+//     refused before anything is written);
+//  7. stops Redis and reports how the run ended (RUN_DIR/summary.txt when it ran to the end).
 // Returns 0 when the run finished, 3 when the θ hashes of an outer step ever differed, 128 + the
 // signal when SIGINT/SIGTERM stopped the run (event `interrupted`). A worker lost after the run
 // started (a signal, or exit kWorkerRejoinExit) is restarted with --join after a backoff while
@@ -55,6 +58,8 @@ struct LaunchOptions {
   bool allow_config_change = false;            // resume with keys changed beyond kResumeSafeKeys
   bool print_config = false;                   // print the whole resolved config, not one line
   std::string init_from = {};                  // a new run's weights from this Hugging Face folder (docs/weights.md)
+  int status_port = -1;                        // the live view (live_view.h): -1 none, 0 a free port
+  std::string status_host = "127.0.0.1";       // where the live view listens
 };
 
 // Runs the whole launch (see above); returns the exit status.
