@@ -11,22 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include "atoll/supervise/redis_server.h"
-#include "cli/cli_util.h"
+#include "cli/store_fixture.h"
 
 namespace atl::testing {
 namespace {
 
-class WorkerErrors : public CliTest {
+class WorkerErrors : public CliTestWithStore {
  protected:
-  static void SetUpTestSuite() {
-    CliTest::SetUpTestSuite();
-    redis_ = new RedisServer();
-  }
-  static void TearDownTestSuite() {
-    delete redis_;
-    CliTest::TearDownTestSuite();
-  }
   // `atoll worker` for island `island` (rank 0) of a run of `islands`, in its own run folder.
   std::vector<std::string> worker(const std::string& run_id, int island, int islands,
                                   const std::vector<std::string>& extra = {}) const {
@@ -37,7 +28,6 @@ class WorkerErrors : public CliTest {
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
-  static inline RedisServer* redis_ = nullptr;
 };
 
 TEST_F(WorkerErrors, AWorkerWithAnotherIslandCountIsNamedWithBothValues) {

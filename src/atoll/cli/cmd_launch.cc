@@ -15,6 +15,7 @@
 #include "atoll/core/user_path.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/launch.h"
+#include "atoll/supervise/placement.h"
 #include "atoll/supervise/run_secrets.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/resume_config.h"
@@ -25,24 +26,126 @@ namespace atl::cli {
 constexpr int kMaxLocalIslands = 256;
 constexpr int kIntMax = std::numeric_limits<int>::max();
 
+namespace {
+
+// The worker's placement and store flags, to tell given from default (a scheduler fills the others).
+struct WorkerFlagsGiven {
+  CLI::Option *island, *rank, *islands, *workers_per_island, *store, *run_id;
+  const int* first_island;
+};
+
+std::optional<int> given_int(const CLI::Option* o, int value) {
+  return o->count() > 0 ? std::optional<int>(value) : std::nullopt;
+}
+
+// The placement from the flags, else the scheduler's environment (supervise/placement.h): fills
+// island, rank, islands, workers_per_island, and the store and run id where no flag gave them.
+void place_worker(WorkerOptions& f, const WorkerFlagsGiven& given) {
+  // A worker placed by its flags (as `atoll launch` starts them, perhaps inside a Slurm job) does
+  // not fail on a scheduler variable it would not use.
+  SchedulerEnv env;
+  try {
+    env = read_scheduler_env([](const char* name) { return std::getenv(name); });
+  } catch (const ConfigError&) {
+    if (given.island->count() == 0 || given.store->count() == 0) throw;
+  }
+  const Placement p = resolve_placement({.island = given_int(given.island, f.island),
+                                         .rank = given_int(given.rank, f.rank),
+                                         .islands = given_int(given.islands, f.islands),
+                                         .workers_per_island = given_int(given.workers_per_island, f.workers_per_island),
+                                         .first_island = *given.first_island},
+                                        env);
+  f.island = p.island, f.rank = p.rank, f.islands = p.islands, f.workers_per_island = p.workers_per_island;
+  if (given.store->count() == 0) {
+    if (env.store_url.empty())
+      throw ConfigError("--store is required" + std::string(env.source.empty() ? "" : " (" + env.source + " names no store)") +
+                        "; fix: pass --store redis://HOST:PORT, or set MASTER_ADDR and MASTER_PORT to the store's host "
+                        "and port");
+    f.store_url = env.store_url;
+  }
+  if (given.run_id->count() == 0 && f.run_id == "atoll" && !env.run_id.empty()) f.run_id = env.run_id;
+  if (!f.quiet) {
+    std::printf("%s; store %s, run id %s\n", describe_placement(p, env).c_str(), f.store_url.c_str(), f.run_id.c_str());
+    std::fflush(stdout);
+  }
+}
+
+int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlagsGiven& given, const std::string& token_file) {
+  WorkerOptions* f = &fo;
+  // Flags that cannot go together are named before any path is looked at.
+  if (f->join && !f->resume_from.empty())
+    throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
+  if (!f->run_dir.empty()) check_output_dir(f->run_dir, "--run-dir");
+  if (!f->resume_from.empty()) check_input_dir(f->resume_from, "--resume-from", "pass a checkpoint of the run");
+  // A launched run's id is in its folder: `--run-dir` alone joins it.
+  if (given.run_id->count() == 0 && !f->run_dir.empty())
+    if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;
+  place_worker(*f, given);
+  // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
+  if (!token_file.empty()) f->run_token = read_secret_file(token_file, "--token-file");
+  else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
+  if (const char* p = std::getenv("ATOLL_STORE_PASSWORD"); p && parse_store_url(f->store_url).password.empty())
+    f->store_password = p;
+  if (f->island >= f->islands)
+    throw ConfigError("--island " + std::to_string(f->island) + " is not below --islands " + std::to_string(f->islands) +
+                      "; fix: islands are numbered 0..N-1");
+  if (f->rank >= f->workers_per_island)
+    throw ConfigError("--rank " + std::to_string(f->rank) + " is not below --workers-per-island " +
+                      std::to_string(f->workers_per_island) + "; fix: ranks are numbered 0..M-1");
+  if (config.path.empty()) config.path = default_config_path();
+  f->stop_on_signal = true;  // SIGTERM (preemption, or the launcher stopping it): a checkpoint, then kWorkerPreemptedExit
+  WorkerResult r;
+  try {
+    const Config cfg = config.load();
+    if (!f->quiet)  // a worker `atoll launch` started: the launcher warned already
+      warn_idle_keys(cfg, config.given,
+                     {.islands = true, .n_islands = f->islands, .workers_per_island = f->workers_per_island});
+    r = run_worker(cfg, *f);
+  } catch (const LeftRun& e) {  // the launcher restarts it with --join
+    std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
+    return kWorkerRejoinExit;
+  }
+  if (r.finished_before_admission) {
+    if (!f->quiet) std::printf("island %d rank %d: the run finished before this worker was admitted; it trained nothing\n", f->island, f->rank);
+    return 0;
+  }
+  if (!f->quiet)
+    std::printf("island %d rank %d: %s%ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,
+                r.stopped ? "stopped by a signal after " : "", long(r.steps), long(r.outer_steps), r.first_loss, r.final_loss, r.theta_hash.c_str());
+  return r.stopped ? kWorkerPreemptedExit : 0;
+}
+
+}  // namespace
+
 Runner add_worker(CLI::App& app) {
   auto* cmd = app.add_subcommand("worker", "one worker process of a multi-island run (started by `atoll launch`, or by hand on any host)");
   auto f = std::make_shared<WorkerOptions>();
   auto config = std::make_shared<ConfigFlags>();
   config->add_to(cmd, "default: configs/default.toml");
-  cmd->add_option("--store", f->store_url,
-                  "rendezvous store, redis://HOST:PORT or redis://:PASSWORD@HOST:PORT (or the password in "
-                  "ATOLL_STORE_PASSWORD)")->required();
+  auto* store = cmd->add_option("--store", f->store_url,
+                                "rendezvous store, redis://HOST:PORT or redis://:PASSWORD@HOST:PORT (or the password in "
+                                "ATOLL_STORE_PASSWORD); default under a scheduler: redis://MASTER_ADDR:MASTER_PORT, or "
+                                "port 6379 of Slurm's first host (docs/cluster.md)");
   auto token_file = std::make_shared<std::string>();
   cmd->add_option("--token-file", *token_file,
                   "the run's token (RUN_DIR/run.token, written by `atoll launch`); default: ATOLL_RUN_TOKEN");
-  cmd->add_option("--island", f->island, "this worker's island, 0..N-1")->required()->check(whole_number(0, kIntMax - 1));
-  cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1")->required()->check(whole_number(0, kIntMax - 1));
-  cmd->add_option("--islands", f->islands, "N: islands in the run")->required()->check(whole_number(1, kIntMax));
-  cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")->check(whole_number(1, kIntMax));
+  // Placement: the flags, else a scheduler's environment (supervise/placement.h).
+  auto* island = cmd->add_option("--island", f->island, "this worker's island, 0..N-1 (default: from Slurm, torchrun or "
+                                 "a Kubernetes Indexed Job: docs/cluster.md)")->check(whole_number(0, kIntMax - 1));
+  auto* rank = cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1 (default: as --island)")
+                   ->check(whole_number(0, kIntMax - 1));
+  auto* islands = cmd->add_option("--islands", f->islands, "N: islands in the run (default under Slurm or torchrun: "
+                                  "the task count / M)")->check(whole_number(1, kIntMax));
+  auto* per_island = cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")
+                         ->check(whole_number(1, kIntMax));
+  auto first_island = std::make_shared<int>(0);
+  cmd->add_option("--first-island", *first_island, "K: a scheduler's task t is island K + t / M (a site whose "
+                  "scheduler numbers its tasks from 0 while other sites hold islands 0..K-1); default 0")
+      ->check(whole_number(0, kIntMax - 1));
   auto* run_id = cmd->add_option("--run-id", f->run_id,
                                  "store key prefix shared by every worker of the run, unique per run; default: "
-                                 "RUN_DIR/run.id (a launched run's) with --run-dir, else 'atoll'");
+                                 "RUN_DIR/run.id (a launched run's) with --run-dir, else slurm-<SLURM_JOB_ID> or "
+                                 "TORCHELASTIC_RUN_ID under a scheduler, else 'atoll'");
   cmd->add_option("--run-dir", f->run_dir, "run directory (island 0 rank 0 writes checkpoints there)");
   cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)")
       ->check(whole_number(0, kIntMax));
@@ -50,48 +153,18 @@ Runner add_worker(CLI::App& app) {
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   cmd->add_option("--init-from", f->init_from, "a fresh start's weights from this Hugging Face folder (passed by `atoll launch --init-from`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
-  return [cmd, f, config, token_file, run_id]() -> int {
+  const WorkerFlagsGiven given{.island = island, .rank = rank, .islands = islands, .workers_per_island = per_island,
+                               .store = store, .run_id = run_id, .first_island = first_island.get()};
+  return [cmd, f, config, token_file, first_island, given]() -> int {
     if (!cmd->parsed()) return -1;
-    // Flags that cannot go together are named before any path is looked at.
-    if (f->join && !f->resume_from.empty())
-      throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
-    if (!f->run_dir.empty()) check_output_dir(f->run_dir, "--run-dir");
-    if (!f->resume_from.empty()) check_input_dir(f->resume_from, "--resume-from", "pass a checkpoint of the run");
-    // A launched run's id is in its folder: `--run-dir` alone joins it.
-    if (run_id->count() == 0 && !f->run_dir.empty())
-      if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;
-    // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
-    if (!token_file->empty()) f->run_token = read_secret_file(*token_file, "--token-file");
-    else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
-    if (const char* p = std::getenv("ATOLL_STORE_PASSWORD"); p && parse_store_url(f->store_url).password.empty())
-      f->store_password = p;
-    if (f->island >= f->islands)
-      throw ConfigError("--island " + std::to_string(f->island) + " is not below --islands " + std::to_string(f->islands) +
-                        "; fix: islands are numbered 0..N-1");
-    if (f->rank >= f->workers_per_island)
-      throw ConfigError("--rank " + std::to_string(f->rank) + " is not below --workers-per-island " +
-                        std::to_string(f->workers_per_island) + "; fix: ranks are numbered 0..M-1");
-    if (config->path.empty()) config->path = default_config_path();
-    f->stop_on_signal = true;  // SIGTERM (preemption, or the launcher stopping it): a checkpoint, then exit 0
-    WorkerResult r;
+    // Every error a retry would repeat (a flag, the config, the placement) exits kWorkerConfigExit,
+    // so that a scheduler's retry policy tells it from a preemption (docs/cluster.md).
     try {
-      const Config cfg = config->load();
-      if (!f->quiet)  // a worker `atoll launch` started: the launcher warned already
-        warn_idle_keys(cfg, config->given,
-                       {.islands = true, .n_islands = f->islands, .workers_per_island = f->workers_per_island});
-      r = run_worker(cfg, *f);
-    } catch (const LeftRun& e) {  // the launcher restarts it with --join
-      std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
-      return kWorkerRejoinExit;
+      return run_worker_command(*f, *config, given, *token_file);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "atoll: error: %s\n", e.what());
+      return kWorkerConfigExit;
     }
-    if (r.finished_before_admission) {
-      if (!f->quiet) std::printf("island %d rank %d: the run finished before this worker was admitted; it trained nothing\n", f->island, f->rank);
-      return 0;
-    }
-    if (!f->quiet)
-      std::printf("island %d rank %d: %s%ld steps, %ld outer steps, loss %.4f -> %.4f, theta %s\n", f->island, f->rank,
-                  r.stopped ? "stopped by a signal after " : "", long(r.steps), long(r.outer_steps), r.first_loss, r.final_loss, r.theta_hash.c_str());
-    return 0;
   };
 }
 

@@ -11,6 +11,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/user_path.h"
+#include "atoll/train/island_trainer.h"
 
 namespace {
 
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::fprintf(stderr, "atoll: error: %s\n", parse_error_line(app, e).c_str());
+    // A scheduler's retry policy reads `atoll worker`'s status: a mistake on its command line
+    // is a config error, like a bad config (train/island_trainer.h).
+    const auto subs = app.get_subcommands();
+    if (!subs.empty() && subs.front()->get_name() == "worker") return atl::kWorkerConfigExit;
     return e.get_exit_code();
   }
   try {

@@ -167,7 +167,7 @@ void visit_config(Config& c, V&& v) {
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
   v.num("checkpoint.keep", c.checkpoint.keep, "checkpoints kept (newest)", closed(1, 1 << 20));
-  v.num("checkpoint.grace_s", c.checkpoint.grace_s, "seconds a run stopped by SIGTERM (to `atoll train`, `atoll launch` or a worker) has to write its final checkpoint and exit 0", closed(0.0, 86400.0));
+  v.num("checkpoint.grace_s", c.checkpoint.grace_s, "seconds a run stopped by SIGTERM (to `atoll train`, `atoll launch` or a worker) has to write its final checkpoint and exit (0; a worker 79, retriable: docs/cluster.md)", closed(0.0, 86400.0));
 
   // Waits are counted in whole milliseconds (0 would mean "no bound" to some of them); a
   // million seconds is eleven days, far below the overflow of the count.

@@ -145,6 +145,12 @@ std::vector<std::string> worker_argv(const LaunchOptions& o, const RunDir& rd, c
   return argv;
 }
 
+// A worker that finished (0), or stopped with the run at the step a signal set, its checkpoint
+// written (kWorkerPreemptedExit).
+bool stopped_cleanly(const ExitStatus& e) {
+  return e.exited && e.signal == 0 && (e.exit_code == 0 || e.exit_code == kWorkerPreemptedExit);
+}
+
 // Elastic islands (docs/islands.md "Faults, membership and rejoin"): a worker that is lost after
 // the run started (killed by a signal, or left with kWorkerRejoinExit: its island lost a worker,
 // or the others re-formed without it) is restarted with --join after a backoff, while another
@@ -194,6 +200,10 @@ class RestartPolicy {
 
   ExitAction on_exit(int child, const ChildExit& e) {
     Worker& w = workers_[size_t(child)];
+    if (stopped_cleanly(e)) {  // stopped with the run at the step a signal set
+      if (!ended_) ended_ = now_s();
+      return {.kind = ExitAction::Kind::kIgnore};
+    }
     if (ended_) {
       std::fprintf(stderr, "atoll: %s ended (%s) after the run finished; ignored\n", w.name.c_str(), e.describe().c_str());
       return {.kind = ExitAction::Kind::kIgnore};
@@ -225,7 +235,7 @@ class RestartPolicy {
     if (!ended_) {
       watch_steps();
       for (size_t i = 0; i < workers_.size(); ++i)
-        if (!sup_->running(int(i)) && sup_->status(int(i)).exited && sup_->status(int(i)).exit_code == 0) ended_ = now_s();
+        if (!sup_->running(int(i)) && stopped_cleanly(sup_->status(int(i)))) ended_ = now_s();
       return;
     }
     if (now_s() - ended_ < grace_.count() / 1000.0) return;
@@ -427,9 +437,8 @@ int launch(const LaunchOptions& o) {
   }
   wind_down();
   const std::string latest = latest_checkpoint(rd.path);
-  const bool all_stopped_cleanly = std::all_of(out.children.begin(), out.children.end(), [](const ChildExit& e) {
-    return e.exited && e.signal == 0 && e.exit_code == 0;
-  });
+  const bool all_stopped_cleanly =
+      std::all_of(out.children.begin(), out.children.end(), [](const ChildExit& e) { return stopped_cleanly(e); });
   if (out.interrupted && out.signal == SIGTERM && all_stopped_cleanly) {  // preemption: nothing lost
     events.write(event_row("preempted", {{"signal", out.signal}, {"checkpoint", latest}}));
     std::fprintf(stderr, "atoll: preempted (SIGTERM): every worker stopped after writing the final checkpoint %s; "

@@ -83,6 +83,12 @@ struct WorkerOptions {
 // The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
 // island lost a worker, or the others re-formed without it): the launcher restarts it with --join.
 inline constexpr int kWorkerRejoinExit = 75;
+// The other exit statuses of `atoll worker` a scheduler's retry policy reads (docs/cluster.md):
+// a signal (SIGTERM: preemption) stopped the run at a step every worker agreed on, with that
+// step's checkpoint written: retriable, by starting every worker again with --resume-from; and
+// an error that a retry would only repeat (a flag, the config, the placement): not retriable.
+inline constexpr int kWorkerPreemptedExit = 79;
+inline constexpr int kWorkerConfigExit = 78;  // sysexits.h's EX_CONFIG
 
 struct WorkerResult {
   int64_t steps = 0, outer_steps = 0;
