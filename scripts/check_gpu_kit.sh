@@ -6,9 +6,12 @@
 # unless every binary of the kit loads, every GPU test starts and reports its skip ("no CUDA
 # device"), and the CPU twins and the two islands train. A library missing from the kit fails here.
 # Usage: scripts/check_gpu_kit.sh   (ATOLL_KIT_STEPS: the twins' steps, default 10 here)
+#        scripts/check_gpu_kit.sh --make-root   only make the minimal root (CI: while it compiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ -x gpu-kit/run.sh ]] || { echo "check_gpu_kit: no gpu-kit/run.sh; fix: run scripts/gpu_kit.sh first" >&2; exit 2; }
+make_root_only=0
+[[ "${1:-}" == --make-root ]] && make_root_only=1
+((make_root_only)) || [[ -x gpu-kit/run.sh ]] || { echo "check_gpu_kit: no gpu-kit/run.sh; fix: run scripts/gpu_kit.sh first" >&2; exit 2; }
 sudo=()
 [[ $(id -u) -ne 0 ]] && sudo=(sudo)
 root=${ATOLL_MINROOT:-$HOME/.cache/atoll/minroot}
@@ -16,7 +19,8 @@ cuda=$(readlink -f /usr/local/cuda 2>/dev/null || true)
 [[ -d "$cuda/bin" ]] || { echo "check_gpu_kit: no CUDA toolkit at /usr/local/cuda to mount in" >&2; exit 2; }
 
 if [[ ! -x "$root/bin/bash" ]]; then
-  command -v debootstrap >/dev/null || "${sudo[@]}" apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  source scripts/install_missing.sh
+  install_missing debootstrap
   mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
   [[ -n "$mirror" ]] || mirror=$(awk '/^deb /{ print $2; exit }' /etc/apt/sources.list 2>/dev/null)
   echo "check_gpu_kit: debootstrap --variant=minbase bookworm $root ($mirror)"
@@ -25,6 +29,7 @@ if [[ ! -x "$root/bin/bash" ]]; then
     || { tail -5 /tmp/atoll-debootstrap.log >&2; exit 1; }
   "${sudo[@]}" mv "$root.new" "$root"
 fi
+((make_root_only)) && { echo "check_gpu_kit: minimal root ready in $root"; exit 0; }
 for lib in libdnnl.so.2 libgloo.so.0 libhiredis.so.0.14 libsentencepiece.so.0 libopenblas.so.0 libgomp.so.1; do
   if [[ -n "$(find "$root/usr/lib" -name "$lib" 2>/dev/null | head -1)" ]]; then
     echo "check_gpu_kit: the minimal root holds $lib: not a fair check (remove $root to remake it)" >&2; exit 1

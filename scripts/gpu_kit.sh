@@ -25,13 +25,14 @@ fi
 command -v redis-server >/dev/null || { echo "gpu_kit: no redis-server; fix: scripts/setup.sh installs it" >&2; exit 2; }
 
 scripts/build_gpu.sh cuda
-[[ -x build-cuda/atoll ]] || { echo "gpu_kit: build-cuda/atoll was not built (no nvcc?); the kit needs the CUDA build" >&2; exit 2; }
+cuda_build=${ATOLL_CUDA_BUILD_DIR:-build-cuda}  # build/ in CI (scripts/build_gpu.sh cuda-args)
+[[ -x $cuda_build/atoll ]] || { echo "gpu_kit: $cuda_build/atoll was not built (no nvcc?); the kit needs the CUDA build" >&2; exit 2; }
 
 new=gpu-kit.new
 rm -rf "$new"
 mkdir -p "$new"/{bin,tests,lib/compat,configs,peer,bench,manifest,data}
-cp build-cuda/atoll "$new/bin/"
-cp build-cuda/tests/backend_cuda/backend_cuda_*_test "$new/tests/"
+cp "$cuda_build/atoll" "$new/bin/"
+cp "$cuda_build"/tests/backend_cuda/backend_cuda_*_test "$new/tests/"
 cp -L "$(command -v redis-server)" "$new/bin/redis-server"
 strip --strip-unneeded "$new"/bin/atoll "$new"/tests/*
 cp configs/*.toml "$new/configs/"
@@ -77,7 +78,7 @@ echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests scripts 
 if [[ -f gpu-kit/data/fortunes-v4096/meta.json ]]; then
   cp -a gpu-kit/data/fortunes-v4096 "$new/data/"
 else
-  build-cuda/atoll data prepare --out "$new/data/fortunes-v4096" --vocab-size 4096 >/dev/null
+  "$cuda_build/atoll" data prepare --out "$new/data/fortunes-v4096" --vocab-size 4096 >/dev/null
 fi
 
 n_tests=$(ls "$new/tests" | wc -l)

@@ -9,6 +9,8 @@ install_missing() {
   echo "${0##*/}: installing ${missing[*]}"
   local sudo_cmd=()
   [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Another install may hold dpkg's lock (CI fetches some packages in the background): wait for it.
+  local wait=(-o DPkg::Lock::Timeout=900)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get "${wait[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get "${wait[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what atoll needs from Debian's packages (only what is missing) and builds it into
-# build/ (Release). Safe to run again: it rebuilds only what changed.
+# build/ (Release). Safe to run again: it rebuilds only what changed. `--packages-only`: only the
+# packages. ATOLL_CMAKE_ARGS adds CMake arguments (CI: the CUDA build, scripts/build_gpu.sh cuda-args).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,7 @@ packages=(
 )
 source scripts/install_missing.sh
 install_missing "${packages[@]}"
+[[ "${1:-}" == --packages-only ]] && exit 0  # CI: fetch the rest while this compiles
 
 build_type=${ATOLL_BUILD_TYPE:-Release}
 source scripts/ccache_env.sh
