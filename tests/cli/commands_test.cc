@@ -160,6 +160,10 @@ TEST_F(Commands, EvalPrintsOneJsonObject) {
   // --tokens caps the predicted tokens.
   const json capped = eval_json({"eval", "--checkpoint", base_run(), "--tokens", "64"});
   EXPECT_EQ(capped["tokens"].get<int64_t>(), 64);
+  // A --batch far beyond the windows the data holds is cut to them (it was std::bad_alloc).
+  const json huge = eval_json({"eval", "--checkpoint", base_run(), "--batch", "1048576"});
+  EXPECT_NEAR(huge["loss"].get<double>(), loss, 1e-6 * loss);  // summed in other groups
+  EXPECT_EQ(huge["tokens"], j["tokens"]);
 }
 
 // A period-T token sequence of `windows` windows: every window [i*T, i*T+T+1) of it is the

@@ -3,6 +3,9 @@
 // never interrupted.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <csignal>
 #include <fstream>
 
 #include "cli/cli_util.h"
@@ -75,6 +78,24 @@ TEST(DataPrepare, KilledPrepareResumesToTheSameShards) {
   for (const auto& [name, bytes] : kept) EXPECT_EQ(after.at(name), bytes) << name;
   EXPECT_EQ(after, shards_of(dir / "whole"));
   EXPECT_FALSE(fs::exists(dir / "cut/progress.json"));
+
+  // Ctrl-C: one line says the same command resumes; it does, to the same shards.
+  Background bg(args(dir / "ctrl-c"), dir / "ctrl-c-log");
+  ASSERT_TRUE(wait_for_file(dir / "ctrl-c", "train_000001.bin", 120, [&] { return bg.running(); }))
+      << read_file(dir / "ctrl-c-log.err");
+  ::kill(bg.pid(), SIGINT);
+  const int status = bg.wait();
+  const std::string err = read_file(dir / "ctrl-c-log.err");
+  if (WIFSIGNALED(status)) {  // else it finished first: nothing to say
+    EXPECT_EQ(WTERMSIG(status), SIGINT) << err;
+    EXPECT_NE(err.find("atoll: interrupted: data prepare stopped; the shards written to " + dir / "ctrl-c" +
+                       " are kept: run the same command again to resume"),
+              std::string::npos)
+        << err;
+  }
+  const RunResult again = run_atoll(args(dir / "ctrl-c"));
+  ASSERT_EQ(again.exit_code, 0) << again.describe();
+  EXPECT_EQ(shards_of(dir / "ctrl-c"), shards_of(dir / "whole"));
 }
 
 }  // namespace

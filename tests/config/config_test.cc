@@ -73,6 +73,20 @@ TEST(Config, WrongTypesAndRangesAreNamed) {
   EXPECT_NE(error_of("", {"train.steps"}).find("expected key=value"), std::string::npos);
 }
 
+TEST(Config, AFloatForAnIntegerAndAStringForAListAreNamedAsSuch) {
+  // --set train.steps=1e1 is the float 10 to TOML: the message must not read "got 10".
+  const std::string f = error_of("", {"train.steps=1e1"});
+  EXPECT_NE(f.find("train.steps: expected an integer, got the floating-point number"), std::string::npos) << f;
+  EXPECT_NE(f.find("no decimal point or exponent"), std::string::npos) << f;
+  // In a file a list is written as a list; only --set takes "a,b" for one.
+  const std::string l = error_of("[model]\nrouter_layers = \"zaya\"\n");
+  EXPECT_NE(l.find("model.router_layers: expected a list of strings, got the string"), std::string::npos) << l;
+  EXPECT_NE(l.find("[\"zaya\"]"), std::string::npos) << l;
+  EXPECT_NE(error_of("[data]\ninput = \"notes.txt\"\n").find("data.input: expected a list"), std::string::npos);
+  const Config c = parse_config("", "defaults", {"data.input=a.txt,b.txt"});
+  EXPECT_EQ(c.data.input, (std::vector<std::string>{"a.txt", "b.txt"}));
+}
+
 TEST(Config, FaultKeysHaveHealingDefaultsAndTheTtlMustExceedTheHeartbeat) {
   const Config c = parse_config("", "defaults");
   EXPECT_GT(c.fault.max_restarts, 0) << "a run left alone heals itself";

@@ -26,9 +26,10 @@ TEST(DataMix, ParsesAndRoundTrips) {
   ASSERT_EQ(data_phases(c.data).size(), 1u);
   EXPECT_EQ(data_phases(c.data)[0].mix, c.data.mix);
 
-  // TOML's array-of-tables form, and weight left out (1).
-  const Config t = parse_config("[[data.mix]]\ndir = \"a\"\n[[data.mix]]\ndir = \"b\"\nweight = 2\n", "t.toml");
+  // TOML's array-of-tables form; a weight left out of a mixture of one dataset is 1.
+  const Config t = parse_config("[[data.mix]]\ndir = \"a\"\nweight = 1\n[[data.mix]]\ndir = \"b\"\nweight = 2\n", "t.toml");
   EXPECT_EQ(t.data.mix, (std::vector<MixSource>{{"a", 1.0}, {"b", 2.0}}));
+  EXPECT_EQ(parse_config("[[data.mix]]\ndir = \"a\"\n", "one.toml").data.mix, (std::vector<MixSource>{{"a", 1.0}}));
 
   const Config p = parse_config(
       "[data]\nphases = [{at_tokens = 0, mix = [{dir = \"web\"}]}, {at_tokens = 2000000, mix = [{dir = \"web\", weight = "
@@ -51,22 +52,23 @@ TEST(DataMix, BadValuesAreNamed) {
   };
   for (const Case& c : std::vector<Case>{
            {"[data]\nmix = [{dir = \"a\", weight = 0}]\n", "data.mix[0].weight: weight 0 is not a number > 0"},
-           {"[data]\nmix = [{dir = \"a\"}, {dir = \"b\", weight = -0.5}]\n", "data.mix[1].weight"},
+           {"[data]\nmix = [{dir = \"a\", weight = 1}, {dir = \"b\", weight = -0.5}]\n", "data.mix[1].weight"},
            {"[data]\nmix = [{dir = \"a\", weight = \"much\"}]\n", "data.mix[0].weight"},
            {"[data]\nmix = [{weight = 1}]\n", "data.mix[0].dir"},
+           {"[data]\nmix = [{dir = \"a\", weight = 1}, {dir = \"b\"}]\n", "data.mix[1].weight: no weight given for \"b\" in a mixture of 2 datasets"},
            {"[data]\nmix = [{dir = \"a\", wieght = 1}]\n", "data.mix[0].wieght: unknown key"},
-           {"[data]\nmix = [{dir = \"a\"}, {dir = \"a\"}]\n", "listed twice"},
+           {"[data]\nmix = [{dir = \"a\", weight = 1}, {dir = \"a\", weight = 1}]\n", "listed twice"},
            {"[data]\nmix = \"a\"\n", "data.mix: expected a non-empty list"},
-           {"[data]\nmix = [{dir = \"a\"}]\ndir = \"b\"\n", "data.mix is set together with data.dir"},
-           {"[data]\nmix = [{dir = \"a\"}]\ninput = [\"x.txt\"]\n", "data.mix is set together with data.input"},
-           {"[data]\nmix = [{dir = \"a\"}]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}]\n",
+           {"[data]\nmix = [{dir = \"a\", weight = 1}]\ndir = \"b\"\n", "data.mix is set together with data.dir"},
+           {"[data]\nmix = [{dir = \"a\", weight = 1}]\ninput = [\"x.txt\"]\n", "data.mix is set together with data.input"},
+           {"[data]\nmix = [{dir = \"a\", weight = 1}]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = 1}]}]\n",
             "data.mix and data.phases are both set"},
-           {"[data]\nphases = [{at_tokens = 5, mix = [{dir = \"a\"}]}]\n", "data.phases[0].at_tokens: the first phase must start at 0"},
-           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}, {at_tokens = 0, mix = [{dir = \"b\"}]}]\n",
+           {"[data]\nphases = [{at_tokens = 5, mix = [{dir = \"a\", weight = 1}]}]\n", "data.phases[0].at_tokens: the first phase must start at 0"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = 1}]}, {at_tokens = 0, mix = [{dir = \"b\", weight = 1}]}]\n",
             "data.phases[1].at_tokens: phases must start at increasing token counts"},
            {"[data]\nphases = [{at_tokens = 0}]\n", "data.phases[0].mix: missing"},
            {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = -1}]}]\n", "data.phases[0].mix[0].weight"},
-           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], seq_len = 9}]\n", "data.phases[0].seq_len: unknown key"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = 1}], seq_len = 9}]\n", "data.phases[0].seq_len: unknown key"},
        }) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find("mix.toml"), std::string::npos) << c.text << "\n" << e;

@@ -134,6 +134,7 @@ TEST(PrepareStream, BadInputIsSkippedAndCounted) {
   write_file(dir / "in/b_empty.txt", "");
   const std::string full = zstd(jsonl(testing::make_docs(3000, 30)));  // several zstd blocks
   write_file(dir / "in/c.jsonl.zst", full.substr(0, full.size() * 2 / 3));
+  fs::create_symlink("nowhere", dir / "in/d_dangling");  // skipped, and counted
   const PrepareResult r = prepare_data({.inputs = {dir / "in"}, .out_dir = dir / "d", .vocab_size = 400});
   const auto meta = meta_of(dir / "d");
   // The line `oops`, and the .zst's last line, cut in the middle.
@@ -142,9 +143,27 @@ TEST(PrepareStream, BadInputIsSkippedAndCounted) {
   EXPECT_EQ(meta["skipped"]["invalid_utf8_bytes"], 1);
   EXPECT_EQ(meta["skipped"]["empty_files"], nlohmann::json::array({dir / "in/b_empty.txt"}));
   EXPECT_EQ(meta["skipped"]["truncated_files"], nlohmann::json::array({dir / "in/c.jsonl.zst"}));
+  EXPECT_EQ(meta["skipped"]["entries"],
+            nlohmann::json::array({dir / "in/d_dangling" + ": it is a dangling symbolic link, not a file or folder"}));
   // The good lines, the repaired one, and the .zst's lines before the cut.
   EXPECT_GT(r.documents, 101 + 1000);
   EXPECT_LT(r.documents, 101 + 3000);
+}
+
+// A small .zst cut before its first whole document: the error says it is cut short, not only
+// that there is no text.
+TEST(PrepareStream, ACompressedFileCutBeforeItsFirstDocumentIsNamedAsTruncated) {
+  TempDir dir;
+  const std::string full = zstd(jsonl(testing::make_docs(50, 31)));
+  write_file(dir / "in/small.jsonl.zst", full.substr(0, full.size() / 3));
+  try {
+    prepare_data({.inputs = {dir / "in"}, .out_dir = dir / "d", .vocab_size = 400});
+    FAIL() << "prepared a truncated file that holds no whole document";
+  } catch (const DataError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("small.jsonl.zst are cut short"), std::string::npos) << m;
+    EXPECT_NE(m.find("fix:"), std::string::npos) << m;
+  }
 }
 
 // A different dataset in the output folder is refused and left as it was.

@@ -38,6 +38,25 @@ TEST(StoreUrl, Parses) {
     EXPECT_THROW(parse_store_url(bad), ConfigError) << bad;
 }
 
+TEST(StoreUrl, AnIpv6HostIsWrittenInBracketsAndAMalformedOneIsNamed) {
+  EXPECT_EQ(parse_store_url("redis://[::1]:7000").host, "::1");
+  EXPECT_EQ(parse_store_url("redis://[::1]:7000").port, 7000);
+  EXPECT_EQ(parse_store_url("redis://[fe80::2]").port, 6379);
+  EXPECT_EQ(parse_store_url("redis://[::1]:7000").url(), "redis://[::1]:7000");
+  const auto error = [](const std::string& url) {
+    try {
+      parse_store_url(url);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error("redis://[::1").find("is not closed"), std::string::npos) << error("redis://[::1");
+  EXPECT_NE(error("redis://[::1]x").find("is not ':PORT'"), std::string::npos);
+  EXPECT_NE(error("redis://::1:6379").find("needs brackets"), std::string::npos);
+  EXPECT_NE(error("redis://[]:6379").find("has no host"), std::string::npos);
+}
+
 TEST(StoreUrl, TakesAPasswordAndNeverShowsIt) {
   const StoreAddress a = parse_store_url("redis://:s3cr@t@10.0.0.2:7000");
   EXPECT_EQ(a.password, "s3cr@t");

@@ -5,6 +5,7 @@
 #include "atoll/engine/memory_estimate.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,6 +212,35 @@ TEST(MemoryCheck, TurnedOffWhenTheEstimateIsWrong) {
   Config cfg = absurd();
   cfg.train.memory_check = false;
   EXPECT_NO_THROW(check_memory_fits(cfg));
+}
+
+// `ulimit -v`: the address-space limit bounds what is available (it was ignored, and a model
+// over it ended in std::bad_alloc). In a child, so the limit does not stay with the test.
+TEST(MemoryEstimate, TheAddressSpaceLimitBoundsTheMemoryAvailable) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::ifstream statm("/proc/self/statm");
+    double pages = 0;
+    statm >> pages;
+    const double mapped = pages * double(::sysconf(_SC_PAGESIZE));
+    const rlimit lim{.rlim_cur = rlim_t(mapped) + (rlim_t(256) << 20), .rlim_max = RLIM_INFINITY};
+    ::setrlimit(RLIMIT_AS, &lim);
+    const AvailableMemory a = available_host_memory();
+    const double got[2] = {a.bytes, a.source.find("ulimit -v") != std::string::npos ? 1.0 : 0.0};
+    [[maybe_unused]] const ssize_t n = ::write(fds[1], got, sizeof got);
+    ::_exit(0);
+  }
+  double got[2] = {0, 0};
+  ASSERT_EQ(::read(fds[0], got, sizeof got), ssize_t(sizeof got));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(fds[0]), ::close(fds[1]);
+  EXPECT_GT(got[0], 0.0);
+  EXPECT_LE(got[0], double(256 << 20)) << "the room under the limit, not the machine's memory";
+  EXPECT_EQ(got[1], 1.0) << "the message names ulimit -v";
 }
 
 }  // namespace

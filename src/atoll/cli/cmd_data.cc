@@ -1,10 +1,36 @@
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
+#include <string>
 
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
 #include "atoll/data/prepare.h"
 
 namespace atl::cli {
+
+namespace {
+
+// Ctrl-C or SIGTERM during a prepare: say that the same command resumes it (the shards written
+// so far are kept, data/prepare.h), then die of the signal as before. Only write(2) and
+// raise(3) in the handler: the line is composed before any work starts.
+std::string g_interrupted_line;
+
+void on_interrupt(int sig) {
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_interrupted_line.data(), g_interrupted_line.size());
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void say_how_to_resume_on_interrupt(const std::string& out_dir) {
+  g_interrupted_line = "atoll: interrupted: data prepare stopped; the shards written to " + out_dir +
+                       " are kept: run the same command again to resume\n";
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+}
+
+}  // namespace
 
 Runner add_data(CLI::App& app) {
   auto* data = app.add_subcommand("data", "data tools");
@@ -34,6 +60,7 @@ Runner add_data(CLI::App& app) {
                "encode with SentencePiece's Encode alone, without the word cache (same tokens, about 10x slower)");
   return [cmd, opts]() -> int {
     if (!cmd->parsed()) return -1;
+    say_how_to_resume_on_interrupt(opts->out_dir);
     PrepareResult r = prepare_data(*opts);
     std::printf("%s %s: %ld documents, vocabulary %d, %ld training tokens in %zu shard(s), %ld validation tokens (%.1f s)\n",
                 r.reused ? "reused" : r.resumed ? "resumed and prepared" : "prepared", r.out_dir.c_str(),

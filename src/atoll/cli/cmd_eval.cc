@@ -11,6 +11,7 @@
 #include "atoll/core/log.h"
 #include "atoll/core/user_path.h"
 #include "atoll/data/loader.h"
+#include "atoll/engine/memory_estimate.h"
 #include "atoll/model/model.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/trainer.h"
@@ -28,6 +29,24 @@ struct EvalResult {
 // inside a window evaluates that window's first n positions as a sequence of n tokens: the
 // model is causal (and its RoPE angles depend on the position only), so their losses are the
 // ones the whole window gives them.
+// A forward pass of `batch` windows must fit in memory: the activations and scratch of the
+// memory estimate at that batch (no gradients or optimizer state in eval), against what the
+// machine has; a ConfigError naming --batch, instead of std::bad_alloc.
+void check_eval_batch_fits(const ModelConfig& m, int batch) {
+  Config c;
+  c.model = m;
+  c.train.batch_size = batch;
+  c.train.micro_batch_size = 0;
+  const MemoryEstimate e = estimate_memory(c);
+  const double need = e.params * sizeof(float) + e.activations + e.scratch;
+  const AvailableMemory have = available_host_memory();
+  if (have.bytes <= 0 || need <= have.bytes) return;
+  const int fits = int(std::max(1.0, batch * (have.bytes - e.params * sizeof(float)) / (e.activations + e.scratch)));
+  throw ConfigError("eval --batch " + std::to_string(batch) + ": a forward pass of " + std::to_string(batch) +
+                    " windows needs about " + bytes_text(need) + ", " + bytes_text(have.bytes) + " is available (" +
+                    have.source + "); fix: pass a smaller --batch, e.g. --batch " + std::to_string(std::min(fits, batch - 1)));
+}
+
 EvalResult evaluate(const ModelConfig& m, std::vector<float>& params, DataLoader& loader, int64_t max_tokens,
                     int batch) {
   const int T = m.seq_len;
@@ -35,6 +54,9 @@ EvalResult evaluate(const ModelConfig& m, std::vector<float>& params, DataLoader
   const int64_t n = max_tokens > 0 ? std::min(max_tokens, all) : all;
   const int64_t windows = n / T;
   const int rest = int(n % T);
+  // No pass holds more windows than there are: --batch 1048576 on a small shard costs nothing.
+  batch = int(std::max<int64_t>(1, std::min<int64_t>(batch, windows)));
+  check_eval_batch_fits(m, batch);
   std::vector<int32_t> in(size_t(batch) * T), tg(size_t(batch) * T);
   double sum = 0;
   {

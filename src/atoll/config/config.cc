@@ -281,7 +281,9 @@ struct Reader {
     const std::string in = allowed[0] == '[' || allowed[0] == '(' ? "in " + allowed : allowed;
     if constexpr (integral) {
       auto* i = n->as_integer();
-      if (!i) fail(key, "expected an integer, got " + node_repr(*n), std::string("write a whole number, e.g. ") + key + " = " + std::to_string(field));
+      // TOML reads 1e1 or 10.0 as a float: say so, since node_repr prints it as a whole number.
+      const std::string got = n->as_floating_point() ? "the floating-point number " + node_repr(*n) : node_repr(*n);
+      if (!i) fail(key, "expected an integer, got " + got, std::string("write a whole number (no decimal point or exponent), e.g. ") + key + " = " + std::to_string(field));
       if (!b.contains(double(i->get())))
         fail(key, "value " + std::to_string(i->get()) + " is out of range", "use a value " + in);
       field = static_cast<N>(i->get());
@@ -318,7 +320,9 @@ struct Reader {
     const toml::node* n = find(key);
     if (!n) return;
     field.clear();
-    if (auto* s = n->as_string()) {  // "a,b" from --set
+    if (auto* s = n->as_string()) {  // "a,b" from --set; in a file a list is written as one
+      if (!overridden.count(key))
+        fail(key, "expected a list of strings, got the string " + node_repr(*n), std::string("write a list, e.g. ") + key + " = [" + node_repr(*n) + "]");
       std::stringstream ss(s->get());
       std::string item;
       while (std::getline(ss, item, ',')) if (!item.empty()) field.push_back(item);

@@ -33,6 +33,11 @@ std::vector<MixSource> read_data_mix(const toml::node& n, const std::string& key
     auto* dir = t->get("dir") ? t->get("dir")->as_string() : nullptr;
     if (!dir || dir->get().empty()) raise(fail, at + ".dir", "expected the folder of a prepared dataset", example);
     const toml::node* w = t->get("weight");
+    // A weight may be left out only where it means nothing (a mixture of one dataset): beside
+    // others, a silent 1 would be weighed against weights that may sum to 1.
+    if (!w && a->size() > 1)
+      raise(fail, at + ".weight", "no weight given for \"" + dir->get() + "\" in a mixture of " +
+                                      std::to_string(a->size()) + " datasets", example);
     const double weight = !w                    ? 1.0
                           : w->as_integer()        ? double(w->as_integer()->get())
                           : w->as_floating_point() ? w->as_floating_point()->get()

@@ -59,7 +59,11 @@ size_t utf8_len(const unsigned char* p, size_t n) {
 // entry that is neither a file nor a folder (a dangling symlink, a pipe, a device, a socket) is
 // skipped with a warning naming it: reading a pipe would block, and a device never ends.
 void walk_folder(const fs::path& dir, const std::string& skip, std::set<std::string>& entered,
-                 std::vector<fs::path>& files) {
+                 std::vector<fs::path>& files, std::vector<std::string>* skipped) {
+  const auto skip_entry = [&](const fs::path& p, const std::string& why) {
+    log_warn("input " + p.string() + ": skipped, " + why);
+    if (skipped) skipped->push_back(p.string() + ": " + why);
+  };
   std::error_code ec;
   std::vector<fs::path> entries;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
@@ -73,20 +77,18 @@ void walk_folder(const fs::path& dir, const std::string& skip, std::set<std::str
     if (kind == PathKind::kFolder) {
       const std::string id = path_identity(p.string());
       if (id == skip) {
-        log_warn("input " + p.string() + ": skipped, it is the output folder (--out) of this prepare");
+        skip_entry(p, "it is the output folder (--out) of this prepare");
       } else if (!entered.insert(id).second) {
-        log_warn("input " + p.string() + ": skipped, a symbolic link to a folder read already (a loop, or the same "
-                 "folder twice)");
+        skip_entry(p, "a symbolic link to a folder read already (a loop, or the same folder twice)");
       } else {
-        walk_folder(p, skip, entered, files);
+        walk_folder(p, skip, entered, files, skipped);
       }
     } else if (kind == PathKind::kFile) {
       if (p.extension() == ".dat" && fs::exists(fs::path(p).replace_extension(), ec)) continue;
       files.push_back(p);
     } else {
-      log_warn("input " + p.string() + ": skipped, it is " +
-               (kind == PathKind::kMissing ? std::string("a dangling symbolic link") : path_kind_text(kind)) +
-               ", not a file or folder");
+      skip_entry(p, "it is " + (kind == PathKind::kMissing ? std::string("a dangling symbolic link") : path_kind_text(kind)) +
+                        ", not a file or folder");
     }
   }
 }
@@ -103,7 +105,7 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
 std::vector<std::string> default_corpus_paths() { return {kDefaultCorpus}; }
 
 std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs, const std::string& key,
-                                           const std::string& skip_dir) {
+                                           const std::string& skip_dir, std::vector<std::string>* skipped) {
   const std::vector<PathEntry> entries = list_entries(key, inputs);
   for (const PathEntry& e : entries)
     check_input_file_or_dir(e.path, e.key, "pass existing files or folders (" + key + "), or leave it empty for the built-in corpus");
@@ -116,7 +118,7 @@ std::vector<std::string> list_corpus_files(const std::vector<std::string>& input
     std::vector<fs::path> found;
     if (path_kind(input) == PathKind::kFolder) {
       entered.insert(path_identity(input));
-      walk_folder(input, skip, entered, found);
+      walk_folder(input, skip, entered, found, skipped);
     } else {
       found.push_back(input);
     }

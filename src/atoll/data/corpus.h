@@ -35,9 +35,10 @@ std::vector<std::string> default_corpus_paths();
 // Expands inputs into the files to read, in the order described above. Throws PathError for
 // an input that does not exist, is no file or folder, or names what another input names; `key`
 // names the inputs in messages ("--input", or "data.input" whose entries are "data.input[i]").
-// `skip_dir` (a prepare's output folder) is never walked into.
+// `skip_dir` (a prepare's output folder) is never walked into. Each entry skipped while walking
+// is warned about and, when `skipped` is given, added to it as "PATH: why".
 std::vector<std::string> list_corpus_files(const std::vector<std::string>& inputs, const std::string& key = "--input",
-                                           const std::string& skip_dir = "");
+                                           const std::string& skip_dir = "", std::vector<std::string>* skipped = nullptr);
 
 // Refuses a file that is not text (see above), naming it and the first bad byte. Reads at
 // most its first KiB (decompressed).

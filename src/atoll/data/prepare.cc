@@ -268,7 +268,9 @@ int64_t sample_bytes(const PrepareOptions& o) {
 }
 
 // Pass 1: the tokenizer's training sample.
-std::vector<std::string> draw_sample(const std::vector<std::string>& files, const PrepareOptions& o, int64_t budget) {
+// `truncated` receives the compressed files found cut short (named when no text is found).
+std::vector<std::string> draw_sample(const std::vector<std::string>& files, const PrepareOptions& o, int64_t budget,
+                                     std::vector<std::string>& truncated) {
   SentenceSample sample(budget, o.seed);
   DocumentStream stream(files);
   Progress progress("prepare: tokenizer sample", total_size(files));
@@ -288,6 +290,7 @@ std::vector<std::string> draw_sample(const std::vector<std::string>& files, cons
   log_info("prepare: tokenizer sample of " + std::to_string(sample.bytes() >> 20) + " MB from " +
            std::to_string(sample.seen_bytes() >> 20) + " MB (" + std::to_string(sample.seen_sentences()) +
            " sentences), seed " + std::to_string(o.seed));
+  truncated = stream.truncated_files();
   return sample.take();
 }
 
@@ -512,9 +515,10 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   check_output_dir(out.string(), o.out_key);
   if (!o.tokenizer.empty()) check_input_file(o.tokenizer, "--tokenizer", "pass a SentencePiece tokenizer.model");
   const std::vector<std::string> inputs = o.inputs.empty() ? default_corpus_paths() : o.inputs;
+  std::vector<std::string> skipped_entries;  // dangling links, pipes, loops: counted in meta.json
   const std::vector<std::string> files =
       list_corpus_files(inputs, o.inputs.empty() ? "the built-in corpus (apt-get install fortunes)" : o.input_key,
-                        out.string());
+                        out.string(), &skipped_entries);
   for (const auto& f : files) check_text_file(f);  // a binary file is refused before any work
   const int64_t sample_budget = o.tokenizer.empty() ? sample_bytes(o) : 0;
   json identity{{"format", kFormat},
@@ -559,10 +563,15 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   if (!progress) {
     std::vector<std::string> sample;
     if (o.tokenizer.empty()) {
-      sample = draw_sample(files, o, sample_budget);
+      std::vector<std::string> truncated;
+      sample = draw_sample(files, o, sample_budget, truncated);
       if (sample.empty()) {
-        std::string names;
+        std::string names, cut;
         for (const auto& in : inputs) names += (names.empty() ? "" : ", ") + in;
+        for (const auto& f : truncated) cut += (cut.empty() ? "" : ", ") + f;
+        if (!cut.empty())  // a compressed file cut before its first whole block holds no document
+          throw DataError("no text found in the inputs (" + names + "): the compressed file(s) " + cut +
+                          " are cut short before their first complete document (truncated); fix: copy or download them again");
         throw DataError("no text found in the inputs (" + names + "; " + std::to_string(files.size()) +
                         " file(s)); fix: pass files or folders that hold text (plain, fortune or .jsonl with a \"text\" field)");
       }
@@ -667,6 +676,7 @@ PrepareResult prepare_data(const PrepareOptions& o) {
   for (const auto& s : val->shards()) names.push_back(s.name);
   meta["val_shards"] = names;
   meta["skipped"] = p.skipped;
+  meta["skipped"]["entries"] = skipped_entries;
   meta["tokenizer"] = "tokenizer.model";
   meta["tokenizer_fingerprint"] = tokenizer_fp;
   write_json(out / "meta.json", meta);

@@ -230,7 +230,10 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
   std::shared_ptr<KeptKeys> kept_ = std::make_shared<KeptKeys>();
 };
 
-std::string StoreAddress::url() const { return "redis://" + host + ":" + std::to_string(port); }
+std::string StoreAddress::url() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "redis://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
 
 StoreAddress parse_store_url(const std::string& url) {
   std::string rest = url;
@@ -251,8 +254,21 @@ StoreAddress parse_store_url(const std::string& url) {
   }
   if (rest.find("://") != std::string::npos || rest.empty() || rest.find('/') != std::string::npos)
     throw ConfigError("store '" + redact_store_url(url) + "' is not redis://HOST:PORT");
-  const size_t colon = rest.rfind(':');
-  a.host = rest.substr(0, colon);
+  // An IPv6 host is written in brackets (RFC 3986): [::1]:6379; a bare one is ambiguous.
+  size_t colon = rest.rfind(':');
+  if (rest[0] == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos)
+      throw ConfigError("store '" + redact_store_url(url) + "': '[' of an IPv6 host is not closed; fix: write redis://[ADDRESS]:PORT");
+    if (close + 1 < rest.size() && rest[close + 1] != ':')
+      throw ConfigError("store '" + redact_store_url(url) + "': text after the IPv6 host's ']' is not ':PORT'; fix: write redis://[ADDRESS]:PORT");
+    a.host = rest.substr(1, close - 1);
+    colon = close + 1 < rest.size() ? close + 1 : std::string::npos;
+  } else {
+    if (colon != std::string::npos && rest.find(':') != colon)
+      throw ConfigError("store '" + redact_store_url(url) + "': an IPv6 host needs brackets; fix: write redis://[ADDRESS]:PORT");
+    a.host = rest.substr(0, colon);
+  }
   if (colon != std::string::npos) {
     const std::string port = rest.substr(colon + 1);
     char* end = nullptr;

@@ -1,5 +1,8 @@
 #include "atoll/engine/memory_estimate.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -141,6 +144,15 @@ AvailableMemory available_host_memory() {
   if (limit > 0) {
     const double room = std::max(0.0, limit - read_number("/sys/fs/cgroup/memory.current"));
     if (a.bytes <= 0 || room < a.bytes) a = {room, "this cgroup's memory.max less memory.current"};
+  }
+  // `ulimit -v` (RLIMIT_AS) caps the address space, which counts every mapping already made.
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+    std::ifstream statm("/proc/self/statm");
+    double pages = 0;
+    statm >> pages;
+    const double room = std::max(0.0, double(as.rlim_cur) - pages * double(::sysconf(_SC_PAGESIZE)));
+    if (a.bytes <= 0 || room < a.bytes) a = {room, "the address-space limit (ulimit -v) less what this process maps"};
   }
   return a;
 }
