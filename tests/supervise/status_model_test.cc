@@ -65,6 +65,8 @@ TEST(StatusModel, StatesFollowTheProcessItsRowsAndItsHeartbeat) {
   EXPECT_EQ(m.snapshot().islands[1].restarts, 1);
   m.phase(3, "recovering");
   EXPECT_EQ(m.snapshot().islands[1].state, "recovering") << "a reported phase stands over the guess";
+  m.phase(3, "out\"<b>");
+  EXPECT_EQ(m.snapshot().islands[1].state, "recovering") << "only the phases a worker reports are taken";
   m.phase(3, "training");
   m.row(3, {{"step", 9}});
   m.heartbeats(beats({{0, 100}, {1, 101}, {2, 102}, {3, 203}}, 52000, 100), 52000);

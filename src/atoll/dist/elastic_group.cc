@@ -8,6 +8,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/fault_injection.h"
+#include "atoll/core/worker_phase.h"
 
 namespace atl {
 
@@ -103,6 +104,7 @@ Decision ElasticGroup::decide(const std::string& attempt, bool ok, bool admit) {
 }
 
 void ElasticGroup::reform(const std::string& attempt, const std::string& why) {
+  enter_phase(WorkerPhase::kRecovering);  // until the next step begins (core/worker_phase.h)
   drop();
   const View old = view_;
   const View next = membership_.reform(old, old.joining, late_);

@@ -53,6 +53,9 @@ std::string make_run_id() {
   return buf;
 }
 
+// A worker's phase line on its metrics pipe (core/worker_phase.h), not a metrics row.
+bool is_phase_line(const nlohmann::json& r) { return r.is_object() && r.size() == 1 && r.contains("phase"); }
+
 // The merged view: worker 0's rows drive one progress line, with every island's latest loss;
 // other workers' output lines are shown with their name in front.
 class LaunchView {
@@ -61,7 +64,8 @@ class LaunchView {
       : progress_("step", steps, first_step), metrics_(metrics) {}
 
   void output(const std::string& name, const std::string& line) { progress_.note("[" + name + "] " + line); }
-  // Writes a worker's row; returns it parsed (null when it is not JSON).
+  // Writes a worker's row; returns it parsed (null when it is not JSON). A phase line is returned
+  // as it is, and written nowhere.
   nlohmann::json row(int child, const std::string& line) {
     nlohmann::json r;
     try {
@@ -70,6 +74,7 @@ class LaunchView {
       output("worker " + std::to_string(child), "(not a metrics row) " + line);
       return nullptr;
     }
+    if (is_phase_line(r)) return r;
     metrics_->write(r);  // whole lines, one writer: never interleaved
     const int island = r.value("island", 0);
     if (r.contains("loss")) loss_[island] = r["loss"].get<double>();
@@ -389,7 +394,9 @@ int launch(const LaunchOptions& o) {
                   .signal_grace = std::chrono::milliseconds(int64_t(cfg.checkpoint.grace_s * 1000)),
                   .on_output = [&](int c, const std::string& line) { view.output(workers[size_t(c)].name, line); },
                   .on_metrics = [&](int c, const std::string& line) {
-                    if (const nlohmann::json r = view.row(c, line); !r.is_null()) policy.row(c, r), live.row(c, r);
+                    const nlohmann::json r = view.row(c, line);
+                    if (is_phase_line(r)) live.phase(c, r["phase"].is_string() ? r["phase"].get<std::string>() : "");
+                    else if (!r.is_null()) policy.row(c, r), live.row(c, r);
                   },
                   .on_exit = [&](int c, const ChildExit& e) {
                     ExitAction a = policy.on_exit(c, e);

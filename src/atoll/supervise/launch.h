@@ -19,7 +19,7 @@
 //     OMP_WAIT_POLICY=passive, ATOLL_RUN_TOKEN and ATOLL_STORE_PASSWORD in their environment
 //     (never on their command lines, which `ps` shows to every user);
 //  5. shows their output with each worker's name in front, writes their metrics rows, whole
-//     lines, into the one RUN_DIR/metrics.jsonl, and drives one progress line from worker 0's
+//     lines, into the one RUN_DIR/metrics.jsonl (their phase lines go to the live view only), and drives one progress line from worker 0's
 //     rows with every island's latest loss;
 //  6. with `status_port` (>= 0), serves the live view of the islands while the run trains
 //     (live_view.h; bound in step 1, before the run directory is opened, so a taken port is

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iterator>
+#include <set>
 
 namespace atl {
 
@@ -87,6 +88,8 @@ void StatusModel::row(int worker, const nlohmann::json& r) {
 }
 
 void StatusModel::phase(int worker, const std::string& phase) {
+  static const std::set<std::string> kPhases = {"training", "exchanging", "recovering", "joining"};
+  if (!kPhases.count(phase)) return;  // a worker's line is not trusted to name a state
   std::lock_guard<std::mutex> lock(mu_);
   workers_.at(size_t(worker)).phase = phase;
 }

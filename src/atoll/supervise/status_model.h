@@ -99,7 +99,7 @@ class StatusModel {
   void started(int worker, pid_t pid, bool joining);  // worker = island * M + rank
   void ended(int worker, bool finished);              // finished: exit 0
   void row(int worker, const nlohmann::json& r);
-  void phase(int worker, const std::string& phase);
+  void phase(int worker, const std::string& phase);  // one of core/worker_phase.h's names; others are ignored
   // `now_ms`: Unix ms on this machine's clock, against which the heartbeats' expiries are read.
   void heartbeats(const MembershipSnapshot& s, int64_t now_ms);
   void store_failed(const std::string& why);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "atoll/core/check.h"
+#include "atoll/core/worker_phase.h"
 #include "atoll/core/errors.h"
 #include "atoll/optim/bias_balance.h"
 #include "atoll/train/metrics.h"
@@ -130,7 +131,7 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
   }
   const bool theta_on_host = inner_step >= diloco_steps_ || streaming_.in_flight() ||
                              streaming_.due(inner_step, diloco_steps_) >= 0;
-  if (theta_on_host) engine.to_host(kParams);
+  if (theta_on_host) enter_phase(WorkerPhase::kExchanging), engine.to_host(kParams);
   const StreamStep st = streaming_.after_step(inner_step, diloco_steps_, engine.host().params);
   if (theta_on_host) engine.to_device(kParams);
   clocks.comm_s += st.comm_s;

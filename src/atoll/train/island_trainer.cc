@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "atoll/core/worker_phase.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
@@ -45,8 +47,22 @@
 namespace atl {
 namespace {
 
-// Where rows go: the launcher's pipe (one write per line, so the launcher reads whole lines),
-// or the run's metrics.jsonl and its TensorBoard file (train/metrics_log.h).
+// A whole line to the launcher's pipe. One writer at a time: rows come from the main thread,
+// phase lines (core/worker_phase.h) from any, and a line longer than the pipe's atomic write
+// could otherwise be split by another's.
+void write_pipe_line(int fd, const std::string& line) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t w = ::write(fd, line.data() + done, line.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw IoError("metrics pipe to the launcher: " + std::string(std::strerror(errno)));
+    done += size_t(w);
+  }
+}
+
+// Where rows go: the launcher's pipe (whole lines), or the run's metrics.jsonl and its
+// TensorBoard file (train/metrics_log.h).
 class RowSink {
  public:
   RowSink(int fd, const std::string& run_dir) : fd_(fd) {
@@ -54,13 +70,7 @@ class RowSink {
   }
   void write(const nlohmann::json& row) {
     if (fd_ < 0) return file_.write(row);
-    const std::string line = row.dump() + "\n";
-    for (size_t done = 0; done < line.size();) {
-      const ssize_t w = ::write(fd_, line.data() + done, line.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw IoError("metrics pipe to the launcher: " + std::string(std::strerror(errno)));
-      done += size_t(w);
-    }
+    write_pipe_line(fd_, row.dump() + "\n");
   }
 
  private:
@@ -306,6 +316,7 @@ struct Worker {
     if (const auto run_config = membership->config(); run_config && *run_config != shared_config_toml(cfg))
       throw ConfigError(who + ": --join with a config that differs from the run's; fix: start it with the run's "
                         "RUN_DIR/config.toml (only train.threads, train.device and data.dir may differ)");
+    enter_phase(WorkerPhase::kJoining);
     membership->request_join();
     if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
     const auto asked = std::chrono::steady_clock::now();
@@ -423,6 +434,15 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only
   // (a fault happens once per run), but for join=start, a crash loop of restarts.
   arm_fault_injection(opts.island, opts.rank, opts.join);
+  // The phases this worker goes through, for the launcher's live view (never reset: a thread of
+  // the run may report one until the process ends). A pipe the launcher closed is its to report.
+  if (opts.metrics_fd >= 0)
+    set_phase_sink([fd = opts.metrics_fd](const char* name) {
+      try {
+        write_pipe_line(fd, std::string("{\"phase\":\"") + name + "\"}\n");
+      } catch (const IoError&) {
+      }
+    });
   fault_join_start();
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();

@@ -36,9 +36,10 @@
 //
 // Output: metrics rows (DESIGN.md "Files") with island, rank, comm_bytes, comm_s, compute_s,
 // idle_s (cumulative seconds; overlap_comm_s too when exchanges overlap), and outer_step /
-// fragment / theta_hash / momentum_hash after every outer step; written to `metrics_fd` (one
-// line per write; the launcher merges them into one metrics.jsonl) or, when -1, appended to
-// RUN_DIR/metrics.jsonl. Worker 0 (rank 0 of the lowest island alive) evaluates and writes the
+// fragment / theta_hash / momentum_hash after every outer step; written to `metrics_fd` (whole
+// lines; the launcher merges them into one metrics.jsonl), with the worker's phase changes as
+// {"phase": NAME} lines between them (core/worker_phase.h: the launcher's live view), or, when
+// -1, appended to RUN_DIR/metrics.jsonl. Worker 0 (rank 0 of the lowest island alive) evaluates and writes the
 // run's events. Checkpoints hold the whole run: every entry of the state
 // registry (state_registry.h: every island's parameters and moments, θ, the outer momentum, every
 // worker's loader cursor, the counters), saved and restored by walks of it (state_checkpoint.h);

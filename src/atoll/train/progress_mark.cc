@@ -10,6 +10,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/core/fault_injection.h"
+#include "atoll/core/worker_phase.h"
 
 namespace atl {
 
@@ -30,6 +31,7 @@ ProgressHook::~ProgressHook() {
 
 void ProgressHook::before_step(Loop& loop) {
   if (fd_ >= 0) ::futimens(fd_, nullptr);  // now: this step begins
+  enter_phase(WorkerPhase::kTraining);
   fault_step(loop.step + 1);
 }
 
