@@ -8,7 +8,7 @@
 # in every build).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 # The seed corpora are atoll's own output: after a format changes, rewrite them with
-#   build-asan/tests/fuzz/fuzz_make_seeds tests/fuzz/corpus
+#   build/tests/fuzz_make_seeds tests/fuzz/corpus   (or build-asan/tests/fuzz/fuzz_make_seeds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-15}

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/ckpt/checkpoint.h"
+#include "atoll/ckpt/export_hf.h"
 #include "atoll/ckpt/file_io.h"
 #include "atoll/ckpt/safetensors.h"
 #include "atoll/data/loader.h"
@@ -50,7 +51,7 @@ void safetensors_seeds(const fs::path& tmp) {
                           {"empty", "F32", {0, 4}, nullptr, 0}},
                          {.metadata = {{"format", "pt"}}, .fsync = false});
   put("safetensors", "tensors", read_all(tmp / "a"));
-  atl::write_safetensors((tmp / "b").string(), {}, {.fsync = false});
+  atl::write_safetensors((tmp / "b").string(), {}, {.metadata = {}, .fsync = false});
   put("safetensors", "none", read_all(tmp / "b"));
 }
 
@@ -154,6 +155,22 @@ void state_transfer_seeds() {
       json{{"loaders", {{"phase", 0}, {"sources", {{{"dir", "a"}, {"picks", 3}, {"cursor", c}}}}}}}.dump());
 }
 
+// hf_folder_fuzz.cc's inputs: a first byte (0 config.json, 1 the index, 2 atoll-export.json),
+// then the file as an export writes it (the index as transformers writes one).
+void hf_folder_seeds(const fs::path& tmp) {
+  const atl::ModelConfig m = atl::fuzz::tiny_model();
+  const atl::ParamLayout layout = atl::ParamLayout::build(m);
+  const std::vector<float> params(layout.total(), 0.25f);
+  const fs::path dir = tmp / "hf";
+  atl::export_hf(dir.string(), m, layout, params.data());
+  put("hf_folder", "config", std::string(1, '\0') + read_all(dir / "config.json"));
+  json map = json::object();
+  const atl::SafetensorsReader weights = atl::SafetensorsReader::open((dir / "model.safetensors").string());
+  for (const auto& t : weights.header().tensors) map[t.name] = "model.safetensors";
+  put("hf_folder", "index", std::string(1, '\1') + json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump(2));
+  put("hf_folder", "export-record", std::string(1, '\2') + read_all(dir / "atoll-export.json"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,6 +189,7 @@ int main(int argc, char** argv) {
   codec_seeds();
   membership_seeds();
   state_transfer_seeds();
+  hf_folder_seeds(tmp);
   fs::remove_all(tmp);
   return 0;
 }
