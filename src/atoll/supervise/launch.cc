@@ -442,6 +442,7 @@ int launch(const LaunchOptions& o) {
     wind_down();
     throw;
   }
+  live.set_state(out.interrupted ? "interrupted" : "finished");  // a failure set already stands
   wind_down();
   const std::string latest = latest_checkpoint(rd.path);
   const bool all_stopped_cleanly =

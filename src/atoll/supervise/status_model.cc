@@ -56,11 +56,6 @@ void StatusModel::set_state(const std::string& state, const std::string& why) {
   state_ = state, why_ = why;
 }
 
-bool StatusModel::failed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_ == "failed";
-}
-
 void StatusModel::started(int worker, pid_t pid, bool joining) {
   std::lock_guard<std::mutex> lock(mu_);
   Worker& w = workers_.at(size_t(worker));

@@ -72,7 +72,7 @@ struct RunStatus {
   std::string run_id, run_dir;
   double start_time = 0;         // Unix seconds
   double now = 0;                // Unix seconds, when the snapshot was taken
-  std::string state = "starting";  // starting, running, finished, failed, interrupted
+  std::string state = "starting";  // starting, running, then finished, interrupted or failed (the first failure stands)
   std::string why;               // failed: the reason
   int64_t steps = 0;             // train.steps
   int workers_per_island = 1;
@@ -103,7 +103,6 @@ class StatusModel {
   // `now_ms`: Unix ms on this machine's clock, against which the heartbeats' expiries are read.
   void heartbeats(const MembershipSnapshot& s, int64_t now_ms);
   void store_failed(const std::string& why);
-  bool failed() const;
 
   RunStatus snapshot() const;
 
