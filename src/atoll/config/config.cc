@@ -17,14 +17,22 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/core/user_path.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl {
 namespace {
 
-// The block part kinds (model/block.cc builds them; model.attention, model.router and their
-// per-layer lists choose among them).
-const std::vector<std::string> kAttentionKinds = {"gqa", "cca"};
-const std::vector<std::string> kRouterKinds = {"topk", "zaya"};
+// The block part kinds' choices, "gqa (grouped-query ...) or cca (...)", from the table of part
+// kinds (model/part_kinds.h), which model.attention, model.router and their per-layer lists
+// choose among.
+template <class Kind>
+std::string kind_choices(const std::vector<Kind>& kinds) {
+  std::string out;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + std::string(kinds[i].name) + " (" +
+           std::string(kinds[i].help) + ")";
+  return out;
+}
 
 // The values a number key takes: [lo, hi], either end open where it says so; unbounded above
 // when hi is infinite (or, for integers, the largest int64). A float must also be finite.
@@ -79,13 +87,10 @@ void visit_config(Config& c, V&& v) {
   v.flag("model.tie_embeddings", m.tie_embeddings, "LM head shares the embedding table");
   v.num("model.init_std", m.init_std, "standard deviation of the normal init of every matrix", at_least(0.0));
   v.num("model.init_seed", m.init_seed, "seed of the parameter initialisation", closed(0, kInt64Max));
-  v.str("model.attention", m.attention,
-        "attention of every block: gqa (grouped-query causal attention with RoPE) or cca (ZAYA1's compressed "
-        "convolutional attention)", kAttentionKinds);
-  v.str("model.router", m.router,
-        "router of every MoE block: topk (softmax, renormalised weights) or zaya (ZAYA1: MLP router over E+1 "
-        "classes, the last one skips the experts; balancing biases instead of an auxiliary loss)",
-        kRouterKinds);
+  static const std::string attention_help = "attention of every block: " + kind_choices(attention_kinds());
+  static const std::string router_help = "router of every MoE block: " + kind_choices(router_kinds());
+  v.str("model.attention", m.attention, attention_help.c_str(), attention_kind_names());
+  v.str("model.router", m.router, router_help.c_str(), router_kind_names());
   v.list("model.attention_layers", m.attention_layers,
          "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
   v.list("model.router_layers", m.router_layers,
@@ -554,8 +559,9 @@ void validate_config(const Config& c, const std::string& origin) {
   const auto& m = c.model;
   if (m.n_heads % m.n_kv_heads != 0)
     fail("model.n_kv_heads (" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" + std::to_string(m.n_heads) + "); fix: change one of them");
-  check_layer_kinds(origin, "model.attention_layers", m.attention_layers, kAttentionKinds, m.n_layers);
-  check_layer_kinds(origin, "model.router_layers", m.router_layers, kRouterKinds, m.n_layers);
+  check_layer_kinds(origin, "model.attention_layers", m.attention_layers, attention_kind_names(), m.n_layers);
+  check_layer_kinds(origin, "model.router_layers", m.router_layers, router_kind_names(), m.n_layers);
+  if (const std::string why = validate_part_kinds(m); !why.empty()) fail(why);
   check_layer_kinds(origin, "model.rope_layers", m.rope_layers, {"global", "local"}, m.n_layers);
   if (m.head_dim % 2 != 0) fail("model.head_dim must be even for RoPE; fix: use an even head_dim");
   if (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0)

@@ -1,6 +1,7 @@
 #include "atoll/config/key_effect.h"
 
 #include "atoll/core/log.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl {
 namespace {
@@ -10,11 +11,6 @@ using S = const RunShape&;
 
 bool always(C, S) { return true; }
 
-bool any_attention(C c, const char* kind) {
-  for (int l = 0; l < c.model.n_layers; ++l)
-    if (c.model.attention_at(l) == kind) return true;
-  return false;
-}
 bool any_router(C c, const char* kind) {
   for (int l = 0; l < c.model.n_layers; ++l)
     if (c.model.router_at(l) == kind) return true;
@@ -29,6 +25,13 @@ bool any_rope_global(C c) {
 // probabilities are 1 whatever the logits (the zaya router has its own skip class and no losses).
 bool topk_choice(C c, S) { return c.model.n_experts > 1 && any_router(c, "topk"); }
 bool zaya_router(C c, S) { return any_router(c, "zaya"); }
+// A key only some part kinds read (model/part_kinds.h) acts when some layer is of such a kind.
+template <const char* kKey>
+bool kind_reads(C c, S) {
+  return part_kind_reads(c.model, kKey);
+}
+constexpr char kCcaTime0[] = "model.cca_time0", kCcaTime1[] = "model.cca_time1";
+constexpr char kRouterHidden[] = "model.router_hidden_size", kRouterSkipBias[] = "model.router_skip_bias";
 bool adam_moments(C c, S) { return c.optim.name != "sgd"; }  // muon steps the rest with AdamW
 bool muon(C c, S) { return c.optim.name == "muon"; }
 bool validation(C c, S) {  // a prepared split to validate on: none when atoll prepares with val_fraction 0
@@ -68,9 +71,8 @@ const std::vector<KeyEffect>& key_effects() {
        [](C c, S) { return c.model.any_rope_local(); }},
       {"model.partial_rotary_factor", "always", always},
       {"model.cca_time0", "only to cca attention (model.attention or model.attention_layers)",
-       [](C c, S) { return any_attention(c, "cca"); }},
-      {"model.cca_time1", "only to cca attention (model.attention or model.attention_layers)",
-       [](C c, S) { return any_attention(c, "cca"); }},
+       kind_reads<kCcaTime0>},
+      {"model.cca_time1", "only to cca attention (model.attention or model.attention_layers)", kind_reads<kCcaTime1>},
       {"model.norm_eps", "always", always},
       {"model.aux_loss_coef", "only to the topk router with model.n_experts > 1", topk_choice},
       {"model.z_loss_coef", "only to the topk router with model.n_experts > 1", topk_choice},
@@ -84,8 +86,10 @@ const std::vector<KeyEffect>& key_effects() {
       {"model.attention_layers", "always", always},
       {"model.router_layers", "always", always},
       {"model.residual_scaling", "always", always},
-      {"model.router_hidden_size", "only to the zaya router (model.router or model.router_layers)", zaya_router},
-      {"model.router_skip_bias", "only to the zaya router (model.router or model.router_layers)", zaya_router},
+      {"model.router_hidden_size", "only to the zaya router (model.router or model.router_layers)",
+       kind_reads<kRouterHidden>},
+      {"model.router_skip_bias", "only to the zaya router (model.router or model.router_layers)",
+       kind_reads<kRouterSkipBias>},
 
       {"train.steps", "always", always},
       {"train.batch_size", "always", always},

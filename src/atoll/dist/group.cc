@@ -590,6 +590,70 @@ void ProcessGroup::direct(void* data, size_t bytes, int peer, bool sending) {
   record(sending ? bytes : 0, now_s() - t0);
 }
 
+// A ring step's send and receive in flight at once, on the same slots as direct()'s messages
+// (the pair's counts), so they interleave with send/recv in order. wait() waits for both with
+// the group's timeout, giving up on a member known gone.
+class ProcessGroup::DirectExchange final : public Collective::Pending {
+ public:
+  DirectExchange(ProcessGroup& g, const void* sdata, size_t sbytes, int dst, void* rdata, size_t rbytes, int src)
+      : g_(g), dst_(dst), src_(src), sbytes_(sbytes), rbytes_(rbytes), t0_(now_s()) {
+    g.check_usable("exchange");
+    ATOLL_CHECK(dst >= 0 && dst < g.size() && dst != g.rank() && src >= 0 && src < g.size() && src != g.rank())
+        << "exchange with ranks " << dst << " and " << src << " (" << g.describe() << ")";
+    try {
+      if (rbytes > 0) {
+        in_ = g.contexts_[0]->createUnboundBuffer(rdata, rbytes);
+        in_->recv(src, slot(g.received_from_, src));
+      }
+      if (sbytes > 0) {
+        out_ = g.contexts_[0]->createUnboundBuffer(const_cast<void*>(sdata), sbytes);
+        out_->send(dst, slot(g.sent_to_, dst));
+      }
+    } catch (...) {
+      g.fail("exchange (" + what() + ")");
+    }
+  }
+  ~DirectExchange() override {
+    if (done_) return;
+    try {
+      wait();
+    } catch (...) {  // the caller is unwinding already
+    }
+  }
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    try {
+      LivenessWatch watch(g_, [&](const std::string&) {
+        if (in_) in_->abortWaitRecv();
+        if (out_) out_->abortWaitSend();
+      });
+      if (in_ && !in_->waitRecv(g_.opts_.timeout)) watch.stop(), throw_gone(watch, what());
+      if (out_ && !out_->waitSend(g_.opts_.timeout)) watch.stop(), throw_gone(watch, what());
+    } catch (...) {
+      g_.fail("exchange of " + std::to_string(sbytes_) + " and " + std::to_string(rbytes_) + " bytes (" + what() + ")");
+    }
+    g_.record(sbytes_, now_s() - t0_);
+  }
+
+ private:
+  static uint64_t slot(std::vector<uint64_t>& counts, int peer) {
+    return (kDirectSlotPrefix << 56) | (counts[size_t(peer)]++ & 0xffffffffffffULL);
+  }
+  std::string what() const { return "send to " + g_.member(dst_) + ", receive from " + g_.member(src_); }
+  ProcessGroup& g_;
+  int dst_, src_;
+  size_t sbytes_, rbytes_;
+  double t0_;
+  bool done_ = false;
+  std::unique_ptr<gloo::transport::UnboundBuffer> in_, out_;
+};
+
+std::unique_ptr<Collective::Pending> ProcessGroup::exchange(const void* send_data, size_t send_bytes, int dst,
+                                                            void* recv_data, size_t recv_bytes, int src) {
+  return std::make_unique<DirectExchange>(*this, send_data, send_bytes, dst, recv_data, recv_bytes, src);
+}
+
 std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {
   check_usable("allgather");
   if (size() == 1) return {blob};

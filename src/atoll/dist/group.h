@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "atoll/core/collective.h"
 #include "atoll/core/errors.h"
 #include "atoll/dist/store.h"
 
@@ -110,7 +111,7 @@ struct CommStats {
   uint64_t ops = 0;
 };
 
-class ProcessGroup {
+class ProcessGroup final : public Collective {
  public:
   // Rendezvous through `store` (used only while constructing; it need not outlive the group).
   // Throws Timeout naming the ranks that never arrived, ConfigError if this rank already joined.
@@ -119,8 +120,8 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const { return opts_.rank; }
-  int size() const { return opts_.size; }
+  int rank() const override { return opts_.rank; }
+  int size() const override { return opts_.size; }
   uint64_t epoch() const { return opts_.epoch; }
   int connections() const { return opts_.connections; }
   std::chrono::milliseconds timeout() const { return opts_.timeout; }
@@ -135,7 +136,7 @@ class ProcessGroup {
   // the others receive into a scratch copy first, so a failure leaves data unchanged.
   void broadcast(void* data, size_t bytes, int root);
   // Every rank's blob, in rank order (blobs may differ in size).
-  std::vector<std::string> allgather(const std::string& blob);
+  std::vector<std::string> allgather(const std::string& blob) override;
   // Root's out[size() * bytes] <- every rank's data[bytes], in rank order; `out` is ignored
   // elsewhere. For bulk data only one rank needs (checkpoints): the others hold nothing extra.
   void gather(const void* data, size_t bytes, void* out, int root);
@@ -153,15 +154,18 @@ class ProcessGroup {
   void expect_same(const std::string& what, const std::string& value);
   // data[n] <- sum over ranks, with Gloo's ring all-reduce in buckets of bucket_bytes spread
   // over the connections. On failure data[n] is unchanged (the sum goes to a scratch copy).
-  void allreduce_sum(float* data, size_t n);
+  void allreduce_sum(float* data, size_t n) override;
 
   // Point to point, only the two ranks taking part (not a collective: no tag of the group's
   // sequence is used). Each direction of a pair matches its messages in the order sent, so the
   // receiver's `bytes` must be the sender's. A send returns once the receiver has taken the
   // message (Gloo sends only to a posted receive). The waits give up on a member known gone
   // (LivenessWatch); on failure recv's data may hold part of the message.
-  void send(const void* data, size_t bytes, int dst);
-  void recv(void* data, size_t bytes, int src);
+  void send(const void* data, size_t bytes, int dst) override;
+  void recv(void* data, size_t bytes, int src) override;
+  // Both at once (Collective::exchange), on the same per-pair message order as send and recv.
+  std::unique_ptr<Pending> exchange(const void* send_data, size_t send_bytes, int dst, void* recv_data,
+                                    size_t recv_bytes, int src) override;
 
   // For algorithms built on the group's connections (ring_allreduce.h).
   const std::shared_ptr<gloo::Context>& context(int connection) const;
@@ -183,6 +187,7 @@ class ProcessGroup {
   bool watches_liveness() const { return bool(opts_.lost_ranks); }
 
  private:
+  class DirectExchange;  // exchange()'s Pending
   void connect(Store& store, int connection);
   // Waits (at most the rendezvous bound) until every rank has stated its size, throwing
   // GroupSizeMismatch at once for one that stated another; check_sizes looks once at the ranks

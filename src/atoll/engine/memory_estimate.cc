@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "atoll/engine/cuda_engine.h"
 #include "atoll/engine/engine.h"
 #include "atoll/model/layout.h"
+#include "atoll/model/part_kinds.h"
 #include "atoll/model/precision.h"
 #include "atoll/optim/muon.h"
 #include "atoll/optim/zero_shard.h"
@@ -31,33 +33,29 @@ struct ModelBytes {
   double activations = 0, scratch = 0;
 };
 ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
-  const double T = m.seq_len, N = B * T, C = m.dim, L = m.n_layers, V = m.vocab_size, E = m.n_experts,
-               K = m.top_k, H = m.expert_hidden, NH = m.n_heads, QD = NH * m.head_dim,
-               KVD = double(m.n_kv_heads) * m.head_dim, R = N * K;
-  const double kept = bf16 ? kBf16 : kF32;  // attention's q, k, v, output and the expert rows
+  const double T = m.seq_len, N = B * T, C = m.dim, L = m.n_layers, E = m.n_experts, K = m.top_k,
+               H = m.expert_hidden, QD = double(m.n_heads) * m.head_dim, KVD = double(m.n_kv_heads) * m.head_dim,
+               R = N * K;
+  const double kept = bf16 ? kBf16 : kF32;  // the expert rows
+  const CostShape shape{.B = B, .T = T, .bf16 = bf16};
   ModelBytes b;
-  // Per block: the two norms' statistics, attention (log-sum-exp per head, q, k, v, output), the
-  // residual between the sub-layers (fp32 only), the router (probabilities, log-sum-exp, top-k
-  // ids and weights), the experts' hidden rows (two in fp32, one in bf16) and their routing.
-  const double per_block = kF32 * (2 * N + N * NH + (bf16 ? 0 : N * C) + N * E + N + R) + kI32 * R +
-                           kept * N * (2 * QD + 2 * KVD) + kept * R * H * (bf16 ? 1 : 2) + kI32 * (2 * R + E + 1);
+  // Per block: the two norms' statistics, the residual between the sub-layers (fp32 only), the
+  // experts' hidden rows (two in fp32, one in bf16) and their routing; and what the layer's
+  // attention and router kinds keep (model/part_kinds.h), the scratch each kind in use shares,
+  // and the largest work buffer a kind needs.
+  const double per_block = kF32 * (2 * N + (bf16 ? 0 : N * C)) + kept * R * H * (bf16 ? 1 : 2) + kI32 * (2 * R + E + 1);
   // The residual stream entering every block, the buffers the blocks share, the tokens.
   b.activations = L * per_block + kF32 * ((L + 1) * N * C + 4 * N * C + N * K + N) + kI32 * N;
-  // A CCA layer (model/attention_cca.h) keeps more: [q|k] before and after the depthwise
-  // convolution, q and k before their norm and the norms' inverses; its work buffer is larger.
-  const double CC = QD + KVD, TY = T + m.cca_time1 - 1;
-  double cca_layers = 0;
-  for (int l = 0; l < m.n_layers; ++l) cca_layers += m.attention_at(l) == "cca";
-  b.activations += cca_layers * kF32 * (N * CC + B * TY * CC + N * CC + N * (NH + m.n_kv_heads));
-  const double cca_work = cca_layers > 0 ? N * (3 * QD + 4 * KVD + 2 * CC) + B * TY * CC : 0;
-  // A zaya router (model/router_zaya.h) keeps its state, normed state and two MLP
-  // pre-activations [N,R_h] and probabilities over E + 1 classes, and the zaya routers share five
-  // [N,R_h] buffers and their logits and gradient [N,E+1].
-  const double Rh = m.router_hidden_size, E1 = E + 1;
-  double zaya_layers = 0;
-  for (int l = 0; l < m.n_layers; ++l) zaya_layers += m.router_at(l) == "zaya";
-  b.activations += zaya_layers * (kF32 * (4 * N * Rh + N) + kI32 * R);
-  if (zaya_layers > 0) b.activations += kF32 * (5 * N * Rh + 2 * N * E1);
+  double part_work = 0;
+  std::set<std::string_view> shared;
+  for (int l = 0; l < m.n_layers; ++l) {
+    const AttentionKind& a = attention_kind_at(m, l);
+    const RouterKind& r = router_kind_at(m, l);
+    b.activations += a.kept_bytes(m, shape) + r.kept_bytes(m, shape);
+    if (shared.insert(a.name).second) b.activations += a.shared_bytes(m, shape);
+    if (shared.insert(r.name).second) b.activations += r.shared_bytes(m, shape);
+    part_work = std::max({part_work, a.work_bytes(m, shape), r.work_bytes(m, shape)});
+  }
   // Residual scaling (model/norm_residual.h ResidualMerge) keeps each merge's sub-layer output
   // [N,C]: two merges per block and the embedding's.
   if (m.residual_scaling) b.activations += kF32 * (2 * L + 1) * N * C;
@@ -65,10 +63,10 @@ ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
   // weights, and under bf16 the products' rounded inputs and output gradients.
   b.activations += kF32 * (2 * N * E + 2 * R);
   if (bf16) b.activations += kBf16 * (N * C + N * std::max({C, QD, KVD}) + 2 * N * C + N * C);
-  // The work buffer: the head's logits chunk, attention's, or one expert chunk's.
+  // The work buffer: the head's logits chunk, a part's, or one expert chunk's.
   const double chunk = std::min(kExpertChunk, R);
-  b.scratch = kF32 * std::max({kHeadChunk * V, N * (2 * QD + 2 * KVD), cca_work, chunk * (3 * C + 3 * H)});
-  if (bf16) b.scratch += kBf16 * (V * C + kHeadChunk * V);  // the head's weights and d(logits) in bf16
+  b.scratch = std::max({kF32 * kHeadChunk * m.vocab_size, part_work, kF32 * chunk * (3 * C + 3 * H)});
+  if (bf16) b.scratch += kBf16 * (m.vocab_size * C + kHeadChunk * m.vocab_size);  // the head's weights and d(logits) in bf16
   return b;
 }
 

@@ -56,15 +56,15 @@ void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int H
 }
 
 template <typename T>
-void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD) {
-  rotate(dx, table, B, T_, NHX, HD, T(-1), 0);
+void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD, int pos0) {
+  rotate(dx, table, B, T_, NHX, HD, T(-1), pos0);
 }
 
 template struct RopeTable<float>;
 template struct RopeTable<double>;
 template void rope_forward<float>(float*, const RopeTable<float>&, int, int, int, int, int);
 template void rope_forward<double>(double*, const RopeTable<double>&, int, int, int, int, int);
-template void rope_backward<float>(float*, const RopeTable<float>&, int, int, int, int);
-template void rope_backward<double>(double*, const RopeTable<double>&, int, int, int, int);
+template void rope_backward<float>(float*, const RopeTable<float>&, int, int, int, int, int);
+template void rope_backward<double>(double*, const RopeTable<double>&, int, int, int, int, int);
 
 }  // namespace atl

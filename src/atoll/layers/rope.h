@@ -24,8 +24,9 @@ struct RopeTable {
 template <typename T>
 void rope_forward(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, int pos0 = 0);
 
-// dx[B,T,NHX,HD] in place: the inverse rotation (the map is orthogonal).
+// dx[B,T,NHX,HD] in place: the inverse rotation (the map is orthogonal), at the positions
+// rope_forward used (pos0 as its).
 template <typename T>
-void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD);
+void rope_backward(T* dx, const RopeTable<T>& table, int B, int T_, int NHX, int HD, int pos0 = 0);
 
 }  // namespace atl

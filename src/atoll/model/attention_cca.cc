@@ -91,6 +91,9 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
   const CcaDims d = cca_dims(m_, c.B, c.d.T);
   const int N = d.N(), C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC();
+  // A chunk that starts inside its sequence would need the previous chunk's last
+  // boundary_tokens (model/part_kinds.h) for its convolutions and value shift.
+  ATOLL_CHECK(c.pos.runs == 1 && c.pos.start[0] == 0) << "CCA runs on whole sequences only";
   // qn, kn, v in T for RoPE and attention: in the kept buffers, or (bf16) in work and kept in bf16.
   T* qn = qn_.values(c.work);
   T* kn = kn_.values(c.work + size_t(N) * QD);
@@ -106,13 +109,13 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
                    c.mm.param(w_.b1), d);
   cca_qk_mean_forward(q_.data(), k_.data(), z, x_.data(), d);
   cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
-  rope_forward(qn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD);
-  rope_forward(kn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD);
+  rope_at(qn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, false);
+  rope_at(kn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, false);
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
   c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, KVD / 2);
   cca_value_forward(v, vc, vd, d);
   qn_.keep(qn, size_t(N) * QD), kn_.keep(kn, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
-  attention_any(att_, lse_.data(), qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD);
+  attention_any(att_, lse_.data(), qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD, c);
   c.mm.forward(out, att_.operand(), c.mm.weight(w_.wo), N, QD, C);
 }
 
@@ -146,9 +149,9 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   c.mm.backward(datt, g + w_.wo, c.mm.input(dout16, dout, size_t(N) * C), att_.operand(), c.mm.weight(w_.wo), N, QD,
                 C);
   attention_any_backward(dqn, dkn, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), qn_, kn_, v_,
-                         c.B, d.T, d.NH, d.NKV, d.HD);
-  rope_backward(dqn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD);
-  rope_backward(dkn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD);
+                         c.B, d.T, d.NH, d.NKV, d.HD, c);
+  rope_at(dqn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, true);
+  rope_at(dkn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, true);
   cca_qk_norm_backward(dq, dk, g + w_.temp, dqn, dkn, q_.data(), k_.data(), rq_.data(), rk_.data(),
                        c.mm.param(w_.temp), d);
   std::fill(dx, dx + size_t(N) * CC, T(0));

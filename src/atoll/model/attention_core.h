@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "atoll/backend/cpu/attention.h"
+#include "atoll/core/check.h"
 #include "atoll/layers/rope.h"
 #include "atoll/model/part.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl {
 
@@ -42,10 +44,35 @@ struct AttentionScratch {
   ModelConfig m_;
 };
 
-// out[B,T,NH,HD] (=), lse[B,NH,T] (=): causal GQA, scale 1/sqrt(HD), in bf16 when q, k, v are kept so.
+// x[B,T,NHX,HD] rotated in place by RoPE at the tokens' positions (forward), or by its inverse
+// (backward, the same positions): each run of each sequence at its own start.
+template <typename T>
+void rope_at(T* x, const RopeTable<T>& table, int B, int T_, int NHX, int HD, const TokenPositions& pos,
+             bool backward) {
+  if (pos.runs == 1) {
+    if (backward) return rope_backward(x, table, B, T_, NHX, HD, pos.start[0]);
+    return rope_forward(x, table, B, T_, NHX, HD, pos.start[0]);
+  }
+  ATOLL_CHECK(pos.runs <= TokenPositions::kMaxRuns && pos.len[0] + pos.len[1] == T_)
+      << pos.runs << " runs of " << pos.len[0] << " + " << pos.len[1] << " tokens for T=" << T_;
+  for (int b = 0; b < B; ++b)
+    for (int r = 0, at = 0; r < pos.runs; at += pos.len[r++]) {
+      T* run = x + (size_t(b) * T_ + size_t(at)) * NHX * HD;
+      if (backward) rope_backward(run, table, 1, pos.len[r], NHX, HD, pos.start[r]);
+      else rope_forward(run, table, 1, pos.len[r], NHX, HD, pos.start[r]);
+    }
+}
+
+// out[B,T,NH,HD] (=), lse[B,NH,T] (=): causal GQA, scale 1/sqrt(HD), in bf16 when q, k, v are kept so;
+// over the context-parallel group's ring when the call holds chunks (PartContext::cp, fp32).
 template <typename T>
 void attention_any(Kept<T>& out, T* lse, const Kept<T>& q, const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH,
-                   int NKV, int HD) {
+                   int NKV, int HD, const PartContext<T>& c) {
+  if (c.cp) {
+    ATOLL_CHECK(out.h.empty()) << "context parallelism runs fp32 attention";
+    return ring_attention_forward(out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), RingDims{B, NH, NKV, HD},
+                                  *c.zigzag, *c.cp);
+  }
   if constexpr (kHasBf16<T>)
     if (!out.h.empty())
       return attention_forward_blocked_bf16(out.h.data(), lse, q.h.data(), k.h.data(), v.h.data(), B, T_, NH, NKV, HD);
@@ -55,7 +82,11 @@ void attention_any(Kept<T>& out, T* lse, const Kept<T>& q, const Kept<T>& k, con
 // dq[B,T,NH,HD], dk, dv[B,T,NKV,HD] (=) from dout, as attention_any kept them.
 template <typename T>
 void attention_any_backward(T* dq, T* dk, T* dv, Operand<T> dout, const Kept<T>& out, const T* lse, const Kept<T>& q,
-                            const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH, int NKV, int HD) {
+                            const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH, int NKV, int HD,
+                            const PartContext<T>& c) {
+  if (c.cp)
+    return ring_attention_backward(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(),
+                                   RingDims{B, NH, NKV, HD}, *c.zigzag, *c.cp);
   if constexpr (kHasBf16<T>)
     if (!out.h.empty())
       return attention_backward_blocked_bf16(dq, dk, dv, dout.h, out.h.data(), lse, q.h.data(), k.h.data(),

@@ -49,10 +49,10 @@ void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   c.mm.forward(q, in, c.mm.weight(wq_), N, C, QD);
   c.mm.forward(k, in, c.mm.weight(wk_), N, C, KVD);
   c.mm.forward(v, in, c.mm.weight(wv_), N, C, KVD);
-  rope_forward(q, sh_->rope_of(layer_), c.B, T_, NH, HD);
-  rope_forward(k, sh_->rope_of(layer_), c.B, T_, NKV, HD);
+  rope_at(q, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, false);
+  rope_at(k, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, false);
   q_.keep(q, size_t(N) * QD), k_.keep(k, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
-  attention_any(att_, lse_.data(), q_, k_, v_, c.B, T_, NH, NKV, HD);
+  attention_any(att_, lse_.data(), q_, k_, v_, c.B, T_, NH, NKV, HD, c);
   c.mm.forward(out, att_.operand(), c.mm.weight(wo_), N, QD, C);
 }
 
@@ -77,9 +77,9 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   c.mm.backward(datt, c.grads + wo_, c.mm.input(dout16, dout, size_t(N) * C), att_.operand(), c.mm.weight(wo_), N,
                 QD, C);
   attention_any_backward(dq, dk, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), q_, k_, v_, c.B,
-                         T_, NH, NKV, HD);
-  rope_backward(dq, sh_->rope_of(layer_), c.B, T_, NH, HD);
-  rope_backward(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD);
+                         T_, NH, NKV, HD, c);
+  rope_at(dq, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, true);
+  rope_at(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, true);
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   const struct { const T* d; size_t w; int out; } proj[] = {{dq, wq_, QD}, {dk, wk_, KVD}, {dv, wv_, KVD}};
   for (const auto& p : proj)

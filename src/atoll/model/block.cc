@@ -2,70 +2,18 @@
 
 #include <algorithm>
 
-#include "atoll/core/errors.h"
-#include "atoll/model/attention_cca.h"
-#include "atoll/model/attention_gqa.h"
 #include "atoll/model/experts_swiglu.h"
-#include "atoll/model/router_topk.h"
-#include "atoll/model/router_zaya.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl {
-namespace {
-
-// The part kinds a config may choose (model.attention, model.router); config/ declares the
-// same choices, this is the check for configs built in code.
-enum class AttentionKind { kGqa, kCca };
-enum class RouterKind { kTopk, kZaya };
-
-AttentionKind attention_kind(const ModelConfig& m, int layer) {
-  if (m.attention_at(layer) == "gqa") return AttentionKind::kGqa;
-  if (m.attention_at(layer) == "cca") return AttentionKind::kCca;
-  throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
-                    "\" is not a known attention (model.attention, model.attention_layers); fix: use \"gqa\" or \"cca\"");
-}
-
-RouterKind router_kind(const ModelConfig& m, int layer) {
-  if (m.router_at(layer) == "topk") return RouterKind::kTopk;
-  if (m.router_at(layer) == "zaya") return RouterKind::kZaya;
-  throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
-                    "\" is not a known router (model.router, model.router_layers); fix: use \"topk\" or \"zaya\"");
-}
-
-template <typename T>
-std::unique_ptr<AttentionPart<T>> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                                 const PartSizes& s, PartScratch& scratch) {
-  switch (attention_kind(m, layer)) {
-    case AttentionKind::kGqa: return std::make_unique<AttentionGqa<T>>(m, layout, layer, s, scratch);
-    case AttentionKind::kCca: return std::make_unique<AttentionCca<T>>(m, layout, layer, s, scratch);
-  }
-  return nullptr;
-}
-
-template <typename T>
-std::unique_ptr<RouterPart<T>> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
-                                           const PartSizes& s, PartScratch& scratch) {
-  switch (router_kind(m, layer)) {
-    case RouterKind::kTopk: return std::make_unique<RouterTopk<T>>(m, layout, layer, s, scratch);
-    case RouterKind::kZaya: return std::make_unique<RouterZaya<T>>(m, layout, layer, s, scratch);
-  }
-  return nullptr;
-}
-
-}  // namespace
 
 void append_block_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   const std::string pre = layer_prefix(layer);
   rmsnorm_rows(layout, m, pre + "attn_norm", layer);
-  switch (attention_kind(m, layer)) {
-    case AttentionKind::kGqa: attention_gqa_rows(layout, m, layer); break;
-    case AttentionKind::kCca: attention_cca_rows(layout, m, layer); break;
-  }
+  attention_kind_at(m, layer).rows(layout, m, layer);
   residual_merge_rows(layout, m, pre + "attn_merge", true, layer);
   rmsnorm_rows(layout, m, pre + "moe_norm", layer);
-  switch (router_kind(m, layer)) {
-    case RouterKind::kTopk: router_topk_rows(layout, m, layer); break;
-    case RouterKind::kZaya: router_zaya_rows(layout, m, layer); break;
-  }
+  router_kind_at(m, layer).rows(layout, m, layer);
   experts_swiglu_rows(layout, m, layer);
   residual_merge_rows(layout, m, pre + "moe_merge", true, layer);
 }
@@ -80,11 +28,11 @@ Block<T>::Block(const ModelConfig& m, const ParamLayout& layout, int layer, cons
                 BlockBuffers<T>& buf)
     : buf_(buf),
       attn_norm_(m, layout, layer_prefix(layer) + "attn_norm", s),
-      attention_(make_attention<T>(m, layout, layer, s, scratch)),
+      attention_(attention_kind_at(m, layer).make<T>()(m, layout, layer, s, scratch)),
       attn_merge_(m, layout, layer_prefix(layer) + "attn_merge", true, s),
       mid_(size_t(s.max_tokens) * m.dim, s, scratch),
       moe_norm_(m, layout, layer_prefix(layer) + "moe_norm", s),
-      router_(make_router<T>(m, layout, layer, s, scratch)),
+      router_(router_kind_at(m, layer).make<T>()(m, layout, layer, s, scratch)),
       experts_(std::make_unique<ExpertsSwiglu<T>>(m, layout, layer, s, scratch)),
       moe_merge_(m, layout, layer_prefix(layer) + "moe_merge", true, s) {
   first_ = layout.total(), end_ = 0;

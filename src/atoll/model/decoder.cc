@@ -8,6 +8,7 @@
 #include "atoll/layers/embedding.h"
 #include "atoll/backend/cpu/linear.h"
 #include "atoll/model/block.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl {
 
@@ -71,11 +72,10 @@ const std::vector<float>& Decoder::step(int32_t token) {
 }
 
 KvCacheBytes kv_cache_bytes(const ModelConfig& m) {
-  const double b = sizeof(float), KVD = double(m.n_kv_heads) * m.head_dim, CC = double(m.n_heads) * m.head_dim + KVD;
   KvCacheBytes k;
   for (int l = 0; l < m.n_layers; ++l) {
-    k.per_token += 2 * KVD * b;
-    if (m.attention_at(l) == "cca") k.per_sequence += ((m.cca_time0 - 1 + m.cca_time1 - 1) * CC + KVD / 2) * b;
+    const KvCacheBytes a = attention_kind_at(m, l).decode_cache(m), r = router_kind_at(m, l).decode_cache(m);
+    k.per_token += a.per_token + r.per_token, k.per_sequence += a.per_sequence + r.per_sequence;
   }
   return k;
 }

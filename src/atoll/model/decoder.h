@@ -11,6 +11,7 @@
 #include "atoll/core/rng.h"
 #include "atoll/model/layout.h"
 #include "atoll/model/model_config.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl {
 
@@ -39,12 +40,8 @@ class Decoder {
   std::vector<float> logits_;
 };
 
-// What decoding keeps, in bytes (fp32 values): per token of context, the keys and values of
-// every layer (NKV·HD each, for gqa and cca alike); per sequence whatever its length, CCA's
-// convolution window (t0-1 + t1-1 rows of [q|k], CC = (NH+NKV)·HD) and delayed value half (KVD/2).
-struct KvCacheBytes {
-  double per_token = 0, per_sequence = 0;
-};
+// What decoding keeps, in bytes: the sum over the layers of their part kinds' decode caches
+// (model/part_kinds.h).
 KvCacheBytes kv_cache_bytes(const ModelConfig& m);
 // Per token, for multi-head attention at equal width: C/HD heads of HD, keys and values of C each.
 double mha_kv_cache_bytes_per_token(const ModelConfig& m);

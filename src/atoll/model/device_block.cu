@@ -2,27 +2,45 @@
 
 #include "atoll/backend/cuda/check.h"
 #include "atoll/core/errors.h"
+#include "atoll/model/part_kinds.h"
 
 namespace atl::gpu {
 namespace {
 
-// The part kinds a config may choose per layer (ModelConfig::attention_at, router_at), as model/block.cc.
+// The GPU constructors of the part kinds (model/part_kinds.h), by the table's names: the table
+// itself is linked by CPU-only builds too, which have no device code to point at. A kind the
+// table marks `gpu` has an entry here (tests/model/part_kinds_test.cc lists them for the GPU build).
+template <class Make>
+struct DeviceKind {
+  std::string_view name;
+  Make make;
+};
+using MakeAttention = std::unique_ptr<DeviceAttentionPart> (*)(const ModelConfig&, const ParamLayout&, int,
+                                                               const DevicePartSizes&, DevicePartScratch&, Carver&);
+using MakeRouter = std::unique_ptr<DeviceRouterPart> (*)(const ModelConfig&, const ParamLayout&, int,
+                                                         const DevicePartSizes&, DevicePartScratch&, Carver&);
+const DeviceKind<MakeAttention> kDeviceAttentions[] = {{"gqa", make_device_attention_gqa},
+                                                       {"cca", make_device_attention_cca}};
+const DeviceKind<MakeRouter> kDeviceRouters[] = {{"topk", make_device_router_topk}, {"zaya", make_device_router_zaya}};
+
+template <class Make, size_t N>
+Make device_make(const DeviceKind<Make> (&kinds)[N], std::string_view name, int layer, const char* what) {
+  for (const auto& k : kinds)
+    if (k.name == name) return k.make;
+  throw ConfigError("layer " + std::to_string(layer) + "'s " + what + " \"" + std::string(name) +
+                    "\" has no GPU mirror; fix: choose a kind with one, or train.device = cpu");
+}
+
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
-  if (m.attention_at(layer) == "gqa") return make_device_attention_gqa(m, layout, layer, s, scratch, carve);
-  if (m.attention_at(layer) == "cca") return make_device_attention_cca(m, layout, layer, s, scratch, carve);
-  throw ConfigError("layer " + std::to_string(layer) + "'s attention \"" + m.attention_at(layer) +
-                    "\" is not a known attention on the GPU (model.attention, model.attention_layers); fix: use \"gqa\" "
-                    "or \"cca\"");
+  const AttentionKind& kind = attention_kind_at(m, layer);  // a name not in the table: ConfigError
+  return device_make(kDeviceAttentions, kind.name, layer, "attention")(m, layout, layer, s, scratch, carve);
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
-  if (m.router_at(layer) == "topk") return make_device_router_topk(m, layout, layer, s, scratch, carve);
-  if (m.router_at(layer) == "zaya") return make_device_router_zaya(m, layout, layer, s, scratch, carve);
-  throw ConfigError("layer " + std::to_string(layer) + "'s router \"" + m.router_at(layer) +
-                    "\" is not a known router on the GPU (model.router, model.router_layers); fix: use \"topk\" or "
-                    "\"zaya\"");
+  const RouterKind& kind = router_kind_at(m, layer);
+  return device_make(kDeviceRouters, kind.name, layer, "router")(m, layout, layer, s, scratch, carve);
 }
 
 }  // namespace

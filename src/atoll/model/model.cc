@@ -9,6 +9,8 @@
 #include "atoll/layers/cross_entropy.h"
 #include "atoll/layers/embedding.h"
 #include "atoll/model/block.h"
+#include "atoll/model/part_kinds.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl {
 
@@ -108,14 +110,33 @@ LossParts Model<T>::forward(const int32_t* inputs, const int32_t* targets, int B
 }
 
 template <typename T>
+void Model<T>::set_context_parallel(Collective* group) {
+  cp_ = group;
+  zigzag_.reset();
+  if (!group) return;
+  ATOLL_CHECK(precision_ == Precision::kFp32) << "context parallelism runs fp32 products";
+  zigzag_ = std::make_unique<ZigzagLayout>(ZigzagLayout{.T = cfg_.seq_len, .P = group->size()});
+}
+
+template <typename T>
+int Model<T>::local_seq_len() const {
+  return cp_ ? zigzag_->local_len(cp_->rank()) : cfg_.seq_len;
+}
+
+template <typename T>
 PartContext<T> Model<T>::context(int B, double loss_scale) {
+  BlockDims d = block_dims(cfg_, B);
+  d.T = local_seq_len(), d.N = B * d.T;
   return {.B = B,
-          .d = block_dims(cfg_, B),
+          .d = d,
           .mm = {.precision = precision_, .params = params_.data()},
           .grads = grads_.data(),
           .work = s_->work.data(),
           .loss_scale = loss_scale,
-          .times = &times_};
+          .times = &times_,
+          .pos = cp_ ? zigzag_->positions(cp_->rank()) : TokenPositions{},
+          .cp = cp_,
+          .zigzag = zigzag_.get()};
 }
 
 // Under bf16 products, points c.mm at block l's weights in bf16, converting them unless held.
@@ -143,7 +164,7 @@ template <typename T>
 LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale) {
   ATOLL_CHECK(B >= 1 && B <= max_batch_) << "batch of " << B << " sequences, model sized for " << max_batch_;
   State& S = *s_;
-  const int N = B * cfg_.seq_len, C = cfg_.dim;
+  const int N = B * local_seq_len(), C = cfg_.dim;
   std::memcpy(S.tokens.data(), inputs, sizeof(int32_t) * N);
   PartContext<T> c = context(B, loss_scale);
   if (c.mm.is_bf16()) {  // the parameters may have changed since the last call (optimizer, checkpoint, sync)
@@ -164,7 +185,7 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
     loss.z += r.z;
     if (backward && cfg_.router_at(l) == "topk") count_choices(l, N);
   }
-  loss.ce = head_and_loss(targets, B, backward, loss_scale) / N;
+  loss.ce = head_and_loss(targets, B, backward, loss_scale) / (double(B) * cfg_.seq_len);
   if (!backward) return loss;
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     use_block_weights(c, l);
@@ -183,7 +204,8 @@ template <typename T>
 double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale) {
   ScopedTimer timer(&times_.head_loss);
   State& S = *s_;
-  const int N = B * cfg_.seq_len, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  const int N = B * local_seq_len(), C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  const double whole = double(B) * cfg_.seq_len;  // the tokens of whole sequences, all ranks' under context parallelism
   const PartContext<T> c = context(B, loss_scale);
   const Operand<T> w_head = {params_.data() + S.head_offset, c.mm.is_bf16() ? S.head16.data() : nullptr};
   T* dw_head = grads_.data() + S.head_offset;
@@ -199,7 +221,7 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
     c.mm.forward(logits, h, w_head, n, C, V);
     ce_sum += cross_entropy_forward(S.logits_lse.data(), logits, targets + r0, n, V);
     if (!backward) continue;
-    cross_entropy_backward(logits, logits, S.logits_lse.data(), targets + r0, n, V, T(loss_scale / N));
+    cross_entropy_backward(logits, logits, S.logits_lse.data(), targets + r0, n, V, T(loss_scale / whole));
     c.mm.backward(S.buf.dh.data() + size_t(r0) * C, dw_head, c.mm.input(S.logits16.data(), logits, size_t(n) * V), h,
                   w_head, n, C, V);
   }
@@ -210,18 +232,15 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
   return ce_sum;
 }
 
+// 6 FLOPs per multiply-add of a parameter or an attention score (2 forward, 4 backward), over
+// the multiply-adds each layer's part kinds count (model/part_kinds.h), the K experts a token
+// visits and the head.
 double flops_per_token(const ModelConfig& m) {
-  const double C = m.dim, QD = double(m.n_heads) * m.head_dim, KVD = double(m.n_kv_heads) * m.head_dim;
-  const double attn = 2 * C * QD + 2 * C * KVD;
-  const double R = m.router_hidden_size;
-  double active = m.n_layers * (attn + m.top_k * 3.0 * C * m.expert_hidden);
-  for (int l = 0; l < m.n_layers; ++l) {
-    if (m.attention_at(l) == "cca")  // CCA's two convolutions over [q|k], per token
-      active += (QD + KVD) * (m.cca_time0 + double(m.head_dim) * m.cca_time1);
-    // the zaya router's down projection and MLP over E + 1 classes; the softmax router's one product
-    active += m.router_at(l) == "zaya" ? C * R + 2 * R * R + R * (m.n_experts + 1.0) : C * m.n_experts;
-  }
-  return 6.0 * (active + double(m.vocab_size) * C) + 12.0 * m.n_layers * m.seq_len * QD;
+  double macs = double(m.vocab_size) * m.dim;
+  for (int l = 0; l < m.n_layers; ++l)
+    macs += attention_kind_at(m, l).macs_per_token(m) + router_kind_at(m, l).macs_per_token(m) +
+            m.top_k * 3.0 * m.dim * m.expert_hidden;
+  return 6.0 * macs;
 }
 
 template class Model<float>;

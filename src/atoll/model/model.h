@@ -61,6 +61,16 @@ class Model {
 
   PhaseTimes& phase_times() { return times_; }
 
+  // Context parallelism (docs/long_context.md): from now on this model holds rank
+  // group.rank()'s zigzag rows of each sequence (model/ring_attention.h), inputs and targets
+  // are those rows [B, T_r], attention runs round the group's ring, and the cross-entropy is
+  // normalised by the whole sequences' B·T tokens, so the losses and gradients of the group's
+  // ranks sum to those of one model over whole sequences. The group must outlive the model's
+  // calls; null goes back to whole sequences. fp32 products only.
+  void set_context_parallel(Collective* group);
+  // Tokens of each sequence this model holds: seq_len, or its share under context parallelism.
+  int local_seq_len() const;
+
  private:
   struct State;  // the blocks, the buffers between them, the head's (model.cc)
   LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
@@ -77,6 +87,8 @@ class Model {
   std::vector<double> choice_counts_;  // [L*E] topk_choice_counts()
   std::unique_ptr<State> s_;
   PhaseTimes times_;
+  Collective* cp_ = nullptr;
+  std::unique_ptr<ZigzagLayout> zigzag_;
 };
 
 extern template class Model<float>;

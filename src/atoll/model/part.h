@@ -28,6 +28,9 @@
 
 namespace atl {
 
+class Collective;
+struct ZigzagLayout;
+
 // Seconds spent per phase, accumulated until reset (for `atoll bench`).
 struct PhaseTimes {
   double embed = 0, attention = 0, router_dispatch = 0, experts = 0, head_loss = 0;
@@ -67,6 +70,19 @@ class PartScratch {
   std::map<std::type_index, std::shared_ptr<void>> items_;
 };
 
+// Where a call's tokens sit in their sequences. The T tokens of each sequence a call holds are
+// `runs` runs, run i of len[i] tokens starting at position start[i] of the whole sequence
+// (RoPE rotates by it; CCA's convolutions look back from it). len[0] = 0 means one run of all
+// T tokens: the default, a whole sequence from position 0. Context parallelism's zigzag layout
+// (model/ring_attention.h) gives a worker two chunks of 2P, r and 2P-1-r, so two runs.
+struct TokenPositions {
+  static constexpr int kMaxRuns = 2;
+  int runs = 1;
+  int start[kMaxRuns] = {0, 0};
+  int len[kMaxRuns] = {0, 0};
+  bool whole() const { return runs == 1 && start[0] == 0; }
+};
+
 // What one call of a part sees: the batch at hand, the products in the model's precision over
 // the parameters, the gradients (+=), the shared work buffer and the timers.
 template <typename T>
@@ -78,6 +94,11 @@ struct PartContext {
   T* work;            // shared scratch, at least every part's work_elements()
   double loss_scale;  // factor of the loss whose gradient backward accumulates
   PhaseTimes* times;  // null: not timed
+  TokenPositions pos{};  // where the tokens sit (default: whole sequences)
+  // Context parallelism (model/ring_attention.h): the group whose ranks hold the other chunks of
+  // these sequences and how they are split; null: the call holds whole sequences.
+  Collective* cp = nullptr;
+  const ZigzagLayout* zigzag = nullptr;
   double* timer(double PhaseTimes::*phase) const { return times ? &(times->*phase) : nullptr; }
 };
 
