@@ -53,11 +53,8 @@ class InitFrom : public CliTest {
     a.insert(a.end(), more.begin(), more.end());
     return world().train(run, a);
   }
-  void round_trip(const std::string& name, const std::string& arch, const std::string& layout, int shards,
-                  const std::string& dtype, bool tie = false) {
-    const std::string hf = make(name + "-hf", arch, layout, shards, dtype, tie), run = dir(name), back = dir(name + "-back");
-    const RunResult t = init(hf, run);
-    ASSERT_EQ(t.exit_code, 0) << t.describe();
+  // `atoll eval` of `run` equals the reference forward of the folder `hf` (1e-6 relative).
+  void same_loss(const std::string& hf, const std::string& run) {
     const std::string shard = dir("tokens.bin");
     std::vector<uint16_t> toks;
     uint32_t s = 99;
@@ -69,6 +66,13 @@ class InitFrom : public CliTest {
     ASSERT_TRUE(ref.is_object()) << ref.dump();
     const double want = ref["loss"].get<double>(), got = json::parse(e.out)["loss"].get<double>();
     EXPECT_NEAR(got, want, 1e-6 * want) << "atoll eval " << got << ", reference forward " << want;
+  }
+  void round_trip(const std::string& name, const std::string& arch, const std::string& layout, int shards,
+                  const std::string& dtype, bool tie = false) {
+    const std::string hf = make(name + "-hf", arch, layout, shards, dtype, tie), run = dir(name), back = dir(name + "-back");
+    const RunResult t = init(hf, run);
+    ASSERT_EQ(t.exit_code, 0) << t.describe();
+    same_loss(hf, run);
     const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", back});
     ASSERT_EQ(x.exit_code, 0) << x.describe();
     EXPECT_EQ(python("same '" + hf + "' '" + back + "'"), "");
@@ -79,7 +83,11 @@ class InitFrom : public CliTest {
       if (ev["event"] != "init_from") continue;
       seen = true;
       EXPECT_EQ(ev["xxh3"].size(), size_t(shards + 2)) << line;  // the weights, config.json, tokenizer.model
-      EXPECT_EQ(ev["expert_layout"], arch == "llama" ? "dense" : layout) << line;
+      EXPECT_EQ(ev["expert_layout"], arch == "llama"       ? "dense"
+                                     : layout == "fused"   ? "fused"
+                                     : arch == "mixtral"   ? "per-expert"
+                                                           : "per-expert-mlp")
+          << line;
     }
     EXPECT_TRUE(seen) << "no init_from event";
   }
@@ -99,6 +107,23 @@ TEST_F(InitFrom, MixtralPerExpertShardedBf16) { round_trip("px", "mixtral", "per
 TEST_F(InitFrom, MixtralFusedSingleF32) { round_trip("fu", "mixtral", "fused", 1, "F32"); }
 TEST_F(InitFrom, MixtralFusedShardedF16Tied) { round_trip("ft", "mixtral", "fused", 2, "F16", true); }
 TEST_F(InitFrom, LlamaAsOneExpert) { round_trip("ll", "llama", "per-expert", 2, "BF16"); }
+// Qwen3-MoE: q/k RMSNorm per head, norm_topk_prob true, a sliding_window that use_sliding_window
+// false leaves unused. OLMoE: q/k RMSNorm over the whole projections, norm_topk_prob false.
+TEST_F(InitFrom, Qwen3MoePerExpertShardedBf16) { round_trip("q3", "qwen3_moe", "per-expert", 2, "BF16"); }
+TEST_F(InitFrom, Qwen3MoeFusedSingleF32) { round_trip("q3f", "qwen3_moe", "fused", 1, "F32"); }
+TEST_F(InitFrom, OlmoePerExpertSingleF16Tied) { round_trip("ol", "olmoe", "per-expert", 1, "F16", true); }
+TEST_F(InitFrom, OlmoeFusedShardedBf16) { round_trip("olf", "olmoe", "fused", 3, "BF16"); }
+
+// Upcycling: a dense Llama started as 4 experts, top 2, every expert its MLP and the router zero,
+// computes the dense model's function (the reference forward of the Llama folder).
+TEST_F(InitFrom, LlamaUpcycledToFourExperts) {
+  const std::string hf = make("up-hf", "llama", "per-expert", 1, "BF16"), run = dir("up");
+  const RunResult t = init(hf, run, {"--set", "model.n_experts=4", "--set", "model.top_k=2"});
+  ASSERT_EQ(t.exit_code, 0) << t.describe();
+  EXPECT_NE(read_file(run + "/config.toml").find("n_experts = 4"), std::string::npos);
+  EXPECT_NE(read_file(run + "/events.jsonl").find("\"upcycled_experts\":4"), std::string::npos);
+  same_loss(hf, run);
+}
 
 // ZayaForCausalLM, atoll's own export read back: a micro ZAYA1 (CCA, the zaya router, partial
 // rotary, no residual scaling: the export writes identity scales) trained off its init, exported,
@@ -236,6 +261,20 @@ TEST_F(InitFrom, BadFoldersAreRefused) {
     refused(d, "field router_jitter_noise = 0.1");
     edit_json(d + "/config.json", [](json& j) { j.erase("router_jitter_noise"), j["norm_topk_prob"] = false; });
     refused(d, "field norm_topk_prob = false: atoll does not know this field");
+  }
+  {  // Qwen3-MoE's and OLMoE's fields atoll does not model
+    const std::string d = dir("qwen3");
+    python("make '" + d + "' qwen3_moe per-expert 1 F32 untied 7 '" + base_run() + "/tokenizer.model'");
+    edit_json(d + "/config.json", [](json& j) { j["use_sliding_window"] = true; });
+    refused(d, "field use_sliding_window = true");
+    edit_json(d + "/config.json", [](json& j) { j["use_sliding_window"] = false, j["decoder_sparse_step"] = 2; });
+    refused(d, "field decoder_sparse_step = 2");
+    edit_json(d + "/config.json", [](json& j) { j["decoder_sparse_step"] = 1, j["mlp_only_layers"] = {0}; });
+    refused(d, "field mlp_only_layers = [0]");
+    const std::string o = dir("olmoe");
+    python("make '" + o + "' olmoe per-expert 1 F32 untied 7 '" + base_run() + "/tokenizer.model'");
+    edit_json(o + "/config.json", [](json& j) { j["clip_qkv"] = 8.0; });
+    refused(o, "field clip_qkv = 8.0");
   }
   {  // a tensor of the wrong shape (config.json says otherwise)
     const std::string d = copy("shape");

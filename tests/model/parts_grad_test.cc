@@ -168,6 +168,21 @@ TEST(PartsGrad, AttentionGqa) {
   check_attention(t, attn);
 }
 
+// q/k RMSNorm before RoPE, per head (Qwen3-MoE) and over the whole projection (OLMoE): dh, wq..wo
+// and both gains.
+TEST(PartsGrad, AttentionGqaQkNorm) {
+  for (const char* kind : {"head", "proj"}) {
+    SCOPED_TRACE(kind);
+    ModelConfig m = micro_config();
+    m.qk_norm = kind;
+    Harness t(m);
+    const int64_t want = std::string(kind) == "head" ? m.head_dim : int64_t(m.n_kv_heads) * m.head_dim;
+    EXPECT_EQ(t.layout.at("layers.0.attn.k_norm").numel, size_t(want));
+    AttentionGqa<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+    check_attention(t, attn);
+  }
+}
+
 TEST(PartsGrad, AttentionCca) {
   Harness t(cca_config());
   AttentionCca<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
@@ -208,6 +223,32 @@ TEST(PartsGrad, RouterTopk) {
     return s;
   };
   loss();
+  router.backward(dh.data(), dw.data(), h.data(), c);
+  check("dh", loss, h.data(), NC, dh.data(), dh0.data());
+  check_rows(t, "moe.router", g0, loss);
+}
+
+// The chosen probabilities as they are (transformers' norm_topk_prob = false): the weights are the
+// softmax's, and their gradient flows to every logit.
+TEST(PartsGrad, RouterTopkWithoutRenormalising) {
+  ModelConfig m = micro_config();
+  m.router_renormalize = false;
+  Harness t(m);
+  const int N = t.N(), NC = N * t.m.dim, NK = N * t.m.top_k;
+  RouterTopk<double> router(t.m, t.layout, 0, t.sizes, t.scratch);
+  std::vector<double> h = randn(NC, t.rng), dw = randn(NK, t.rng), dh = randn(NC, t.rng);
+  const auto dh0 = dh, g0 = t.grads;
+  auto c = t.ctx(router.work_elements());
+  auto loss = [&] {
+    const RouterLosses r = router.forward(h.data(), c);
+    double s = r.aux + r.z;
+    for (int i = 0; i < NK; ++i) s += router.topk_w()[i] * dw[i];
+    return s;
+  };
+  loss();
+  double sum = 0;
+  for (int j = 0; j < t.m.top_k; ++j) sum += router.topk_w()[j];
+  EXPECT_LT(sum, 1.0 - 1e-6) << "the weights of 2 of 4 experts are renormalised";
   router.backward(dh.data(), dw.data(), h.data(), c);
   check("dh", loss, h.data(), NC, dh.data(), dh0.data());
   check_rows(t, "moe.router", g0, loss);
@@ -392,6 +433,13 @@ void check_block_decode(const ModelConfig& m) {
 
 TEST(PartsDecode, BlockDecodeMatchesForward) { check_block_decode(micro_config()); }
 TEST(PartsDecode, CcaBlockDecodeMatchesForward) { check_block_decode(cca_config()); }
+TEST(PartsDecode, QkNormBlockDecodeMatchesForward) {
+  for (const char* kind : {"head", "proj"}) {
+    ModelConfig m = micro_config();
+    m.qk_norm = kind, m.router_renormalize = false;
+    check_block_decode(m);
+  }
+}
 TEST(PartsDecode, CcaWithUnitKernelsDecodeMatchesForward) {
   ModelConfig m = cca_config();
   m.cca_time0 = m.cca_time1 = 1;

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""Hugging Face Mixtral / Llama folders for the import tests (tests/cli/init_from_test.cc), and an
-independent numpy forward of them, transcribed from transformers' modeling_mixtral.py and
-modeling_llama.py (MixtralRMSNorm, rotate-half RoPE, eager attention with repeat_kv,
-MixtralSparseMoeBlock: softmax over the experts, top-k, renormalised; LlamaMLP), not from atoll's
-code. It reads the folder by its Hugging Face names: per-expert experts, transformers v5's fused
-ones (mlp.experts.gate_up_proj [E, 2H, C] = w1 then w3, mlp.experts.down_proj [E, C, H],
-mlp.gate.weight), or Llama's mlp.{gate,up,down}_proj; F32, BF16 or F16; one file or shards.
+"""Hugging Face Mixtral / Qwen3-MoE / OLMoE / Llama folders for the import tests
+(tests/cli/init_from_test.cc), and an independent numpy forward of them, transcribed from
+transformers' modeling_mixtral.py, modeling_qwen3_moe.py, modeling_olmoe.py and modeling_llama.py
+(RMSNorm, rotate-half RoPE, eager attention with repeat_kv; Qwen3MoeAttention's q_norm / k_norm
+over each head's head_dim entries after the view into heads, OlmoeAttention's over the whole
+q_proj / k_proj output before it, both before RoPE; the sparse MoE block: softmax over the experts,
+top-k, renormalised when norm_topk_prob (always in Mixtral); LlamaMLP), not from atoll's code. It
+reads the folder by its Hugging Face names: Mixtral's per-expert experts
+(block_sparse_moe.experts.N.w1), Qwen3-MoE's / OLMoE's (mlp.experts.N.gate_proj), transformers
+v5's fused ones (mlp.experts.gate_up_proj [E, 2H, C] = w1 then w3, mlp.experts.down_proj
+[E, C, H], mlp.gate.weight), or Llama's mlp.{gate,up,down}_proj; F32, BF16 or F16; one file or
+shards.
 
-    hf_moe.py make OUT ARCH LAYOUT SHARDS DTYPE TIE SEED TOKENIZER   (ARCH mixtral|llama, LAYOUT per-expert|fused)
+    hf_moe.py make OUT ARCH LAYOUT SHARDS DTYPE TIE SEED TOKENIZER
+        ARCH mixtral|qwen3_moe|olmoe|llama, LAYOUT per-expert|fused
+    hf_moe.py big OUT C H L E NH NKV V SHARDS TOKENIZER
+                                               -> a Mixtral of that shape in BF16 shards, written one tensor
+                                                  at a time (bench/import_hf.sh: a model larger than memory
+                                                  would hold twice)
     hf_moe.py forward DIR SHARD SEQ_LEN        -> {"loss": mean cross-entropy over the shard's windows}
-    hf_moe.py same DIR EXPORT                  -> exit 0 when EXPORT (atoll's per-expert Mixtral export)
-                                                  holds DIR's tensors, value for value
+    hf_moe.py same DIR EXPORT                  -> exit 0 when EXPORT (atoll's export) holds DIR's
+                                                  tensors, value for value, under its architecture's names
 """
 import glob
 import json
@@ -69,17 +79,28 @@ def write_file(path, tensors, dtype):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+ARCHS = {"mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM",
+         "llama": "LlamaForCausalLM"}
+
+
 def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
     rng = np.random.RandomState(seed)
     os.makedirs(out, exist_ok=True)
-    moe = arch == "mixtral"
-    cfg = dict(architectures=["MixtralForCausalLM" if moe else "LlamaForCausalLM"], model_type=arch,
+    moe = arch != "llama"
+    cfg = dict(architectures=[ARCHS[arch]], model_type=arch,
                vocab_size=V, hidden_size=C, intermediate_size=H, num_hidden_layers=L, num_attention_heads=NH,
                num_key_value_heads=NKV, head_dim=HD, max_position_embeddings=64, rope_theta=500.0,
                rms_norm_eps=1e-5, tie_word_embeddings=tie, hidden_act="silu", torch_dtype="bfloat16",
                attention_dropout=0.0, bos_token_id=1, eos_token_id=2)
-    if moe:
+    if arch == "mixtral":
         cfg.update(num_local_experts=E, num_experts_per_tok=K, sliding_window=None, router_aux_loss_coef=0.02)
+    elif arch == "qwen3_moe":  # a window shorter than the context, unused without use_sliding_window
+        cfg.update(intermediate_size=3 * H, moe_intermediate_size=H, num_experts=E, num_experts_per_tok=K,
+                   norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
+                   sliding_window=4, max_window_layers=L, rms_norm_eps=1e-6, router_aux_loss_coef=0.001)
+    elif arch == "olmoe":  # OLMoE-1B-7B's settings: no renormalising, no clipping
+        cfg.update(num_experts=E, num_experts_per_tok=K, norm_topk_prob=False, clip_qkv=None)
+        del cfg["head_dim"]
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
     shutil.copy(tokenizer, os.path.join(out, "tokenizer.model"))
     t = {"model.embed_tokens.weight": rng.randn(V, C), "model.norm.weight": 1 + 0.1 * rng.randn(C)}
@@ -92,6 +113,11 @@ def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
         for n, s in (("q", NH * HD), ("k", NKV * HD), ("v", NKV * HD)):
             t[p + f"self_attn.{n}_proj.weight"] = 0.3 * rng.randn(s, C)
         t[p + "self_attn.o_proj.weight"] = 0.3 * rng.randn(C, NH * HD)
+        if arch == "qwen3_moe":
+            t[p + "self_attn.q_norm.weight"], t[p + "self_attn.k_norm.weight"] = 1 + 0.1 * rng.randn(2, HD)
+        elif arch == "olmoe":
+            t[p + "self_attn.q_norm.weight"] = 1 + 0.1 * rng.randn(NH * HD)
+            t[p + "self_attn.k_norm.weight"] = 1 + 0.1 * rng.randn(NKV * HD)
         w1, w2, w3 = 0.3 * rng.randn(E, H, C), 0.3 * rng.randn(E, C, H), 0.3 * rng.randn(E, H, C)
         if not moe:
             t[p + "mlp.gate_proj.weight"], t[p + "mlp.down_proj.weight"], t[p + "mlp.up_proj.weight"] = w1[0], w2[0], w3[0]
@@ -99,6 +125,11 @@ def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
             t[p + "mlp.gate.weight"] = rng.randn(E, C)
             t[p + "mlp.experts.gate_up_proj"] = np.concatenate([w1, w3], axis=1)
             t[p + "mlp.experts.down_proj"] = w2
+        elif arch != "mixtral":
+            t[p + "mlp.gate.weight"] = rng.randn(E, C)
+            for e in range(E):
+                q = p + f"mlp.experts.{e}."
+                t[q + "gate_proj.weight"], t[q + "down_proj.weight"], t[q + "up_proj.weight"] = w1[e], w2[e], w3[e]
         else:
             t[p + "block_sparse_moe.gate.weight"] = rng.randn(E, C)
             for e in range(E):
@@ -117,12 +148,64 @@ def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
     json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=1)
 
 
+def big(out, c, h, layers, e, nh, nkv, v, shards, tokenizer):
+    """A Mixtral-shaped model in BF16 shards, each tensor drawn, converted and written alone."""
+    hd = c // nh
+    os.makedirs(out, exist_ok=True)
+    cfg = dict(architectures=["MixtralForCausalLM"], model_type="mixtral", vocab_size=v, hidden_size=c,
+               intermediate_size=h, num_hidden_layers=layers, num_attention_heads=nh, num_key_value_heads=nkv,
+               head_dim=hd, num_local_experts=e, num_experts_per_tok=2, max_position_embeddings=4096,
+               rope_theta=1e6, rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu",
+               torch_dtype="bfloat16", sliding_window=None, attention_dropout=0.0, bos_token_id=1, eos_token_id=2)
+    json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
+    shutil.copy(tokenizer, os.path.join(out, "tokenizer.model"))
+    shapes = {"model.embed_tokens.weight": (v, c), "model.norm.weight": (c,), "lm_head.weight": (v, c)}
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        shapes.update({p + "input_layernorm.weight": (c,), p + "post_attention_layernorm.weight": (c,),
+                       p + "self_attn.q_proj.weight": (nh * hd, c), p + "self_attn.k_proj.weight": (nkv * hd, c),
+                       p + "self_attn.v_proj.weight": (nkv * hd, c), p + "self_attn.o_proj.weight": (c, nh * hd),
+                       p + "block_sparse_moe.gate.weight": (e, c)})
+        for x in range(e):
+            q = p + f"block_sparse_moe.experts.{x}."
+            shapes.update({q + "w1.weight": (h, c), q + "w2.weight": (c, h), q + "w3.weight": (h, c)})
+    names = list(shapes)
+    total = sum(2 * int(np.prod(shapes[k])) for k in names)
+    rng = np.random.default_rng(1)
+    index = {"metadata": {"total_size": total}, "weight_map": {}}
+    per = (len(names) + shards - 1) // shards
+    for i in range(shards):
+        part = names[i * per:(i + 1) * per]
+        fn = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        header, off = {}, 0
+        for k in part:
+            n = 2 * int(np.prod(shapes[k]))
+            header[k] = {"dtype": "BF16", "shape": list(shapes[k]), "data_offsets": [off, off + n]}
+            off += n
+            index["weight_map"][k] = fn
+        hb = json.dumps(header).encode()
+        hb += b" " * ((8 - len(hb) % 8) % 8)
+        with open(os.path.join(out, fn), "wb") as f:
+            f.write(struct.pack("<Q", len(hb)) + hb)
+            for k in part:
+                x = rng.standard_normal(shapes[k], dtype=np.float32) * 0.02
+                f.write((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+    json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=1)
+    print(sum(int(np.prod(x)) for x in shapes.values()))
+
+
 def per_expert(W, cfg):
-    """The folder's tensors under atoll's export names (Mixtral per-expert; Llama as one expert)."""
+    """The folder's tensors under Mixtral's per-expert names (Llama as one expert), whatever layout
+    the folder has; other names (the q/k norms) as they are."""
     out = {}
     for k, x in W.items():
         p, _, rest = k.partition("mlp.")
-        if not rest:
+        pe, _, name = rest.partition("experts.")
+        if rest and not pe and name.split(".")[0].isdigit():  # Qwen3-MoE's / OLMoE's mlp.experts.N.gate_proj
+            e, w = name.split(".")[0], name.split(".")[1]
+            out[p + f"block_sparse_moe.experts.{e}." + {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}[w] +
+                ".weight"] = x
+        elif not rest:
             out[k] = x
         elif rest == "gate.weight":
             out[p + "block_sparse_moe.gate.weight"] = x
@@ -173,6 +256,14 @@ def forward(d, shard, T):
         h = rms(x, W[p + "input_layernorm.weight"], eps)
         q = (h @ W[p + "self_attn.q_proj.weight"].T).reshape(B, T, nh, hd_).transpose(0, 2, 1, 3)
         k = (h @ W[p + "self_attn.k_proj.weight"].T).reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
+        if cfg["model_type"] == "qwen3_moe":  # per head, after the view into heads
+            q = rms(q, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms(k, W[p + "self_attn.k_norm.weight"], eps)
+        elif cfg["model_type"] == "olmoe":  # over the whole projection, before it
+            q = rms(h @ W[p + "self_attn.q_proj.weight"].T, W[p + "self_attn.q_norm.weight"], eps)
+            k = rms(h @ W[p + "self_attn.k_proj.weight"].T, W[p + "self_attn.k_norm.weight"], eps)
+            q = q.reshape(B, T, nh, hd_).transpose(0, 2, 1, 3)
+            k = k.reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
         v = (h @ W[p + "self_attn.v_proj.weight"].T).reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
@@ -187,7 +278,8 @@ def forward(d, shard, T):
         probs /= probs.sum(-1, keepdims=True)
         sel = np.argsort(-probs, -1, kind="stable")[:, :k_]
         rw = np.take_along_axis(probs, sel, -1)
-        rw /= rw.sum(-1, keepdims=True)
+        if cfg.get("norm_topk_prob", cfg["model_type"] == "mixtral"):
+            rw /= rw.sum(-1, keepdims=True)
         out = np.zeros_like(h)
         for e in range(probs.shape[1]):
             q_ = p + f"block_sparse_moe.experts.{e}."
@@ -205,7 +297,7 @@ def forward(d, shard, T):
 
 def same(d, export):
     want = per_expert(read_dir(d), json.load(open(os.path.join(d, "config.json"))))
-    got = read_dir(export)
+    got = per_expert(read_dir(export), json.load(open(os.path.join(export, "config.json"))))
     bad = [k for k in want if k not in got or got[k].shape != want[k].shape or not np.array_equal(got[k], want[k])]
     extra = sorted(set(got) - set(want))
     if bad or extra:
@@ -217,6 +309,8 @@ if __name__ == "__main__":
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "make":
         make(a[0], a[1], a[2], int(a[3]), a[4], a[5] == "tie", int(a[6]), a[7])
+    elif cmd == "big":
+        big(a[0], *[int(x) for x in a[1:9]], a[9])
     elif cmd == "forward":
         forward(a[0], a[1], int(a[2]))
     else:

@@ -131,36 +131,56 @@ void carry_over(const fs::path& from, const fs::path& to, const std::string& nam
 
 }  // namespace
 
-std::string hf_mixtral_config_json(const ModelConfig& m) {
-  // Field names and meanings of transformers' MixtralConfig; intermediate_size is the
-  // hidden width of one expert.
+namespace {
+
+// config.json of the three architectures whose blocks are gqa attention and the topk router: the
+// field names and meanings of transformers' MixtralConfig, Qwen3MoeConfig and OlmoeConfig.
+// intermediate_size is the hidden width of one expert (Qwen3-MoE's moe_intermediate_size; its
+// intermediate_size, the width of a dense MLP layer, is unused: every layer sparse,
+// decoder_sparse_step 1, no mlp_only_layers). No sliding window. OLMoE has no head_dim field (its
+// heads are hidden_size / num_attention_heads) and Mixtral no norm_topk_prob (always renormalised).
+std::string hf_topk_config_json(const ModelConfig& m, HfArchitecture arch) {
+  const bool mixtral = arch == HfArchitecture::kMixtral, qwen3 = arch == HfArchitecture::kQwen3Moe;
   nlohmann::ordered_json j = {
-      {"architectures", {"MixtralForCausalLM"}},
-      {"model_type", "mixtral"},
+      {"architectures", {mixtral ? "MixtralForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "OlmoeForCausalLM"}},
+      {"model_type", mixtral ? "mixtral" : qwen3 ? "qwen3_moe" : "olmoe"},
       {"vocab_size", m.vocab_size},
       {"hidden_size", m.dim},
       {"intermediate_size", m.expert_hidden},
       {"num_hidden_layers", m.n_layers},
       {"num_attention_heads", m.n_heads},
       {"num_key_value_heads", m.n_kv_heads},
-      {"head_dim", m.head_dim},
-      {"num_local_experts", m.n_experts},
-      {"num_experts_per_tok", m.top_k},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", m.seq_len},
-      {"rope_theta", m.rope_theta},
-      {"rms_norm_eps", m.norm_eps},
-      {"tie_word_embeddings", m.tie_embeddings},
-      {"router_aux_loss_coef", m.aux_loss_coef},
-      {"output_router_logits", false},
-      {"sliding_window", nullptr},
-      {"attention_dropout", 0.0},
-      {"initializer_range", m.init_std},
-      {"use_cache", true},
-      {"torch_dtype", "float32"},
   };
+  if (arch != HfArchitecture::kOlmoe) j["head_dim"] = m.head_dim;
+  j[mixtral ? "num_local_experts" : "num_experts"] = m.n_experts;
+  j["num_experts_per_tok"] = m.top_k;
+  if (!mixtral) j["norm_topk_prob"] = m.router_renormalize;
+  if (qwen3) {
+    j["moe_intermediate_size"] = m.expert_hidden;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+    j["use_sliding_window"] = false;
+  }
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = m.seq_len;
+  j["rope_theta"] = m.rope_theta;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["router_aux_loss_coef"] = m.aux_loss_coef;
+  j["output_router_logits"] = false;
+  if (arch == HfArchitecture::kOlmoe) j["clip_qkv"] = nullptr;
+  else j["sliding_window"] = nullptr;
+  if (!mixtral) j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = m.init_std;
+  j["use_cache"] = true;
+  j["torch_dtype"] = "float32";
   return j.dump(2) + "\n";
 }
+
+}  // namespace
+
+std::string hf_mixtral_config_json(const ModelConfig& m) { return hf_topk_config_json(m, HfArchitecture::kMixtral); }
 
 namespace {
 
@@ -230,6 +250,10 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
     throw Error("cannot export model.partial_rotary_factor = " + std::to_string(m.partial_rotary_factor) +
                 " as Mixtral: transformers' Mixtral rotates every entry of each head (fix: train with "
                 "model.partial_rotary_factor = 1.0 to export as Mixtral)");
+  if (arch == HfArchitecture::kOlmoe && m.head_dim * m.n_heads != m.dim)
+    throw Error("cannot export model.head_dim = " + std::to_string(m.head_dim) + " as OLMoE: its heads are " +
+                "hidden_size / num_attention_heads = " + std::to_string(m.dim / m.n_heads) +
+                " wide (fix: train with model.head_dim * model.n_heads = model.dim)");
   const bool special_ids = !tokenizer_path.empty() && special.given();
   if (special_ids) written.push_back("tokenizer_config.json");
   for (const std::string& name : written) ATOLL_CHECK(kExportFiles.count(name)) << name << " is missing from kExportFiles";
@@ -248,13 +272,14 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
     for (const HfValues& t : zaya)
       tensors.push_back({t.name, "F32", t.shape, t.values.data(), t.values.size() * sizeof(float)});
   } else {
-    for (const auto& t : hf_mixtral_tensors(layout)) {
+    const bool qwen_names = arch == HfArchitecture::kQwen3Moe || arch == HfArchitecture::kOlmoe;
+    for (const auto& t : hf_mixtral_tensors(layout, qwen_names ? HfExpertLayout::kPerExpertMlp : HfExpertLayout::kPerExpert)) {
       size_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<size_t>(d);
       tensors.push_back({t.name, "F32", t.shape, params + t.offset, numel * sizeof(float)});
     }
   }
-  const std::string config_json = arch == HfArchitecture::kZaya ? hf_zaya_config_json(m) : hf_mixtral_config_json(m);
+  const std::string config_json = arch == HfArchitecture::kZaya ? hf_zaya_config_json(m) : hf_topk_config_json(m, arch);
   const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
   // An export killed before its rename (Ctrl-C, kill -9) left its OUT.tmp-PID, the size of the model.
   remove_stale_temps(final_dir.parent_path().string(), final_dir.filename().string(), "export");

@@ -1,5 +1,6 @@
 // Export to the Hugging Face Mixtral layout (DESIGN.md, "Export"), or to ZAYA1's for a model
-// with ZAYA1's parts (ckpt/export_zaya.h; hf_architecture decides, and refuses other mixes): OUT/config.json with
+// with ZAYA1's parts, or Qwen3-MoE's / OLMoE's for a model with their q/k norm
+// (ckpt/export_zaya.h; hf_architecture decides, and refuses other mixes): OUT/config.json with
 // "architectures": ["MixtralForCausalLM"] and OUT/model.safetensors (fp32) holding the
 // transformers MixtralForCausalLM tensor names. Our matrices are already row-major [out, in]
 // as torch.nn.Linear stores them, and our RoPE is rotate-half as in transformers, so tensors

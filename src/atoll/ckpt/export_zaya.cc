@@ -91,6 +91,12 @@ HfArchitecture hf_architecture(const ModelConfig& m) {
   // Mixtral has one RoPE base; a local layer with the same base is a global one.
   const bool one_theta = !m.any_rope_local() || m.rope_theta_local == m.rope_theta;
   if (gqa && topk && !m.residual_scaling) {
+    if (one_theta && m.qk_norm == "head") return HfArchitecture::kQwen3Moe;
+    if (one_theta && m.qk_norm == "proj") return HfArchitecture::kOlmoe;
+    if (one_theta && !m.router_renormalize && m.n_experts > 1)
+      throw ConfigError("cannot export this model as Mixtral: model.router_renormalize = false, and Mixtral always "
+                        "renormalises its top-k weights; fix: train with model.router_renormalize = true, or with "
+                        "model.qk_norm = \"head\" or \"proj\" (Qwen3-MoE's and OLMoE's exports keep norm_topk_prob)");
     if (one_theta) return HfArchitecture::kMixtral;
     throw ConfigError("cannot export this model as Mixtral: model.rope_layers makes some layers local with "
                       "model.rope_theta_local != model.rope_theta, and Mixtral has one rope_theta; fix: train with "

@@ -22,11 +22,12 @@
 
 namespace atl {
 
-enum class HfArchitecture { kMixtral, kZaya };
+enum class HfArchitecture { kMixtral, kZaya, kQwen3Moe, kOlmoe };
 
-// Mixtral: every block GQA attention and the top-k router, no residual scaling. ZAYA1: every block
-// CCA attention and the zaya router with top_k 1. Anything else: ConfigError naming the keys that
-// make the mix and the fix.
+// Mixtral: every block GQA attention and the top-k router, no residual scaling, no q/k norm and
+// renormalised router weights. Qwen3-MoE and OLMoE: the same with model.qk_norm "head" and "proj"
+// (their norm_topk_prob is model.router_renormalize). ZAYA1: every block CCA attention and the
+// zaya router with top_k 1. Anything else: ConfigError naming the keys that make the mix and the fix.
 HfArchitecture hf_architecture(const ModelConfig& m);
 
 // One exported tensor with its values (a copy; the expert tensors are re-packed).

@@ -16,19 +16,32 @@ struct HfName {
   const char* fused;
   int half;
   const char* dense;
+  const char* per_expert_mlp;  // Qwen3-MoE's and OLMoE's names of one matrix per expert
 };
 constexpr HfName kBlockNames[] = {
-    {"attn_norm", "input_layernorm.weight", "input_layernorm.weight", 0, "input_layernorm.weight"},
-    {"attn.wq", "self_attn.q_proj.weight", "self_attn.q_proj.weight", 0, "self_attn.q_proj.weight"},
-    {"attn.wk", "self_attn.k_proj.weight", "self_attn.k_proj.weight", 0, "self_attn.k_proj.weight"},
-    {"attn.wv", "self_attn.v_proj.weight", "self_attn.v_proj.weight", 0, "self_attn.v_proj.weight"},
-    {"attn.wo", "self_attn.o_proj.weight", "self_attn.o_proj.weight", 0, "self_attn.o_proj.weight"},
+    {"attn_norm", "input_layernorm.weight", "input_layernorm.weight", 0, "input_layernorm.weight",
+     "input_layernorm.weight"},
+    {"attn.wq", "self_attn.q_proj.weight", "self_attn.q_proj.weight", 0, "self_attn.q_proj.weight",
+     "self_attn.q_proj.weight"},
+    {"attn.wk", "self_attn.k_proj.weight", "self_attn.k_proj.weight", 0, "self_attn.k_proj.weight",
+     "self_attn.k_proj.weight"},
+    {"attn.wv", "self_attn.v_proj.weight", "self_attn.v_proj.weight", 0, "self_attn.v_proj.weight",
+     "self_attn.v_proj.weight"},
+    {"attn.wo", "self_attn.o_proj.weight", "self_attn.o_proj.weight", 0, "self_attn.o_proj.weight",
+     "self_attn.o_proj.weight"},
+    {"attn.q_norm", "self_attn.q_norm.weight", "self_attn.q_norm.weight", 0, "self_attn.q_norm.weight",
+     "self_attn.q_norm.weight"},
+    {"attn.k_norm", "self_attn.k_norm.weight", "self_attn.k_norm.weight", 0, "self_attn.k_norm.weight",
+     "self_attn.k_norm.weight"},
     {"moe_norm", "post_attention_layernorm.weight", "post_attention_layernorm.weight", 0,
-     "post_attention_layernorm.weight"},
-    {"moe.router", "block_sparse_moe.gate.weight", "mlp.gate.weight", 0, ""},
-    {"moe.w1", "block_sparse_moe.experts.{e}.w1.weight", "mlp.experts.gate_up_proj", 1, "mlp.gate_proj.weight"},
-    {"moe.w2", "block_sparse_moe.experts.{e}.w2.weight", "mlp.experts.down_proj", 0, "mlp.down_proj.weight"},
-    {"moe.w3", "block_sparse_moe.experts.{e}.w3.weight", "mlp.experts.gate_up_proj", 2, "mlp.up_proj.weight"},
+     "post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+    {"moe.router", "block_sparse_moe.gate.weight", "mlp.gate.weight", 0, "", "mlp.gate.weight"},
+    {"moe.w1", "block_sparse_moe.experts.{e}.w1.weight", "mlp.experts.gate_up_proj", 1, "mlp.gate_proj.weight",
+     "mlp.experts.{e}.gate_proj.weight"},
+    {"moe.w2", "block_sparse_moe.experts.{e}.w2.weight", "mlp.experts.down_proj", 0, "mlp.down_proj.weight",
+     "mlp.experts.{e}.down_proj.weight"},
+    {"moe.w3", "block_sparse_moe.experts.{e}.w3.weight", "mlp.experts.gate_up_proj", 2, "mlp.up_proj.weight",
+     "mlp.experts.{e}.up_proj.weight"},
 };
 struct HfTopName {
   const char* ours;
@@ -58,6 +71,7 @@ const char* expert_layout_name(HfExpertLayout l) {
     case HfExpertLayout::kPerExpert: return "per-expert";
     case HfExpertLayout::kFused: return "fused";
     case HfExpertLayout::kDense: return "dense";
+    case HfExpertLayout::kPerExpertMlp: return "per-expert-mlp";
   }
   return "?";
 }
@@ -92,15 +106,17 @@ std::vector<HfPiece> hf_mixtral_pieces(const ParamLayout& layout, HfExpertLayout
         whole(hf_pre + row->dense);
       }
     } else if (!stacked) {
-      whole(hf_pre + (lay == HfExpertLayout::kFused ? row->fused : row->per_expert));
+      whole(hf_pre + (lay == HfExpertLayout::kFused          ? row->fused
+                      : lay == HfExpertLayout::kPerExpertMlp ? row->per_expert_mlp
+                                                             : row->per_expert));
     } else {
       ATOLL_CHECK_EQ(e.shape.size(), size_t(3)) << e.name;
       const int64_t E = e.shape[0], R = e.shape[1], W = e.shape[2];
       const size_t per_expert = size_t(R * W);
       for (int64_t x = 0; x < E; ++x) {
         const size_t off = e.offset + size_t(x) * per_expert;
-        if (lay == HfExpertLayout::kPerExpert) {
-          std::string n = row->per_expert;
+        if (lay == HfExpertLayout::kPerExpert || lay == HfExpertLayout::kPerExpertMlp) {
+          std::string n = lay == HfExpertLayout::kPerExpert ? row->per_expert : row->per_expert_mlp;
           n.replace(n.find("{e}"), 3, std::to_string(x));
           out.push_back({hf_pre + n, {R, W}, 0, R, off});
         } else if (row->half == 0) {
@@ -114,9 +130,10 @@ std::vector<HfPiece> hf_mixtral_pieces(const ParamLayout& layout, HfExpertLayout
   return out;
 }
 
-std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout) {
+std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout, HfExpertLayout lay) {
+  ATOLL_CHECK(lay == HfExpertLayout::kPerExpert || lay == HfExpertLayout::kPerExpertMlp) << expert_layout_name(lay);
   std::vector<HfTensor> out;
-  for (const HfPiece& p : hf_mixtral_pieces(layout, HfExpertLayout::kPerExpert)) out.push_back({p.name, p.shape, p.offset});
+  for (const HfPiece& p : hf_mixtral_pieces(layout, lay)) out.push_back({p.name, p.shape, p.offset});
   return out;
 }
 

@@ -7,6 +7,9 @@
 // and transformers v5's fused one ("mlp.experts.gate_up_proj" [E, 2H, C] = w1 then w3 along dim 1,
 // "mlp.experts.down_proj" [E, C, H], the router "mlp.gate.weight"), which v5 writes into newer
 // checkpoints. Llama and Mistral (dense) name their one MLP "mlp.{gate,up,down}_proj.weight".
+// Qwen3-MoE and OLMoE name each expert's matrices as Llama's MLP
+// ("mlp.experts.{e}.{gate,up,down}_proj.weight", the router "mlp.gate.weight"; transformers v5
+// fuses them as Mixtral's), and their q/k norms "self_attn.{q,k}_norm.weight".
 #pragma once
 
 #include <string>
@@ -29,6 +32,7 @@ enum class HfExpertLayout {
   kPerExpert,  // block_sparse_moe.experts.{e}.w{1,2,3}.weight, block_sparse_moe.gate.weight
   kFused,      // mlp.experts.gate_up_proj, mlp.experts.down_proj, mlp.gate.weight (transformers v5)
   kDense,      // mlp.{gate,up,down}_proj.weight and no router (Llama, Mistral: one expert)
+  kPerExpertMlp,  // mlp.experts.{e}.{gate,up,down}_proj.weight, mlp.gate.weight (Qwen3-MoE, OLMoE)
 };
 const char* expert_layout_name(HfExpertLayout l);
 
@@ -49,8 +53,8 @@ struct HfPiece {
 // one expert, the router's weight is 1 whatever its logits).
 std::vector<HfPiece> hf_mixtral_pieces(const ParamLayout& layout, HfExpertLayout lay);
 
-// The per-expert layout's tensors (what the export writes): hf_mixtral_pieces(kPerExpert), each
-// piece a whole tensor.
-std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout);
+// The tensors of a one-matrix-per-expert layout (kPerExpert: Mixtral's, which the export writes;
+// kPerExpertMlp: Qwen3-MoE's and OLMoE's): hf_mixtral_pieces(lay), each piece a whole tensor.
+std::vector<HfTensor> hf_mixtral_tensors(const ParamLayout& layout, HfExpertLayout lay = HfExpertLayout::kPerExpert);
 
 }  // namespace atl

@@ -13,6 +13,7 @@
 #include "atoll/ckpt/export_zaya.h"
 #include "atoll/ckpt/file_io.h"
 #include "atoll/ckpt/safetensors.h"
+#include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/model/layout.h"
 
@@ -128,6 +129,56 @@ void check_index(const HfSource& src, const std::map<std::string, size_t>& where
   }
 }
 
+
+// Where the bytes [begin, end) of a weight file go: converted from `t`'s dtype into dst on.
+struct Target {
+  size_t begin, end;
+  const TensorInFile* t;
+  float* dst;
+};
+
+constexpr size_t kChunk = size_t(64) << 20;
+
+// Reads `path` once, front to back, in chunks of about kChunk bytes (each chunk ends on an element
+// boundary of the tensor it ends in, so no element is split), converting each target's bytes as
+// they pass. Returns the xxh3 of the file's bytes; CorruptCheckpoint when the file is not the
+// length its header gave.
+uint64_t stream_file(const std::string& path, const SafetensorsHeader& h, const std::vector<Target>& targets) {
+  const size_t total = h.data_start + data_bytes(h);
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in) throw IoError("cannot read " + path);
+  if (fs::file_size(path, ec) != total || ec)
+    throw CorruptCheckpoint(path + " changed while it was read (fix: import again once it is complete)");
+  XXH3_state_t* state = XXH3_createState();
+  ATOLL_CHECK(state != nullptr);
+  XXH3_64bits_reset(state);
+  std::vector<std::byte> buf;
+  for (size_t at = 0; at < total;) {
+    size_t end = std::min(total, at + kChunk);
+    for (const TensorInFile& t : h.tensors)  // round up to the element grid of the tensor `end` falls in
+      if (t.file_offset < end && end < t.file_offset + t.bytes()) {
+        const size_t elem = safetensors_dtype_size(t.dtype), into = end - t.file_offset;
+        end = t.file_offset + (into + elem - 1) / elem * elem;
+      }
+    buf.resize(end - at);
+    if (!in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(buf.size()))) {
+      XXH3_freeState(state);
+      throw CorruptCheckpoint(path + " changed while it was read (fix: import again once it is complete)");
+    }
+    XXH3_64bits_update(state, buf.data(), buf.size());
+    for (const Target& g : targets) {
+      const size_t a = std::max(g.begin, at), b = std::min(g.end, end);
+      if (a >= b) continue;
+      const size_t elem = safetensors_dtype_size(g.t->dtype);
+      convert(g.t->dtype, buf.data() + (a - at), (b - a) / elem, g.dst + (a - g.begin) / elem);
+    }
+    at = end;
+  }
+  const uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return sum;
+}
 }  // namespace
 
 HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
@@ -163,11 +214,58 @@ HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
   }
   src.tokenizer_path = inside(d, "tokenizer.model", dir);
   // A folder holding fused experts (transformers v5) names them; otherwise one matrix per expert.
-  if (src.architecture != "MixtralForCausalLM") src.layout = HfExpertLayout::kDense;
+  if (src.architecture == "Qwen3MoeForCausalLM" || src.architecture == "OlmoeForCausalLM")
+    src.layout = HfExpertLayout::kPerExpertMlp;
+  else if (src.architecture == "ZayaForCausalLM")
+    src.layout = HfExpertLayout::kFused;
+  else if (src.architecture != "MixtralForCausalLM")
+    src.layout = HfExpertLayout::kDense;
   return src;
 }
 
+void upcycle_hf_source(HfSource& src, int experts, int top_k) {
+  if (src.layout != HfExpertLayout::kDense)
+    throw ConfigError("--init-from " + src.dir + " is a " + src.architecture + " with " +
+                      std::to_string(src.model.n_experts) + " experts of its own; upcycling (model.n_experts " +
+                      std::to_string(experts) + ") starts from a dense model (fix: leave out --set model.n_experts)");
+  if (top_k < 1 || top_k > experts)
+    throw ConfigError("upcycling " + src.dir + " to model.n_experts = " + std::to_string(experts) + " with model.top_k = " +
+                      std::to_string(top_k) + " (fix: model.top_k between 1 and model.n_experts)");
+  src.model.n_experts = experts, src.model.top_k = top_k, src.model.router_renormalize = true;
+}
+
+namespace {
+
+// An upcycled import (upcycle_hf_source): the dense model read as it is, then every expert of each
+// layer a copy of its MLP; the router is zeroed by the caller.
+nlohmann::json import_upcycled(const HfSource& src, float* params) {
+  HfSource dense = src;
+  dense.model.n_experts = 1, dense.model.top_k = 1;
+  const ParamLayout one = ParamLayout::build(dense.model), layout = ParamLayout::build(src.model);
+  std::vector<float> from(params ? one.total() : 0);
+  nlohmann::json ev = import_hf_weights(dense, params ? from.data() : nullptr);
+  ev["upcycled_experts"] = src.model.n_experts;
+  ev["upcycled_top_k"] = src.model.top_k;
+  if (!params) return ev;
+  for (const ParamEntry& e : layout.entries()) {
+    const ParamEntry& d = one.at(e.name);
+    for (size_t at = 0; at < e.numel; at += d.numel)  // an expert stack [E, R, W] takes E copies of [1, R, W]
+      std::copy(from.begin() + d.offset, from.begin() + d.offset + d.numel, params + e.offset + at);
+  }
+  return ev;
+}
+
+}  // namespace
+
 nlohmann::json import_hf_weights(const HfSource& src, float* params) {
+  if (src.layout == HfExpertLayout::kDense && src.model.n_experts > 1) {
+    nlohmann::json ev = import_upcycled(src, params);
+    const ParamLayout layout = ParamLayout::build(src.model);
+    if (params)  // zero router: every expert equally likely
+      for (const auto& e : layout.entries())
+        if (e.name.ends_with("moe.router")) std::fill(params + e.offset, params + e.offset + e.numel, 0.0f);
+    return ev;
+  }
   const ParamLayout layout = ParamLayout::build(src.model);
   // Pass 1, the headers only (each checked against its file's length): which file holds what.
   std::vector<SafetensorsHeader> headers;
@@ -211,27 +309,27 @@ nlohmann::json import_hf_weights(const HfSource& src, float* params) {
     if (!mapped.count(name) && !name.ends_with("rotary_emb.inv_freq") && !(tied_head && name == "lm_head.weight"))
       throw CorruptCheckpoint(src.weight_files[i] + ": tensor '" + name + "' has no place in atoll's " + src.architecture +
                               " (fix: a config.json describing this model; atoll refuses rather than drop weights)");
-  // Pass 2, one file at a time: its bytes hashed and its pieces converted, then let go.
+  // Pass 2, one file at a time, read once in order in chunks of about kChunk bytes: each chunk
+  // hashed and the parts of pieces it holds converted, so the import holds the fp32 model and one
+  // chunk, whatever the size of the files.
   nlohmann::json sums = nlohmann::json::object();
   std::vector<float> head;  // a tied model's stored lm_head
   for (size_t i = 0; i < src.weight_files.size(); ++i) {
     const std::string& f = src.weight_files[i];
-    const std::vector<std::byte> bytes = read_file_bytes(f);
-    if (bytes.size() != headers[i].data_start + data_bytes(headers[i]))
-      throw CorruptCheckpoint(f + " changed while it was read (fix: import again once it is complete)");
-    sums[fs::path(f).filename().string()] = hex64(XXH3_64bits(bytes.data(), bytes.size()));
-    for (const HfPiece& p : by_file[i]) {
-      if (!params) break;  // a check only
-      const TensorInFile& t = *headers[i].find(p.name);
-      const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
-      convert(t.dtype, bytes.data() + t.file_offset + size_t(p.row) * width * elem, size_t(p.rows) * width,
-              params + p.offset);
-    }
+    std::vector<Target> targets;
+    if (params)
+      for (const HfPiece& p : by_file[i]) {
+        const TensorInFile& t = *headers[i].find(p.name);
+        const size_t width = p.shape.empty() ? 1 : size_t(p.shape.back()), elem = safetensors_dtype_size(t.dtype);
+        const size_t begin = t.file_offset + size_t(p.row) * width * elem;
+        targets.push_back({begin, begin + size_t(p.rows) * width * elem, &t, params + p.offset});
+      }
     if (params && tied_head && where["lm_head.weight"] == i) {
       const TensorInFile& t = *headers[i].find("lm_head.weight");
       head.resize(t.bytes() / safetensors_dtype_size(t.dtype));
-      convert(t.dtype, bytes.data() + t.file_offset, head.size(), head.data());
+      targets.push_back({t.file_offset, t.file_offset + t.bytes(), &t, head.data()});
     }
+    sums[fs::path(f).filename().string()] = hex64(stream_file(f, headers[i], targets));
   }
   if (params && tied_head) {
     const ParamEntry* embed = layout.find("embed");

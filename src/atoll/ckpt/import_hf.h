@@ -3,11 +3,13 @@
 // SentencePiece tokenizer.model. The tensors are mapped by the tables the export writes by
 // (ckpt/hf_tables.h), so HF -> atoll -> HF gives the same tensors.
 //
-// Architectures: MixtralForCausalLM (per-expert or transformers v5's fused experts),
+// Architectures: MixtralForCausalLM, Qwen3MoeForCausalLM (model.qk_norm "head") and
+// OlmoeForCausalLM (model.qk_norm "proj"), each per-expert or transformers v5's fused experts;
 // ZayaForCausalLM (ckpt/export_zaya.h's table, read back) and LlamaForCausalLM /
-// MistralForCausalLM (one expert, top-1: a dense model stays dense). Others (Qwen3-MoE and
-// OLMoE's q/k norms, Qwen2-MoE's shared expert) are refused naming what atoll lacks. Every config.json field is either mapped exactly or refused naming the field, its
-// value and why; fields that change nothing the weights compute (ids, dtype, cache...) are listed.
+// MistralForCausalLM (one expert, top-1: a dense model stays dense). Others (Qwen2-MoE's shared
+// expert) are refused naming what atoll lacks. Every config.json field is either mapped exactly or
+// refused naming the field, its value and why; fields that change nothing the weights compute
+// (ids, dtype, cache...) are listed.
 //
 // Everything is checked before the caller writes anything: the folder's files (an index naming
 // a file outside the folder, by "..", an absolute path or a symbolic link, is refused), each
@@ -43,6 +45,13 @@ struct HfSource {
 // a folder without tokenizer.model (the fix for tokenizer.json-only folders), a missing index or
 // shard, or an index naming a file outside the folder.
 HfSource read_hf_source(const std::string& dir, const ModelConfig& base);
+
+// Upcycling a dense source (Llama, Mistral: layout kDense) to `experts` experts, `top_k` per token:
+// src.model gets them, and import_hf_weights copies the dense MLP into every expert with a zero
+// router (uniform probabilities; with renormalised top-k weights the K identical experts sum to
+// the dense MLP, so the upcycled model computes the dense one's function at the start). Throws
+// ConfigError for a source with experts of its own, or top_k outside [1, experts].
+void upcycle_hf_source(HfSource& src, int experts, int top_k);
 
 // The weights of `src` into `params` (laid out by ParamLayout::build(src.model), fp32, every
 // element written): each tensor's header checked, BF16 / F16 / F32 converted. With `params` null

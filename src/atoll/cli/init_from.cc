@@ -33,11 +33,21 @@ void refuse_init_from_resume(const std::string& dir, bool resume) {
 void apply_init_from(Config& cfg, const std::string& dir, const std::vector<std::string>& overrides) {
   if (dir.empty()) return;
   check_input_dir(dir, "--init-from", "pass a Hugging Face model folder (config.json and *.safetensors)");
-  const HfSource src = read_hf_source(dir, cfg.model);
+  HfSource src = read_hf_source(dir, cfg.model);
+  // Upcycling: a dense model (Llama, Mistral) with --set model.n_experts=E > 1 (and model.top_k=K,
+  // else min(2, E)) starts every expert from its MLP.
+  std::map<std::string, std::string> set;
+  for (const std::string& o : overrides)
+    if (o.rfind("model.", 0) == 0)
+      set[o.substr(6, o.find('=') == std::string::npos ? std::string::npos : o.find('=') - 6)] = o;
+  if (src.layout == HfExpertLayout::kDense && set.count("n_experts") && cfg.model.n_experts > 1) {
+    upcycle_hf_source(src, cfg.model.n_experts, set.count("top_k") ? cfg.model.top_k : std::min(2, cfg.model.n_experts));
+    log_info("--init-from " + dir + ": upcycling the dense " + src.architecture + " to " +
+             std::to_string(src.model.n_experts) + " experts, top " + std::to_string(src.model.top_k) +
+             " (every expert a copy of its MLP, the router zero)");
+  }
   const auto ours = model_values(cfg.model), theirs = model_values(src.model);
-  for (const std::string& o : overrides) {
-    if (o.rfind("model.", 0) != 0) continue;
-    const std::string key = o.substr(6, o.find('=') == std::string::npos ? std::string::npos : o.find('=') - 6);
+  for (const auto& [key, o] : set) {
     if (ours.count(key) && theirs.count(key) && ours.at(key) != theirs.at(key))
       throw ConfigError("--set model." + key + " = " + ours.at(key) + " disagrees with " + dir + "/config.json, which gives " +
                         theirs.at(key) + " (fix: leave out --set model." + key + "; the model's shape is its checkpoint's)");

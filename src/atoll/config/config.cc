@@ -91,6 +91,13 @@ void visit_config(Config& c, V&& v) {
   static const std::string router_help = "router of every MoE block: " + kind_choices(router_kinds());
   v.str("model.attention", m.attention, attention_help.c_str(), attention_kind_names());
   v.str("model.router", m.router, router_help.c_str(), router_kind_names());
+  v.str("model.qk_norm", m.qk_norm,
+        "gqa attention: RMSNorm of q and k before RoPE: none, head (each head's head_dim entries, one gain shared "
+        "by the heads: Qwen3-MoE) or proj (the whole projection before the split into heads: OLMoE)",
+        {"none", "head", "proj"});
+  v.flag("model.router_renormalize", m.router_renormalize,
+         "topk router: the chosen experts' weights renormalised to sum to 1 (transformers' norm_topk_prob; false: "
+         "the softmax probabilities as they are)");
   v.list("model.attention_layers", m.attention_layers,
          "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
   v.list("model.router_layers", m.router_layers,

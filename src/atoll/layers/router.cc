@@ -18,7 +18,8 @@ std::vector<double> expert_fractions(const int32_t* topk_idx, int N, int E, int 
 }  // namespace
 
 template <typename T>
-void router_forward(T* probs, T* lse, int32_t* topk_idx, T* topk_w, const T* logits, int N, int E, int K) {
+void router_forward(T* probs, T* lse, int32_t* topk_idx, T* topk_w, const T* logits, int N, int E, int K,
+                    bool renormalize) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + size_t(n) * E;
@@ -43,7 +44,8 @@ void router_forward(T* probs, T* lse, int32_t* topk_idx, T* topk_w, const T* log
       idx[j] = best;
       wsum += (w[j] = p[best]);
     }
-    for (int j = 0; j < K; ++j) w[j] /= wsum;
+    if (renormalize)
+      for (int j = 0; j < K; ++j) w[j] /= wsum;
   }
 }
 
@@ -68,7 +70,8 @@ RouterLosses router_losses(const T* probs, const T* lse, const int32_t* topk_idx
 
 template <typename T>
 void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse, const int32_t* topk_idx,
-                     const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale) {
+                     const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale,
+                     bool renormalize) {
   const std::vector<double> f = expert_fractions(topk_idx, N, E, K);
   const double aux_g = loss_scale * aux_coef * E / N;  // d aux / d p_ni = coef * E * f_i / N
   const double z_g = loss_scale * z_coef * 2.0 / N;    // d z / d lse_n = 2 coef lse_n / N
@@ -83,8 +86,10 @@ void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse,
       const T* dw = dtopk_w + size_t(n) * K;
       for (int e = 0; e < E; ++e) dp[e] = aux_g * f[e];
       // w_j = p_j / S with S = Σ_j p_j over the chosen experts: dp_j = (dw_j − Σ_l w_l dw_l) / S.
+      // Without renormalising, w_j = p_j: dp_j = dw_j.
       double S = 0.0, wdw = 0.0;
       for (int j = 0; j < K; ++j) S += p[idx[j]], wdw += double(w[j]) * dw[j];
+      if (!renormalize) S = 1.0, wdw = 0.0;
       for (int j = 0; j < K; ++j) dp[idx[j]] += (dw[j] - wdw) / S;
       double pdp = 0.0;
       for (int e = 0; e < E; ++e) pdp += p[e] * dp[e];
@@ -94,14 +99,14 @@ void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse,
   }
 }
 
-template void router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int);
-template void router_forward<double>(double*, double*, int32_t*, double*, const double*, int, int, int);
+template void router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int, bool);
+template void router_forward<double>(double*, double*, int32_t*, double*, const double*, int, int, int, bool);
 template RouterLosses router_losses<float>(const float*, const float*, const int32_t*, int, int, int, double, double);
 template RouterLosses router_losses<double>(const double*, const double*, const int32_t*, int, int, int, double,
                                             double);
 template void router_backward<float>(float*, const float*, const float*, const float*, const int32_t*, const float*,
-                                     int, int, int, double, double, double);
+                                     int, int, int, double, double, double, bool);
 template void router_backward<double>(double*, const double*, const double*, const double*, const int32_t*,
-                                      const double*, int, int, int, double, double, double);
+                                      const double*, int, int, int, double, double, double, bool);
 
 }  // namespace atl

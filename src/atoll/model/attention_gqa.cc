@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "atoll/core/check.h"
+#include "atoll/layers/rmsnorm.h"
 #include "atoll/model/attention_core.h"
 
 namespace atl {
@@ -15,16 +16,27 @@ void attention_gqa_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(matrix_entry(pre + "wk", KVD, C, ParamGroup::kAttention, layer));
   layout.add(matrix_entry(pre + "wv", KVD, C, ParamGroup::kAttention, layer));
   layout.add(matrix_entry(pre + "wo", C, QD, ParamGroup::kAttention, layer));
+  if (m.qk_norm == "none") return;
+  const bool head = m.qk_norm == "head";
+  layout.add(gain_entry(pre + "q_norm", head ? m.head_dim : QD, layer));
+  layout.add(gain_entry(pre + "k_norm", head ? m.head_dim : KVD, layer));
 }
 
 template <typename T>
 AttentionGqa<T>::AttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const PartSizes& s,
                               PartScratch& scratch)
-    : m_(m), layer_(layer), max_tokens_(s.max_tokens), sh_(scratch.get<AttentionScratch<T>>(m, s)) {
+    : m_(m), layer_(layer), max_tokens_(s.max_tokens), qk_norm_(m.qk_norm != "none"),
+      sh_(scratch.get<AttentionScratch<T>>(m, s)) {
   const std::string pre = layer_prefix(layer) + "attn.";
   wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
   wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
   const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
+  if (qk_norm_) {
+    ATOLL_CHECK(m.qk_norm == "head" || m.qk_norm == "proj") << "model.qk_norm = " << m.qk_norm;
+    q_norm_ = layout.at(pre + "q_norm").offset, k_norm_ = layout.at(pre + "k_norm").offset;
+    q_raw_.resize(N * QD), k_raw_.resize(N * KVD);
+    q_rstd_.resize(N * QD / norm_width(int(QD))), k_rstd_.resize(N * KVD / norm_width(int(KVD)));
+  }
   lse_.resize(size_t(s.max_batch) * m.n_heads * m.seq_len);
   q_.resize(N * QD, s.precision), k_.resize(N * KVD, s.precision), v_.resize(N * KVD, s.precision);
   att_.resize(N * QD, s.precision);
@@ -33,7 +45,24 @@ AttentionGqa<T>::AttentionGqa(const ModelConfig& m, const ParamLayout& layout, i
 template <typename T>
 size_t AttentionGqa<T>::work_elements() const {
   const size_t QD = size_t(m_.n_heads) * m_.head_dim, KVD = size_t(m_.n_kv_heads) * m_.head_dim;
-  return size_t(max_tokens_) * (2 * QD + 2 * KVD);
+  return size_t(max_tokens_) * (2 * QD + (qk_norm_ ? 3 : 2) * KVD);
+}
+
+// The rows of x [N, width] of norm_width(width) entries each: RMSNorm with gain `gain`, in place.
+template <typename T>
+void AttentionGqa<T>::qk_norm_forward(T* x, std::vector<T>& raw, std::vector<T>& rstd, size_t gain, int N, int width,
+                                      const PartContext<T>& c) {
+  const int w = norm_width(width), rows = int(size_t(N) * width / w);
+  std::copy(x, x + size_t(N) * width, raw.begin());
+  rmsnorm_forward(x, rstd.data(), raw.data(), c.mm.param(gain), rows, w, m_.norm_eps);
+}
+
+template <typename T>
+void AttentionGqa<T>::qk_norm_backward(T* dx, const T* dy, const std::vector<T>& raw, const std::vector<T>& rstd,
+                                       size_t gain, int N, int width, const PartContext<T>& c) {
+  const int w = norm_width(width), rows = int(size_t(N) * width / w);
+  std::fill(dx, dx + size_t(N) * width, T(0));
+  rmsnorm_backward(dx, c.grads + gain, dy, raw.data(), rstd.data(), c.mm.param(gain), rows, w);
 }
 
 template <typename T>
@@ -49,6 +78,10 @@ void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   c.mm.forward(q, in, c.mm.weight(wq_), N, C, QD);
   c.mm.forward(k, in, c.mm.weight(wk_), N, C, KVD);
   c.mm.forward(v, in, c.mm.weight(wv_), N, C, KVD);
+  if (qk_norm_) {
+    qk_norm_forward(q, q_raw_, q_rstd_, q_norm_, N, QD, c);
+    qk_norm_forward(k, k_raw_, k_rstd_, k_norm_, N, KVD, c);
+  }
   rope_at(q, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, false);
   rope_at(k, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, false);
   q_.keep(q, size_t(N) * QD), k_.keep(k, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
@@ -62,7 +95,7 @@ void AttentionGqa<T>::recompute_output(T* out, const PartContext<T>& c) {
   c.mm.forward(out, att_.operand(), c.mm.weight(wo_), c.d.N, c.d.QD, c.d.C);
 }
 
-// The forward in reverse: wo, attention, RoPE (its inverse rotation), then wq, wk, wv.
+// The forward in reverse: wo, attention, RoPE (its inverse rotation), the q/k norms, then wq, wk, wv.
 template <typename T>
 void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
@@ -80,6 +113,12 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
                          T_, NH, NKV, HD, c);
   rope_at(dq, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, true);
   rope_at(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, true);
+  if (qk_norm_) {  // d(att) is free now: it takes dq before the norm, the extra work rows dk's
+    T* dk_raw = datt + size_t(N) * QD;
+    qk_norm_backward(datt, dq, q_raw_, q_rstd_, q_norm_, N, QD, c);
+    qk_norm_backward(dk_raw, dk, k_raw_, k_rstd_, k_norm_, N, KVD, c);
+    dq = datt, dk = dk_raw;
+  }
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   const struct { const T* d; size_t w; int out; } proj[] = {{dq, wq_, QD}, {dk, wk_, KVD}, {dv, wv_, KVD}};
   for (const auto& p : proj)
@@ -94,6 +133,7 @@ void AttentionGqa<T>::start_decode(int max_len) {
   // resize, not assign: a grown cache keeps the positions already cached ([pos, KVD] rows).
   k_cache_.resize(size_t(max_len) * KVD, T(0)), v_cache_.resize(size_t(max_len) * KVD, T(0));
   dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len);
+  if (qk_norm_) q_raw_.resize(std::max(q_raw_.size(), QD)), k_raw_.resize(std::max(k_raw_.size(), KVD));
 }
 
 // One token at position pos: its key and value join the cache, its query attends to every
@@ -108,6 +148,10 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(dec_q_.data(), in, c.mm.weight(wq_), 1, C, QD);
   c.mm.forward(kc, in, c.mm.weight(wk_), 1, C, KVD);
   c.mm.forward(vc, in, c.mm.weight(wv_), 1, C, KVD);
+  if (qk_norm_) {
+    qk_norm_forward(dec_q_.data(), q_raw_, q_rstd_, q_norm_, 1, QD, c);
+    qk_norm_forward(kc, k_raw_, k_rstd_, k_norm_, 1, KVD, c);
+  }
   rope_forward(dec_q_.data(), sh_->rope_of(layer_), 1, 1, NH, HD, pos);
   rope_forward(kc, sh_->rope_of(layer_), 1, 1, NKV, HD, pos);
   attend_cached(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos + 1, NH, NKV, HD);

@@ -33,12 +33,17 @@ Make device_make(const DeviceKind<Make> (&kinds)[N], std::string_view name, int 
 
 std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                     const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
+  if (m.attention_at(layer) == "gqa" && m.qk_norm != "none")
+    throw ConfigError("model.qk_norm = \"" + m.qk_norm + "\" (q/k RMSNorm) is not on the GPU yet; fix: train with "
+                      "train.device = \"cpu\"");
   const AttentionKind& kind = attention_kind_at(m, layer);  // a name not in the table: ConfigError
   return device_make(kDeviceAttentions, kind.name, layer, "attention")(m, layout, layer, s, scratch, carve);
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
+  if (m.router_at(layer) == "topk" && !m.router_renormalize && m.n_experts > 1)
+    throw ConfigError("model.router_renormalize = false is not on the GPU yet; fix: train with train.device = \"cpu\"");
   const RouterKind& kind = router_kind_at(m, layer);
   return device_make(kDeviceRouters, kind.name, layer, "router")(m, layout, layer, s, scratch, carve);
 }

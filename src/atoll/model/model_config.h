@@ -47,6 +47,15 @@ struct ModelConfig {
   // Per-layer choices, repeated over the layers (["gqa", "cca"] would alternate two kinds, as
   // gemma.cpp repeats its attention pattern); empty: every layer takes `attention` / `router`.
   std::vector<std::string> attention_layers, router_layers;
+  // RMSNorm of q and k in gqa attention, after their projections and before RoPE (gain per entry,
+  // epsilon norm_eps): "none"; "head" normalises each head's HD entries with one gain [HD] for
+  // every head (Qwen3-MoE's q_norm / k_norm); "proj" normalises the whole projection, q over QD
+  // entries and k over KVD, before it is split into heads (OLMoE's).
+  std::string qk_norm = "none";
+  // The topk router's weights: the chosen experts' probabilities renormalised to sum to 1
+  // (Mixtral; transformers' norm_topk_prob = true), or, false, the softmax probabilities as they
+  // are (norm_topk_prob = false: OLMoE, Qwen2-MoE).
+  bool router_renormalize = true;
 
   // RD: the rotated entries of each head, int(HD * partial_rotary_factor) as transformers has it.
   int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }

@@ -1,5 +1,6 @@
 // Mixtral's router (layers/router.h): p = softmax(h wᵀ) over E experts, the top K by
-// probability with weights renormalised to sum to 1, plus the Switch load-balancing loss and
+// probability with weights renormalised to sum to 1 (model.router_renormalize; else the
+// probabilities as they are), plus the Switch load-balancing loss and
 // the router z-loss (coefficients model.aux_loss_coef, model.z_loss_coef). Its product stays
 // in T under bf16 products too (E columns: cheap, and the choice of experts is sensitive).
 // Row "layers.{l}.moe.router" [E,C]; keeps probabilities, log-sum-exps and the choice.
@@ -27,6 +28,7 @@ class RouterTopk final : public RouterPart<T> {
  private:
   struct Scratch;  // shared by the layers: the logits and their gradient
   int E_, K_;
+  bool renormalize_;
   double aux_coef_, z_coef_;
   size_t w_;
   std::shared_ptr<Scratch> sh_;

@@ -1,5 +1,7 @@
 #include "atoll/train/init_weights.h"
 
+#include <sstream>
+
 #include "atoll/ckpt/import_hf.h"
 #include "atoll/core/errors.h"
 #include "atoll/data/tokenizer.h"
@@ -7,10 +9,18 @@
 namespace atl {
 
 nlohmann::json init_from_hf(const std::string& dir, const Config& cfg, const DatasetInfo& data, float* params) {
-  const HfSource src = read_hf_source(dir, cfg.model);
-  if (model_config_to_toml(src.model) != model_config_to_toml(cfg.model))
-    throw ConfigError("--init-from " + dir + ": the run's [model] is not what its config.json gives (fix: start the run "
-                      "with --init-from, which takes [model] from config.json)");
+  HfSource src = read_hf_source(dir, cfg.model);
+  // An upcycled run (cli apply_init_from): its [model] has the experts a dense source lacks.
+  if (src.layout == HfExpertLayout::kDense && cfg.model.n_experts > 1)
+    upcycle_hf_source(src, cfg.model.n_experts, cfg.model.top_k);
+  const std::string want = model_config_to_toml(src.model), have = model_config_to_toml(cfg.model);
+  if (want != have) {
+    std::istringstream a(want), b(have);
+    std::string la, lb;
+    while (std::getline(a, la) && std::getline(b, lb) && la == lb) {}
+    throw ConfigError("--init-from " + dir + ": the run's [model] is not what its config.json gives (the run has " + lb +
+                      ", config.json " + la + "; fix: start the run with --init-from, which takes [model] from config.json)");
+  }
   // The imported model's tokenizer must be the one the data was prepared with: the same ids.
   const std::string ours = tokenizer_fingerprint(src.tokenizer_path);
   const std::string theirs = data.tokenizer_path.empty() ? "" : tokenizer_fingerprint(data.tokenizer_path);
