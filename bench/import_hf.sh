@@ -2,7 +2,7 @@
 # Import time and peak RSS of `--init-from` (issue 40; docs/benchmarks.md): a Mixtral-shaped model
 # of about 1.1 B parameters (C 2048, 16 layers, 8 experts of H 1024, 16 query / 8 key-value heads,
 # V 32000) written by the test generator (tests/reference/hf_moe.py big) in three BF16 shards, then
-# imported by build/import_hf_rss (the import alone, into fp32 parameters), twice: with the shards
+# imported by build/bench/import_hf_rss (the import alone, into fp32 parameters), twice: with the shards
 # dropped from the page cache first (dd iflag=nocache: read from the disk) and with them cached.
 # Beside each, the time `cat` takes to read the same files in the same cache state: reading at
 # disk speed means an import about as fast as cat. The goal for memory: peak RSS under 1.2 x the
@@ -26,6 +26,6 @@ for state in cold warm; do
   [ "$state" = cold ] && drop
   t0=$(date +%s.%N); cat "$w"/hf/*.safetensors >/dev/null; cat_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
   [ "$state" = cold ] && drop
-  echo "$state: cat ${cat_s} s; import $(build/import_hf_rss "$w/hf")"
+  echo "$state: cat ${cat_s} s; import $(build/bench/import_hf_rss "$w/hf")"
 done
 rm -rf "$w"

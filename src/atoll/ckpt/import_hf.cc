@@ -84,11 +84,12 @@ void convert(const std::string& dtype, const std::byte* src, size_t n, float* ds
     std::memcpy(dst, src, n * 4);
     return;
   }
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
-  }
+  // One loop per dtype (the choice out of the loop: the bf16 one is a shift the compiler vectorises).
+  uint16_t h;
+  if (dtype == "BF16")
+    for (size_t i = 0; i < n; ++i) std::memcpy(&h, src + 2 * i, 2), dst[i] = bf16_to_f32(h);
+  else
+    for (size_t i = 0; i < n; ++i) std::memcpy(&h, src + 2 * i, 2), dst[i] = f16_to_f32(h);
 }
 
 size_t data_bytes(const SafetensorsHeader& h) { return h.tensors.empty() ? 0 : h.tensors.back().end; }
