@@ -30,7 +30,7 @@ template <const char* kKey>
 bool kind_reads(C c, S) {
   return part_kind_reads(c.model, kKey);
 }
-constexpr char kCcaTime0[] = "model.cca_time0", kCcaTime1[] = "model.cca_time1";
+constexpr char kCcaTime0[] = "model.cca_time0", kCcaTime1[] = "model.cca_time1", kQkNorm[] = "model.qk_norm";
 constexpr char kRouterHidden[] = "model.router_hidden_size", kRouterSkipBias[] = "model.router_skip_bias";
 bool adam_moments(C c, S) { return c.optim.name != "sgd"; }  // muon steps the rest with AdamW
 bool muon(C c, S) { return c.optim.name == "muon"; }
@@ -83,8 +83,7 @@ const std::vector<KeyEffect>& key_effects() {
        [](C c, S) { return c.model.attention_layers.empty(); }},
       {"model.router", "only when model.router_layers is empty (the per-layer list wins)",
        [](C c, S) { return c.model.router_layers.empty(); }},
-      {"model.qk_norm", "only to gqa attention (model.attention or model.attention_layers)",
-       [](C c, S) { return any_attention(c, "gqa"); }},
+      {"model.qk_norm", "only to gqa attention (model.attention or model.attention_layers)", kind_reads<kQkNorm>},
       {"model.router_renormalize", "only to the topk router with model.n_experts > 1", topk_choice},
       {"model.attention_layers", "always", always},
       {"model.router_layers", "always", always},

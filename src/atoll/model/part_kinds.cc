@@ -39,6 +39,16 @@ double gqa_kept(const ModelConfig& m, CostShape s) {
   return kF32 * N * m.n_heads + (s.bf16 ? kBf16 : kF32) * N * (2 * qd(m) + 2 * kvd(m));
 }
 double gqa_work(const ModelConfig& m, CostShape s) { return kF32 * s.B * s.T * (2 * qd(m) + 2 * kvd(m)); }
+// With model.qk_norm: q and k before their norm and one 1/rms per normed row kept, and dk before
+// it in work.
+double gqa_part_kept(const ModelConfig& m, CostShape s) {
+  if (m.qk_norm == "none") return gqa_kept(m, s);
+  const double N = s.B * s.T, rows = m.qk_norm == "head" ? m.n_heads + m.n_kv_heads : 2;
+  return gqa_kept(m, s) + kF32 * N * (qd(m) + kvd(m) + rows);
+}
+double gqa_part_work(const ModelConfig& m, CostShape s) {
+  return gqa_work(m, s) + (m.qk_norm == "none" ? 0 : kF32 * s.B * s.T * kvd(m));
+}
 KvCacheBytes gqa_cache(const ModelConfig& m) { return {2 * kvd(m) * kF32, 0}; }
 
 // CCA (model/attention_cca.h): GQA's projections and attention plus its two convolutions over
@@ -119,10 +129,10 @@ const std::vector<AttentionKind>& attention_kinds() {
        .make_f64 = make<AttentionPart, AttentionGqa, double>,
        .gpu = true,
        .validate = no_objection,
-       .keys = {},
+       .keys = {"model.qk_norm"},
        .macs_per_token = gqa_macs,
-       .kept_bytes = gqa_kept,
-       .work_bytes = gqa_work,
+       .kept_bytes = gqa_part_kept,
+       .work_bytes = gqa_part_work,
        .shared_bytes = none,
        .decode_cache = gqa_cache,
        .boundary_tokens = no_boundary},
