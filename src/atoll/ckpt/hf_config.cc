@@ -22,7 +22,8 @@ const std::set<std::string> kNoEffect = {
 
 // Why atoll refuses a model_type it does not import.
 const std::pair<const char*, const char*> kMissing[] = {
-    {"qwen2_moe", "Qwen2-MoE's shared expert with its own sigmoid gate (atoll has no shared-expert part)"},
+    {"qwen2_moe", "Qwen2-MoE's shared expert with its own sigmoid gate (atoll has no shared-expert part) and the "
+                  "biases of its q, k and v projections (atoll's have none)"},
 };
 
 // model_type -> the architecture it is imported as.
