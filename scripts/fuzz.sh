@@ -6,12 +6,12 @@
 # crash stops the script, leaving the input under build-asan/fuzz/<target>/: fix the parser,
 # then keep the input as tests/fuzz/regressions/<target>/<name> (fuzz_replay_test replays it
 # in every build).
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#   scripts/fuzz.sh [SECONDS_PER_TARGET|build] [TARGET...]
 # The seed corpora are atoll's own output: after a format changes, rewrite them with
 #   build/tests/fuzz_make_seeds tests/fuzz/corpus   (or build-asan/tests/fuzz/fuzz_make_seeds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-15}
+seconds=${1:-15}  # "build": only build the targets (CI builds them in the background)
 shift || true
 source scripts/install_missing.sh
 install_missing clang libclang-rt-14-dev libomp-14-dev
@@ -31,6 +31,7 @@ start=$SECONDS
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}" >"$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log"; exit 1; }
 echo "fuzz: built ${#targets[@]} targets in $((SECONDS - start)) s"
+[[ "$seconds" == build ]] && exit 0
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -11,9 +11,11 @@
 # Any report stops its test (halt_on_error) and the script exits non-zero. ATOLL_SANITIZE_TESTS
 # (test executable names, space-separated) replaces the list below.
 #   scripts/sanitize.sh packages only install the clang packages (CI fetches them early)
+#   scripts/sanitize.sh MODE build|run   only build, or only run (CI builds in the background)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-address}
+stage=${2:-all}
 source scripts/install_missing.sh
 install_missing clang libclang-rt-14-dev libomp-14-dev
 [[ "$mode" == packages ]] && exit 0
@@ -62,6 +64,7 @@ start=$SECONDS
 cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" >"$build/sanitize-build.log" 2>&1 ||
   { tail -40 "$build/sanitize-build.log"; exit 1; }
 echo "sanitize ($mode): built ${#tests[@]} tests in $((SECONDS - start)) s"
+[[ "$stage" == build ]] && exit 0
 
 failed=()
 for t in "${tests[@]}"; do
