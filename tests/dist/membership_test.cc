@@ -238,6 +238,37 @@ TEST_F(MembershipTest, AReformNeverLeavesOutEveryHolderThatIsReady) {
   EXPECT_EQ(out[0], out[1]);
 }
 
+// A joiner that finds no holder (here: the only holder is judged late and its heartbeat lapsed,
+// as a starved process's does) never publishes a view of joiners alone, which would end the run
+// for the holder too: it waits the timeout, then gets the view back unpublished (and leaves).
+TEST_F(MembershipTest, AViewOfJoinersAloneIsNeverPublished) {
+  const auto out = run_processes(2, [&](int p) {
+    Store store(store_options("no-holder"));
+    MembershipOptions o = options(p, 2);
+    o.timeout = milliseconds(1500);
+    auto m = std::make_unique<Membership>(store, o);
+    m->start_heartbeat();
+    m->announce();
+    const View v = m->initial_view();
+    const std::string flag = store.run_prefix() + "/test/";
+    if (p == 0) {  // the holder stops beating (a starved or stopped process) and waits
+      m.reset();
+      store.set(flag + "gone0", "1");
+      store.wait({flag + "reformed1"});
+      return std::string(store.get(store.run_prefix() + "/members/view/e1") ? "published" : "none");
+    }
+    store.wait({flag + "gone0"});
+    const auto t0 = Clock::now();
+    const View seen = m->reform(v, {1}, {0});
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    store.set(flag + "reformed1", "1");
+    return seen.describe() + (waited >= 1.0 ? " after the timeout" : " at once") +
+           (m->view(1) ? " published" : " unpublished");
+  });
+  EXPECT_EQ(out[1], "epoch 1: islands 1 (joining 1) after the timeout unpublished");
+  EXPECT_EQ(out[0], "none");
+}
+
 TEST_F(MembershipTest, ARestartedWorkerIsAdmittedByTheNextCommitAndSeesTheRunEnd) {
   const auto out = run_processes(3, [&](int island) {
     Store store(store_options("join"));

@@ -112,9 +112,12 @@ void ElasticGroup::reform(const std::string& attempt, const std::string& why) {
   if (!next.contains(island()))
     throw LeftRun("island " + std::to_string(island()) + " is not in membership " + next.describe() +
                   " (re-formed after " + attempt + " failed: " + why + "); it leaves the run to rejoin");
+  // Membership::reform returns such a view unpublished: the holders may only be starved, so
+  // this joiner leaves to rejoin (admitted again once a holder commits), rather than end the run.
   if (next.holders().empty())
-    throw Error("membership " + next.describe() + ": no island that holds the run's state is left; fix: resume the "
-                "run from its newest checkpoint (`atoll launch --resume --run-dir DIR`)");
+    throw LeftRun("island " + std::to_string(island()) + ": no island that holds the run's state answered within " +
+                  "fault.timeout_s while membership " + next.describe() + " was re-formed (after " + attempt +
+                  " failed: " + why + "); it leaves the run to rejoin when one is back");
   view_ = next;
   if (opts_.on_incident && leads()) {
     std::vector<int> lost;

@@ -205,6 +205,9 @@ class Membership {
   // After an aborted attempt in view v: the view of epoch v.epoch + 1 (maybe without this island:
   // the caller checks). `joining`: islands of v not yet admitted; they stay joining.
   // `left_out`: islands of v not waited for (late for a closed round): they are not in the view.
+  // A view without an island that holds the run's state (only joiners left) is never published
+  // where v had a holder: after waiting the timeout for one, it is returned unpublished, and the
+  // caller's joiners leave to rejoin.
   View reform(const View& v, const std::vector<int>& joining, const std::vector<int>& left_out = {});
 
   // This worker reaches `attempt` of v's epoch; waits for the round to close (see above). Every
