@@ -54,7 +54,8 @@ TEST_F(Generate, EveryNumericFlagIsChecked) {
       {"--top-p", "0"},         {"--top-p", "1.5"},       {"--top-p", "nan"},        {"--top-p", "-0.1"},
       {"--max-tokens", "-1"},   {"--max-tokens", "1e3"},  {"--max-tokens", "1000000000"},
       {"--max-tokens", "2147483647"},                     {"--max-tokens", "many"},  {"--seed", "-1"},
-      {"--seed", "1.5"},        {"--seed", "abc"}};
+      {"--seed", "1.5"},        {"--seed", "abc"},        {"--workers", "0"},        {"--workers", "65"},
+      {"--workers", "two"}};
   const std::string run = base_run();
   const auto before = snapshot(run);
   for (const auto& [flag, value] : bad) {
@@ -62,6 +63,22 @@ TEST_F(Generate, EveryNumericFlagIsChecked) {
     EXPECT_TRUE(fails_clearly(r, {flag, value})) << flag << " " << value;
   }
   EXPECT_TRUE(unchanged(before, snapshot(run)));
+}
+
+// --workers P: tree attention shards the KV cache over P processes (model/decoder.h) and gives
+// one process's greedy text (the acceptance check's case: ../shared/acceptance/longctx.sh).
+TEST_F(Generate, TreeAttentionOverWorkersGivesOneProcessesText) {
+  const std::vector<std::string> args = {"generate", "--checkpoint", base_run(), "--prompt", "The island",
+                                         "--temperature", "0", "--max-tokens", "24"};
+  const RunResult one = run_atoll(args);
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  for (const char* P : {"2", "3"}) {
+    std::vector<std::string> tree_args = args;
+    tree_args.insert(tree_args.end(), {"--workers", P});
+    const RunResult tree = run_atoll(tree_args);
+    ASSERT_EQ(tree.exit_code, 0) << tree.describe();
+    EXPECT_EQ(tree.out, one.out) << "--workers " << P;
+  }
 }
 
 TEST_F(Generate, ASampleThatEndsAtOnceIsExplained) {

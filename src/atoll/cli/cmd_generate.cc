@@ -4,6 +4,9 @@
 // prompt, then each generated token but the last) never exceed model.seq_len, the length the
 // model was trained on, so a prompt of P positions gets at most seq_len - P + 1 tokens. When
 // that cuts --max-tokens short, or the model ends the text, a note on stderr says so.
+// --workers P decodes over P processes with tree attention (docs/long_context.md).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 
@@ -12,7 +15,11 @@
 #include "atoll/cli/number_flags.h"
 #include "atoll/core/errors.h"
 #include "atoll/data/tokenizer.h"
+#include "atoll/dist/group.h"
 #include "atoll/model/decoder.h"
+#include "atoll/supervise/launcher.h"
+#include "atoll/supervise/process.h"
+#include "atoll/supervise/redis_server.h"
 
 namespace atl::cli {
 namespace {
@@ -21,6 +28,50 @@ namespace {
 constexpr int64_t kMaxTokensLimit = 1'000'000;
 
 bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+// `--workers P` (tree-attention decoding): this process is rank 0; it starts a redis-server on
+// loopback for the rendezvous and P-1 copies of itself as ranks 1..P-1 (hidden flags
+// --tree-rank, --tree-store, --tree-run), which decode the same tokens with their shards of the
+// KV cache and print nothing. Sampling is the same on every rank (the same seed, and the
+// all-reduces leave every rank the same logits), so the ranks stay in step with no broadcast.
+struct TreeFlags {
+  int workers = 1, rank = 0;
+  std::string store, run;
+};
+
+Generated generate_tree(const std::string& checkpoint, const std::vector<std::string>& helper_args, GenerateOptions o,
+                        const TreeFlags& t) {
+  const auto timeout = std::chrono::milliseconds(120000);
+  if (t.rank > 0) {  // a helper
+    Store store(StoreOptions{.url = t.store, .run_id = t.run, .timeout = timeout});
+    ProcessGroup g(store, GroupOptions{.name = "tree", .rank = t.rank, .size = t.workers, .timeout = timeout});
+    o.group = &g;
+    return generate(checkpoint, o);
+  }
+  RedisServer redis;
+  const std::string run = "generate-" + std::to_string(::getpid());
+  std::vector<Process> helpers;
+  for (int r = 1; r < t.workers; ++r) {
+    std::vector<std::string> argv = {self_executable(), "generate", "--checkpoint", checkpoint};
+    argv.insert(argv.end(), helper_args.begin(), helper_args.end());
+    for (const std::string& a : {std::string("--workers"), std::to_string(t.workers), std::string("--tree-rank"),
+                                 std::to_string(r), std::string("--tree-store"), redis.url(), std::string("--tree-run"),
+                                 run})
+      argv.push_back(a);
+    helpers.push_back(Process::spawn(ProcessSpec{.argv = argv}));
+  }
+  Store store(StoreOptions{.url = redis.url(), .run_id = run, .timeout = timeout});
+  ProcessGroup g(store, GroupOptions{.name = "tree", .rank = 0, .size = t.workers, .timeout = timeout});
+  o.group = &g;
+  Generated out = generate(checkpoint, o);
+  for (size_t i = 0; i < helpers.size(); ++i) {
+    const ExitStatus s = helpers[i].wait();
+    if (s.exit_code != 0)
+      throw Error("--workers " + std::to_string(t.workers) + ": decoding rank " + std::to_string(i + 1) + " ended with " +
+                  s.describe() + "; fix: rerun without --workers, or see its message above");
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -43,7 +94,7 @@ Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) 
     g.text = o.prompt;
     return g;
   }
-  Decoder dec(cm.config.model, cm.params.data(), P + n - 1);
+  Decoder dec(cm.config.model, cm.params.data(), P + n - 1, o.group);
   Rng rng(o.seed);
   const std::vector<float>* logits = nullptr;
   for (int32_t id : ids) logits = &dec.step(id);
@@ -86,6 +137,7 @@ Runner add_generate(CLI::App& app) {
                                  "the model's context (model.seq_len positions, prompt included), and says why on stderr");
   struct Flags {
     std::string checkpoint, prompt, tokenizer, max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
+    std::string workers = "1", tree_rank = "0", tree_store, tree_run;
   };
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
@@ -99,6 +151,14 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--top-p", f->top_p, "nucleus sampling mass, > 0 and <= 1 (default 0.95)")->type_name("P");
   cmd->add_option("--seed", f->seed, "sampling seed, a whole number >= 0 (default 0)")->type_name("S");
   cmd->add_option("--tokenizer", f->tokenizer, "tokenizer.model (default: the run's)");
+  cmd->add_option("--workers", f->workers,
+                  "processes to decode over, 1 to 64 (default 1): tree attention shards the KV cache over them and "
+                  "gives the same text as one process")
+      ->type_name("P");
+  // Set by rank 0 of --workers for the processes it starts (not for users).
+  cmd->add_option("--tree-rank", f->tree_rank)->group("");
+  cmd->add_option("--tree-store", f->tree_store)->group("");
+  cmd->add_option("--tree-run", f->tree_run)->group("");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     const GenerateOptions o{
@@ -108,7 +168,23 @@ Runner add_generate(CLI::App& app) {
         .temperature = real_flag("--temperature", f->temperature, {.lo = 0, .hi = INFINITY}, "0.8 (0 = greedy)"),
         .top_p = real_flag("--top-p", f->top_p, {.lo = 0, .hi = 1, .lo_open = true}, "0.95"),
         .seed = seed_flag("--seed", f->seed)};
-    const Generated g = generate(f->checkpoint, o);
+    const TreeFlags tree{.workers = int(whole_number_flag("--workers", f->workers, 1, 64, "1")),
+                         .rank = int(whole_number_flag("--tree-rank", f->tree_rank, 0, 63, "0")),
+                         .store = f->tree_store,
+                         .run = f->tree_run};
+    if (tree.workers == 1) {
+      const Generated g = generate(f->checkpoint, o);
+      std::printf("%s\n", g.text.c_str());
+      std::fflush(stdout);
+      if (!g.note.empty()) std::fprintf(stderr, "%s\n", g.note.c_str());
+      return 0;
+    }
+    // The helpers get this command's flags as given.
+    std::vector<std::string> args = {"--prompt", f->prompt,      "--max-tokens", f->max_tokens, "--temperature",
+                                     f->temperature, "--top-p", f->top_p,      "--seed",       f->seed};
+    if (!f->tokenizer.empty()) args.push_back("--tokenizer"), args.push_back(f->tokenizer);
+    const Generated g = generate_tree(f->checkpoint, args, o, tree);
+    if (tree.rank > 0) return 0;
     std::printf("%s\n", g.text.c_str());
     std::fflush(stdout);
     if (!g.note.empty()) std::fprintf(stderr, "%s\n", g.note.c_str());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "atoll/config/config.h"
+#include "atoll/core/collective.h"
 
 namespace atl::cli {
 
@@ -62,6 +63,9 @@ struct GenerateOptions {
   int max_tokens = 128;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 0;
+  // Tree-attention decoding (model/decoder.h): the group whose ranks shard the KV cache, every
+  // rank running generate() with the same options; null: one process.
+  Collective* group = nullptr;
 };
 struct Generated {
   std::string text, note;

@@ -39,8 +39,10 @@ class Collective {
   virtual std::unique_ptr<Pending> exchange(const void* send_data, size_t send_bytes, int dst, void* recv_data,
                                             size_t recv_bytes, int src) = 0;
 
-  // data[n] <- the sum over ranks.
+  // data[n] <- the sum over ranks; allreduce_max: the largest, element by element. Every rank
+  // ends with the same bits (tree-attention decoding relies on it: the ranks' logits agree).
   virtual void allreduce_sum(float* data, size_t n) = 0;
+  virtual void allreduce_max(float* data, size_t n) = 0;
   // Every rank's blob, in rank order.
   virtual std::vector<std::string> allgather(const std::string& blob) = 0;
 };

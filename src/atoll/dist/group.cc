@@ -221,6 +221,13 @@ void sum_floats(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
+void max_floats(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<float*>(out);
+  auto* x = static_cast<const float*>(a);
+  auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = std::max(x[i], y[i]);
+}
+
 }  // namespace
 
 void run_parallel(int count, const std::function<void(int)>& fn) {
@@ -785,8 +792,12 @@ void ProcessGroup::expect_same(const std::string& what, const std::string& value
   }
 }
 
-void ProcessGroup::allreduce_sum(float* data, size_t n) {
-  check_usable("allreduce_sum");
+void ProcessGroup::allreduce_sum(float* data, size_t n) { allreduce(data, n, "allreduce_sum", &sum_floats); }
+
+void ProcessGroup::allreduce_max(float* data, size_t n) { allreduce(data, n, "allreduce_max", &max_floats); }
+
+void ProcessGroup::allreduce(float* data, size_t n, const char* op, ReduceFn fn) {
+  check_usable(op);
   if (size() == 1 || n == 0) return;
   const double t0 = now_s();
   scratch_.resize(n);
@@ -802,14 +813,14 @@ void ProcessGroup::allreduce_sum(float* data, size_t n) {
         o.setInput(data + off, len);
         o.setOutput(scratch_.data() + off, len);
         o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        o.setReduceFunction(&sum_floats);
+        o.setReduceFunction(fn);
         o.setTag(tag);
         o.setTimeout(opts_.timeout);
         gloo::allreduce(o);
       }
     });
   } catch (...) {
-    fail("allreduce_sum of " + std::to_string(n) + " floats");
+    fail(std::string(op) + " of " + std::to_string(n) + " floats");
   }
   std::memcpy(data, scratch_.data(), n * sizeof(float));
   record(2 * (size() - 1) * n * sizeof(float) / size(), now_s() - t0);

@@ -155,6 +155,9 @@ class ProcessGroup final : public Collective {
   // data[n] <- sum over ranks, with Gloo's ring all-reduce in buckets of bucket_bytes spread
   // over the connections. On failure data[n] is unchanged (the sum goes to a scratch copy).
   void allreduce_sum(float* data, size_t n) override;
+  // The same with the largest value in place of the sum (Gloo's ring, so every rank ends with
+  // the same bits).
+  void allreduce_max(float* data, size_t n) override;
 
   // Point to point, only the two ranks taking part (not a collective: no tag of the group's
   // sequence is used). Each direction of a pair matches its messages in the order sent, so the
@@ -188,6 +191,8 @@ class ProcessGroup final : public Collective {
 
  private:
   class DirectExchange;  // exchange()'s Pending
+  using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+  void allreduce(float* data, size_t n, const char* op, ReduceFn fn);
   void connect(Store& store, int connection);
   // Waits (at most the rendezvous bound) until every rank has stated its size, throwing
   // GroupSizeMismatch at once for one that stated another; check_sizes looks once at the ranks

@@ -178,7 +178,7 @@ void AttentionCca<T>::start_decode(int max_len) {
   window_.resize(size_t(P + 1) * d.CC(), T(0)), prev_vd_.resize(d.KVD() / 2, T(0));
   dec_y_.resize(size_t(P + d.t1) * d.CC()), dec_z_.resize(size_t(P + 1) * d.CC());
   dec_q_.resize(d.QD()), dec_k_.resize(d.KVD()), dec_qn_.resize(d.QD()), dec_att_.resize(d.QD());
-  dec_rq_.resize(d.NH), dec_rk_.resize(d.NKV), score_.resize(max_len);
+  dec_rq_.resize(d.NH), dec_rk_.resize(d.NKV), score_.resize(max_len), dec_kv_.resize(2 * size_t(d.KVD()));
 }
 
 // One token at position pos. Its pre-convolution [q|k] row joins the window of the last P rows
@@ -195,8 +195,10 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   else
     std::copy(window_.begin() + CC, window_.end(), window_.begin());
   T* xt = window_.data() + size_t(P) * CC;
-  T* kc = k_cache_.data() + size_t(pos) * KVD;
-  T* vc = v_cache_.data() + size_t(pos) * KVD;
+  // This rank's cache row of the position, or scratch when another rank holds it (tree attention).
+  const CacheShard shard = CacheShard::of(c);
+  T* kc = shard.holds(pos) ? k_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data();
+  T* vc = shard.holds(pos) ? v_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data() + KVD;
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(C));
   c.mm.forward(xt, in, c.mm.weight(w_.wq), 1, C, QD);
   c.mm.forward(xt + QD, in, c.mm.weight(w_.wk), 1, C, KVD);
@@ -211,8 +213,8 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), 1, C, KVD / 2);
   std::copy(prev_vd_.begin(), prev_vd_.end(), vc + KVD / 2);
   c.mm.forward(prev_vd_.data(), in, c.mm.weight(w_.wvd), 1, C, KVD / 2);
-  attend_cached(dec_att_.data(), score_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos + 1, one.NH,
-                one.NKV, one.HD);
+  attend_cached_any(dec_att_.data(), score_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos, one.NH,
+                    one.NKV, one.HD, c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(w_.wo), 1, QD, C);
 }
 

@@ -70,6 +70,7 @@ class AttentionCca final : public AttentionPart<T> {
   // buffers.
   std::vector<T> k_cache_, v_cache_, window_, prev_vd_;
   std::vector<T> dec_y_, dec_z_, dec_q_, dec_k_, dec_qn_, dec_rq_, dec_rk_, dec_att_, score_;
+  std::vector<T> dec_kv_;  // [2 KVD] a position another rank caches (tree attention)
 };
 
 }  // namespace atl

@@ -132,7 +132,7 @@ void AttentionGqa<T>::start_decode(int max_len) {
   sh_->grow_rope(max_len);
   // resize, not assign: a grown cache keeps the positions already cached ([pos, KVD] rows).
   k_cache_.resize(size_t(max_len) * KVD, T(0)), v_cache_.resize(size_t(max_len) * KVD, T(0));
-  dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len);
+  dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len), dec_kv_.resize(2 * KVD);
   if (qk_norm_) q_raw_.resize(std::max(q_raw_.size(), QD)), k_raw_.resize(std::max(k_raw_.size(), KVD));
 }
 
@@ -142,8 +142,10 @@ template <typename T>
 void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& c) {
   const int C = m_.dim, HD = m_.head_dim, NH = m_.n_heads, NKV = m_.n_kv_heads, QD = NH * HD, KVD = NKV * HD;
   ATOLL_CHECK_LT(size_t(pos), score_.size()) << "decoder cache is full";
-  T* kc = k_cache_.data() + size_t(pos) * KVD;
-  T* vc = v_cache_.data() + size_t(pos) * KVD;
+  // This rank's cache row of the position, or scratch when another rank holds it (tree attention).
+  const CacheShard shard = CacheShard::of(c);
+  T* kc = shard.holds(pos) ? k_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data();
+  T* vc = shard.holds(pos) ? v_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data() + KVD;
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(C));
   c.mm.forward(dec_q_.data(), in, c.mm.weight(wq_), 1, C, QD);
   c.mm.forward(kc, in, c.mm.weight(wk_), 1, C, KVD);
@@ -154,7 +156,8 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   }
   rope_forward(dec_q_.data(), sh_->rope_of(layer_), 1, 1, NH, HD, pos);
   rope_forward(kc, sh_->rope_of(layer_), 1, 1, NKV, HD, pos);
-  attend_cached(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos + 1, NH, NKV, HD);
+  attend_cached_any(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos, NH, NKV, HD,
+                    c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(wo_), 1, QD, C);
 }
 

@@ -51,6 +51,7 @@ class AttentionGqa final : public AttentionPart<T> {
   std::vector<T> lse_;                      // [B,NH,T] log-sum-exp of each row of scores
   std::vector<T> k_cache_, v_cache_;        // decoding: [max_len, KVD] each
   std::vector<T> dec_q_, dec_att_, score_;  // decoding: [QD], [QD], [max_len]
+  std::vector<T> dec_kv_;                   // decoding: [2 KVD] a position another rank caches
 };
 
 }  // namespace atl

@@ -41,8 +41,8 @@ struct Decoder::State {
   std::vector<float> x, h, work;  // the token's residual stream and final norm output [C]
 };
 
-Decoder::Decoder(const ModelConfig& m, const float* params, int max_len)
-    : m_(m), layout_(ParamLayout::build(m)), p_(params), max_len_(max_len),
+Decoder::Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group)
+    : m_(m), layout_(ParamLayout::build(m)), p_(params), group_(group), max_len_(max_len),
       capacity_(std::min(max_len, kFirstCapacity)), s_(std::make_unique<State>(m_, layout_, capacity_)),
       logits_(m.vocab_size) {
   ATOLL_CHECK_GT(max_len, 0);
@@ -60,7 +60,7 @@ const std::vector<float>& Decoder::step(int32_t token) {
   BlockDims d = block_dims(m_, 1);
   d.T = 1, d.N = 1;
   const PartContext<float> c{.B = 1, .d = d, .mm = {.params = p_}, .grads = nullptr, .work = s_->work.data(),
-                             .loss_scale = 0.0, .times = nullptr};
+                             .loss_scale = 0.0, .times = nullptr, .cp = group_};
   embedding_forward(s_->x.data(), &token, p_ + layout_.at("embed").offset, 1, C, m_.vocab_size);
   s_->input_merge.forward(s_->x.data(), s_->x.data(), nullptr, c);
   for (Block<float>& b : s_->blocks) b.decode(s_->x.data(), pos_, c);

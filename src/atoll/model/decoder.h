@@ -20,7 +20,12 @@ class Decoder {
   // params [layout.total()] must outlive the decoder. max_len bounds the positions fed (prompt
   // and generated tokens). The KV cache starts at a few positions and doubles when full, up to
   // max_len, so a large bound costs memory only as tokens come.
-  Decoder(const ModelConfig& m, const float* params, int max_len);
+  //
+  // Tree attention: with a group, the P ranks of `group` each run a Decoder together (the same
+  // tokens, step by step) and shard every layer's KV cache, position t on rank t mod P; each
+  // attention combines the ranks' partial results with three all-reduces (model/attention_core.h
+  // attend_cached_tree), and every rank returns the same logits.
+  Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group = nullptr);
   ~Decoder();
 
   // Feeds `token` at position pos() and returns the logits [V] for the next position.
@@ -35,6 +40,7 @@ class Decoder {
   ModelConfig m_;
   ParamLayout layout_;
   const float* p_;
+  Collective* group_ = nullptr;
   int max_len_, capacity_, pos_ = 0;
   std::unique_ptr<State> s_;
   std::vector<float> logits_;

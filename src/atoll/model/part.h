@@ -96,7 +96,8 @@ struct PartContext {
   PhaseTimes* times;  // null: not timed
   TokenPositions pos{};  // where the tokens sit (default: whole sequences)
   // Context parallelism (model/ring_attention.h): the group whose ranks hold the other chunks of
-  // these sequences and how they are split; null: the call holds whole sequences.
+  // these sequences and how they are split; null: the call holds whole sequences. Decoding:
+  // the group the KV cache is sharded over (tree attention, model/attention_core.h).
   Collective* cp = nullptr;
   const ZigzagLayout* zigzag = nullptr;
   double* timer(double PhaseTimes::*phase) const { return times ? &(times->*phase) : nullptr; }

@@ -1,0 +1,88 @@
+// Tree-attention decoding (model/decoder.h with a group; model/attention_core.h
+// attend_cached_tree) over P real processes against one process's decoder: the same greedy
+// tokens, and logits within 1e-6 of the largest |logit| (both sum the same terms of the softmax
+// in other orders), P in {1, 2, 3}, GQA and CCA; every rank returns the same logits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "atoll/dist/group.h"
+#include "atoll/model/decoder.h"
+#include "atoll/model/model.h"
+#include "dist_test_util.h"
+
+namespace atl {
+namespace {
+
+using testing::run_processes;
+
+class TreeDecode : public testing::RedisSuite {};
+
+ModelConfig small_model(bool cca) {
+  ModelConfig m;
+  m.vocab_size = 37, m.dim = 16, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 4;
+  m.n_experts = 4, m.top_k = 2, m.expert_hidden = 12, m.seq_len = 32, m.init_std = 0.3;
+  if (cca) m.attention = "cca", m.cca_time0 = 2, m.cca_time1 = 3;
+  return m;
+}
+
+// "<same tokens 0/1> <worst logit difference> <hash of the last logits>" on this rank.
+std::string decode_both(Collective& g, const ModelConfig& m) {
+  Model<float> model(m, 1);
+  model.init_params(m.init_seed);
+  const int kLen = 24;
+  Decoder one(m, model.params().data(), kLen), tree(m, model.params().data(), kLen, &g);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2};
+  int32_t a = 0, b = 0;
+  bool same = true;
+  double worst = 0;
+  std::vector<float> last;
+  for (int pos = 0; pos < kLen; ++pos) {
+    const int32_t in_a = pos < int(prompt.size()) ? prompt[pos] : a;
+    const int32_t in_b = pos < int(prompt.size()) ? prompt[pos] : b;
+    const std::vector<float>& la = one.step(in_a);
+    const std::vector<float>& lb = tree.step(in_b);
+    double big = 1;
+    for (float x : la) big = std::max(big, double(std::fabs(x)));
+    for (size_t v = 0; v < la.size(); ++v) worst = std::max(worst, std::fabs(double(la[v]) - double(lb[v])) / big);
+    a = int32_t(std::max_element(la.begin(), la.end()) - la.begin());
+    b = int32_t(std::max_element(lb.begin(), lb.end()) - lb.begin());
+    same = same && a == b;
+    last = lb;
+  }
+  std::ostringstream o;
+  o << same << " " << worst << " " << testing::hash_floats(last.data(), last.size());
+  return o.str();
+}
+
+TEST_F(TreeDecode, SameTokensAndLogitsAsOneProcess) {
+  for (bool cca : {false, true})
+    for (int P = 1; P <= 3; ++P) {
+      const std::string run = std::string("tree-") + (cca ? "cca" : "gqa") + std::to_string(P);
+      const ModelConfig m = small_model(cca);
+      const auto out = run_processes(P, [&](int rank) -> std::string {
+        Store store(store_options(run));
+        ProcessGroup g(store, GroupOptions{.name = "tree", .rank = rank, .size = P});
+        return decode_both(g, m);
+      });
+      std::string hash0;
+      for (int r = 0; r < P; ++r) {
+        std::istringstream in(out[r]);
+        int same = 0;
+        double worst = 1;
+        std::string hash;
+        ASSERT_TRUE(in >> same >> worst >> hash) << "P=" << P << " rank " << r << ": " << out[r];
+        EXPECT_EQ(same, 1) << "greedy tokens differ, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
+        EXPECT_LE(worst, 1e-6) << "logits, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
+        if (r == 0) hash0 = hash;
+        EXPECT_EQ(hash, hash0) << "rank " << r << "'s logits differ from rank 0's, P=" << P;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace atl
