@@ -5,6 +5,7 @@
 // two sum the same terms in other orders), P in {1, 2, 3}, T not divisible by P, GQA, dense and
 // MoE (without the balancing loss, whose product of means is not a sum over tokens).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -83,6 +84,9 @@ TEST_F(ContextParallel, GroupSumsToOneModelOverWholeSequences) {
       const std::string run = std::string("cpm-") + (moe ? "moe" : "dense") + std::to_string(P);
       const ModelConfig m = small_model(moe);
       const auto out = run_processes(P, [&](int rank) -> std::string {
+        // One thread per process: P processes share the cores, and OpenMP threads spinning at
+        // the end of a parallel region would starve the peer each collective waits for.
+        omp_set_num_threads(1);
         Store store(store_options(run));
         ProcessGroup g(store, GroupOptions{.name = "cp", .rank = rank, .size = P});
         return compare(g, m);

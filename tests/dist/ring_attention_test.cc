@@ -5,6 +5,7 @@
 // relative to the largest value of each tensor: both sum the same terms in other orders, about
 // T·2^-24 apart at worst; fp64 against the plain reference (layers/attention.h) within 1e-12.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -97,6 +98,9 @@ void expect_ring_matches(const char* run_prefix, const std::vector<Shape>& shape
       const Shape s = shapes[i];
       const std::string run = std::string(run_prefix) + std::to_string(P) + "-" + std::to_string(i);
       const auto out = run_processes(P, [&](int rank) -> std::string {
+        // One thread per process: P processes share the cores, and OpenMP threads spinning at
+        // the end of a parallel region would starve the peer each collective waits for.
+        omp_set_num_threads(1);
         Store store(store_options(run));
         ProcessGroup g(store, GroupOptions{.name = "cp", .rank = rank, .size = P});
         return ring_vs_whole<T>(g, s);

@@ -3,6 +3,7 @@
 // tokens, and logits within 1e-6 of the largest |logit| (both sum the same terms of the softmax
 // in other orders), P in {1, 2, 3}, GQA and CCA; every rank returns the same logits.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -65,6 +66,9 @@ TEST_F(TreeDecode, SameTokensAndLogitsAsOneProcess) {
       const std::string run = std::string("tree-") + (cca ? "cca" : "gqa") + std::to_string(P);
       const ModelConfig m = small_model(cca);
       const auto out = run_processes(P, [&](int rank) -> std::string {
+        // One thread per process: P processes share the cores, and OpenMP threads spinning at
+        // the end of a parallel region would starve the peer each collective waits for.
+        omp_set_num_threads(1);
         Store store(store_options(run));
         ProcessGroup g(store, GroupOptions{.name = "tree", .rank = rank, .size = P});
         return decode_both(g, m);

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
@@ -20,6 +21,7 @@
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/process.h"
 #include "atoll/supervise/redis_server.h"
+#include "atoll/train/trainer.h"
 
 namespace atl::cli {
 namespace {
@@ -42,6 +44,9 @@ struct TreeFlags {
 Generated generate_tree(const std::string& checkpoint, const std::vector<std::string>& helper_args, GenerateOptions o,
                         const TreeFlags& t) {
   const auto timeout = std::chrono::milliseconds(120000);
+  // The P processes share the cores: each takes its share of threads (OpenMP threads that spin
+  // after a parallel region would otherwise starve the peers every all-reduce waits for).
+  configure_threads(std::max(1, int(std::thread::hardware_concurrency()) / t.workers));
   if (t.rank > 0) {  // a helper
     Store store(StoreOptions{.url = t.store, .run_id = t.run, .timeout = timeout});
     ProcessGroup g(store, GroupOptions{.name = "tree", .rank = t.rank, .size = t.workers, .timeout = timeout});
