@@ -99,5 +99,32 @@ TEST_F(SchedulerPlacement, SigtermCheckpointsAndExitsRetriable) {
   EXPECT_TRUE(fs::exists(dir("run") + "/checkpoints/latest")) << "no checkpoint written before the exit";
 }
 
+// Interfaces (dist/listen_address.h): each mistake is refused before the store is dialled (the
+// store below is an address nothing answers), with one line naming the interface and the fix.
+TEST_F(SchedulerPlacement, ABadInterfaceIsAConfigErrorNamingIt) {
+  const std::vector<std::string> remote = {"--store", "redis://198.51.100.7:6379", "--island", "0", "--rank", "0",
+                                           "--islands", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), remote.begin(), remote.end());
+    return worker(dir("run"), extra);
+  };
+  RunResult r = run_atoll(with({"--iface", "nosuch0"}), 60);
+  EXPECT_TRUE(fails_clearly(r, {"--iface nosuch0: this host has no such network interface", "lo 127.0.0.1"}));
+  EXPECT_EQ(r.exit_code, kConfigExit) << r.describe();
+  r = run_atoll(with({"--iface", "lo"}), 60);
+  EXPECT_TRUE(fails_clearly(r, {"--iface lo is the loopback interface", "198.51.100.7", "could not reach this one"}));
+  EXPECT_EQ(r.exit_code, kConfigExit) << r.describe();
+  {
+    const ScopedChildEnv env({"GLOO_SOCKET_IFNAME=lo,eth0"});
+    r = run_atoll(with({}), 60);
+    EXPECT_TRUE(fails_clearly(r, {"GLOO_SOCKET_IFNAME=lo,eth0 names several interfaces"}));
+  }
+  {
+    const ScopedChildEnv env({"GLOO_SOCKET_IFNAME=lo"});
+    r = run_atoll(with({}), 60);
+    EXPECT_TRUE(fails_clearly(r, {"GLOO_SOCKET_IFNAME lo is the loopback interface"}));
+  }
+}
+
 }  // namespace
 }  // namespace atl::testing

@@ -13,6 +13,7 @@
 #include "atoll/config/key_effect.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/user_path.h"
+#include "atoll/dist/listen_address.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/launch.h"
 #include "atoll/supervise/placement.h"
@@ -38,9 +39,22 @@ std::optional<int> given_int(const CLI::Option* o, int value) {
   return o->count() > 0 ? std::optional<int>(value) : std::nullopt;
 }
 
+// The address to listen on for the peers (dist/listen_address.h): --iface, else Gloo's
+// GLOO_SOCKET_IFNAME (one name), else the interface that routes to the store.
+ListenAddress choose_interface(const std::string& store_url, const std::string& iface) {
+  if (!iface.empty()) return choose_listen_address(store_url, iface, "--iface");
+  const char* gloo = std::getenv("GLOO_SOCKET_IFNAME");
+  if (gloo == nullptr || *gloo == '\0') return choose_listen_address(store_url);
+  if (std::string(gloo).find(',') != std::string::npos)
+    throw ConfigError(std::string("GLOO_SOCKET_IFNAME=") + gloo + " names several interfaces; atoll listens on one; fix: "
+                      "name one interface, or pass --iface NAME");
+  return choose_listen_address(store_url, gloo, "GLOO_SOCKET_IFNAME");
+}
+
 // The placement from the flags, else the scheduler's environment (supervise/placement.h): fills
-// island, rank, islands, workers_per_island, and the store and run id where no flag gave them.
-void place_worker(WorkerOptions& f, const WorkerFlagsGiven& given) {
+// island, rank, islands, workers_per_island, and the store and run id where no flag gave them;
+// then the address to listen on.
+void place_worker(WorkerOptions& f, const WorkerFlagsGiven& given, const std::string& iface) {
   // A worker placed by its flags (as `atoll launch` starts them, perhaps inside a Slurm job) does
   // not fail on a scheduler variable it would not use.
   SchedulerEnv env;
@@ -64,13 +78,18 @@ void place_worker(WorkerOptions& f, const WorkerFlagsGiven& given) {
     f.store_url = env.store_url;
   }
   if (given.run_id->count() == 0 && f.run_id == "atoll" && !env.run_id.empty()) f.run_id = env.run_id;
+  const ListenAddress listen = choose_interface(f.store_url, iface);
+  f.listen_address = listen.address;
   if (!f.quiet) {
-    std::printf("%s; store %s, run id %s\n", describe_placement(p, env).c_str(), f.store_url.c_str(), f.run_id.c_str());
+    std::printf("%s; store %s, run id %s; listening on %s (%s, %s)\n", describe_placement(p, env).c_str(),
+                f.store_url.c_str(), f.run_id.c_str(), listen.address.c_str(),
+                listen.iface.empty() ? "no interface" : listen.iface.c_str(), listen.why.c_str());
     std::fflush(stdout);
   }
 }
 
-int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlagsGiven& given, const std::string& token_file) {
+int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlagsGiven& given, const std::string& token_file,
+                       const std::string& iface) {
   WorkerOptions* f = &fo;
   // Flags that cannot go together are named before any path is looked at.
   if (f->join && !f->resume_from.empty())
@@ -80,7 +99,7 @@ int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlags
   // A launched run's id is in its folder: `--run-dir` alone joins it.
   if (given.run_id->count() == 0 && !f->run_dir.empty())
     if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;
-  place_worker(*f, given);
+  place_worker(*f, given, iface);
   // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
   if (!token_file.empty()) f->run_token = read_secret_file(token_file, "--token-file");
   else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
@@ -138,6 +157,9 @@ Runner add_worker(CLI::App& app) {
                                   "the task count / M)")->check(whole_number(1, kIntMax));
   auto* per_island = cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")
                          ->check(whole_number(1, kIntMax));
+  auto iface = std::make_shared<std::string>();
+  cmd->add_option("--iface", *iface, "listen for the peers on this network interface's IPv4 address (default: "
+                  "GLOO_SOCKET_IFNAME, one name, else the interface that routes to the store)");
   auto first_island = std::make_shared<int>(0);
   cmd->add_option("--first-island", *first_island, "K: a scheduler's task t is island K + t / M (a site whose "
                   "scheduler numbers its tasks from 0 while other sites hold islands 0..K-1); default 0")
@@ -155,12 +177,12 @@ Runner add_worker(CLI::App& app) {
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
   const WorkerFlagsGiven given{.island = island, .rank = rank, .islands = islands, .workers_per_island = per_island,
                                .store = store, .run_id = run_id, .first_island = first_island.get()};
-  return [cmd, f, config, token_file, first_island, given]() -> int {
+  return [cmd, f, config, token_file, first_island, iface, given]() -> int {
     if (!cmd->parsed()) return -1;
     // Every error a retry would repeat (a flag, the config, the placement) exits kWorkerConfigExit,
     // so that a scheduler's retry policy tells it from a preemption (docs/cluster.md).
     try {
-      return run_worker_command(*f, *config, given, *token_file);
+      return run_worker_command(*f, *config, given, *token_file, *iface);
     } catch (const ConfigError& e) {
       std::fprintf(stderr, "atoll: error: %s\n", e.what());
       return kWorkerConfigExit;

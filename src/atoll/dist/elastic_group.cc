@@ -29,7 +29,7 @@ std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& memb
   // on (without this, the first epoch's collectives waited the whole timeout for a stopped member).
   auto owner = std::make_shared<std::atomic<ElasticGroup*>>(nullptr);
   auto group = std::make_unique<ProcessGroup>(
-      store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0,
+      store, GroupOptions{.name = opts.name, .rank = m.island, .size = m.islands, .epoch = 0, .hostname = opts.hostname,
                           .connections = opts.connections, .timeout = opts.timeout, .member_name = opts.island_name,
                           .lost_ranks = [owner] {
                             ElasticGroup* g = owner->load();
@@ -64,7 +64,7 @@ void ElasticGroup::form() {
   try {
     group_ = std::make_unique<ProcessGroup>(
         store_, GroupOptions{.name = opts_.name, .rank = view_.position(island()), .size = int(view_.islands.size()),
-                             .epoch = view_.epoch, .connections = opts_.connections, .timeout = opts_.timeout,
+                             .epoch = view_.epoch, .hostname = opts_.hostname, .connections = opts_.connections, .timeout = opts_.timeout,
                              .member_name = member_name, .lost_ranks = [this] { return lost_positions(); }});
   } catch (const Timeout& e) {
     formation_error_ = e.what();

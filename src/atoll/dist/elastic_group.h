@@ -41,6 +41,7 @@ namespace atl {
 struct ElasticGroupOptions {
   std::string name = "outer-r0";  // the group of rank R of every island
   int connections = 1;
+  std::string hostname{};  // the address to listen on (GroupOptions::hostname; "" = chosen by the store's route)
   std::chrono::milliseconds timeout{30000};  // rendezvous and collectives (fault.timeout_s)
   // This worker's peer on island i, for errors ("island 2 rank 0"); empty: "rank <group rank>".
   std::function<std::string(int island)> island_name{};

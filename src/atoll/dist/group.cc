@@ -1,5 +1,6 @@
 // Process groups over Gloo (see group.h).
 #include "atoll/dist/group.h"
+#include "atoll/dist/listen_address.h"
 
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -31,34 +32,6 @@ namespace atl {
 namespace {
 
 using Ms = std::chrono::milliseconds;
-
-// The local IPv4 address the kernel would use to reach the store (a UDP connect sends nothing;
-// it only picks the route). Loopback stores mean a one-machine run: listen on loopback.
-std::string listen_address_towards(const std::string& store_url) {
-  const StoreAddress store = parse_store_url(store_url);
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(store.host.c_str(), std::to_string(store.port).c_str(), &hints, &found) != 0 || !found)
-    throw ConfigError("cannot resolve the store host '" + store.host + "' (" + store_url +
-                      "); fix: give --store an address this machine can reach");
-  std::string address = "127.0.0.1";
-  const auto* target = reinterpret_cast<const sockaddr_in*>(found->ai_addr);
-  if ((ntohl(target->sin_addr.s_addr) >> 24) != 127) {
-    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    char text[INET_ADDRSTRLEN] = {};
-    if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
-      address = text;
-    if (fd >= 0) ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  return address;
-}
 
 std::string seconds_text(Ms d) {
   std::ostringstream s;
@@ -261,7 +234,7 @@ ProcessGroup::ProcessGroup(Store& store, const GroupOptions& opts)
   ATOLL_CHECK_GE(opts_.bucket_bytes, sizeof(float));
   ignore_sigpipe_once();
   rendezvous_deadline_ = std::chrono::steady_clock::now() + std::min(opts_.timeout, store.timeout());
-  if (opts_.hostname.empty() && opts_.iface.empty()) opts_.hostname = listen_address_towards(store_url_);
+  if (opts_.hostname.empty() && opts_.iface.empty()) opts_.hostname = choose_listen_address(store_url_).address;
   // Each rank announces itself first, so a rendezvous that times out can name who never came.
   if (!store.set_if_absent(prefix_ + "/arrived/" + std::to_string(opts_.rank), opts_.hostname))
     throw ConfigError(describe() + ": this rank already joined (store " + store_url_ + ", prefix " + prefix_ +

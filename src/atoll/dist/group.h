@@ -69,9 +69,10 @@ struct GroupOptions {
   int rank = 0;
   int size = 1;
   uint64_t epoch = 0;                  // membership epoch, part of every key prefix
-  // Address this process listens on (Gloo binds port 0). Empty: 127.0.0.1 when the store is on
-  // loopback, else the local address the kernel routes towards the store's host, so a worker
-  // started by hand on another machine (or network namespace) is reachable with no flag.
+  // Address this process listens on (Gloo binds port 0). Empty: choose_listen_address
+  // (listen_address.h): 127.0.0.1 when the store is on loopback, else the local address the
+  // kernel routes towards the store's host, so a worker started by hand on another machine (or
+  // network namespace) is reachable with no flag.
   std::string hostname{};
   std::string iface{};                 // or a network interface name, e.g. "eth0" (wins if set)
   int connections = 1;                 // TCP contexts per group (streams per peer)

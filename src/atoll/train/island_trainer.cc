@@ -196,6 +196,7 @@ struct Worker {
   ElasticGroupOptions outer_options() {
     return {.name = "outer-r" + std::to_string(opts.rank),
             .connections = cfg.diloco.connections,
+            .hostname = opts.listen_address,
             .timeout = timeout,
             .island_name = [R = opts.rank](int i) { return worker_name(i, R); },
             .on_change = [this](ProcessGroup* g) {
@@ -210,7 +211,8 @@ struct Worker {
     // Members named as the run knows them, in errors (a stalled peer, a size mismatch).
     inner = std::make_unique<ProcessGroup>(
         *store, GroupOptions{.name = "island" + std::to_string(opts.island), .rank = opts.rank,
-                             .size = opts.workers_per_island, .epoch = epoch, .timeout = timeout,
+                             .size = opts.workers_per_island, .epoch = epoch, .hostname = opts.listen_address,
+                             .timeout = timeout,
                              .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
   }
 

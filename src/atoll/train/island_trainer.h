@@ -65,6 +65,7 @@ struct WorkerOptions {
   std::string run_token;             // the run's token, presented before anything is written ("" = none)
   std::string run_id = "atoll";      // store key prefix: unique per run
   int island = 0, rank = 0;          // this worker
+  std::string listen_address;        // where it listens for its peers (dist/listen_address.h; "" = chosen there)
   int islands = 1, workers_per_island = 1;
   std::string run_dir;               // worker 0's checkpoints (and metrics when metrics_fd < 0); worker 0
                                      // without a launcher (metrics_fd < 0) locks it (train/run_lock.h),
