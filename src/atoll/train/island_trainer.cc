@@ -472,7 +472,12 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   if (!opts.init_from.empty() && !resume && !opts.join) init_event = init_from_hf(opts.init_from, cfg, data, engine.host().params);
   std::filesystem::create_directories(run_dir);
   // Every worker may write incidents; the run-wide events come from the leader (ElasticGroup::leads).
-  JsonlWriter events(run_dir + "/events.jsonl");
+  // Workers started without a launcher may share worker 0's folder (a shared file system under a
+  // scheduler, docs/cluster.md): the others write nothing there until the start-up rendezvous,
+  // which worker 0 reaches only after checking and locking the folder (open_run_dir above).
+  const bool waits_for_worker0 = w != 0 && opts.metrics_fd < 0 && !opts.join;
+  JsonlWriter events;
+  if (!waits_for_worker0) events = JsonlWriter(run_dir + "/events.jsonl");
   // Every worker enters the same phases at the same step; worker 0 reports them.
   if (w == 0) loop.on_data_phase = [&events](const nlohmann::json& f) { events.write(event_row("data_phase", f)); };
   Worker wk{.cfg = cfg, .opts = opts, .who = who, .timeout = std::chrono::milliseconds(int64_t(cfg.fault.timeout_s * 1000)),
@@ -483,8 +488,10 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   }
   wk.connect();
   wk.make_checkpointer(run_dir);
-  if (!opts.join) wk.start();
-  else if (!wk.rejoin()) {
+  if (!opts.join) {
+    wk.start();
+    if (waits_for_worker0) events = JsonlWriter(run_dir + "/events.jsonl");
+  } else if (!wk.rejoin()) {
     WorkerResult nothing;
     nothing.finished_before_admission = true;
     return nothing;
