@@ -234,15 +234,15 @@ def rotate_half(x):
     return np.concatenate((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), -1)
 
 
-def forward(d, shard, T):
+def load(d):
+    """(config.json, per-expert float64 tensors) of a Hugging Face folder."""
     cfg = json.load(open(os.path.join(d, "config.json")))
-    W = per_expert(read_dir(d), cfg)
-    raw = open(shard, "rb").read()
-    hd = struct.unpack("<256i", raw[:1024])
-    stream = np.frombuffer(raw[1024:], np.uint16 if hd[1] == 1 else np.uint32).astype(np.int64)
-    B = (len(stream) - 1) // T
-    ids = np.stack([stream[i * T:i * T + T] for i in range(B)])
-    tgt = np.stack([stream[i * T + 1:i * T + T + 1] for i in range(B)])
+    return cfg, per_expert(read_dir(d), cfg)
+
+
+def log_probs(cfg, W, ids):
+    """[B*T, V] log-softmax of the next-token logits for ids [B, T] (float64)."""
+    B, T = ids.shape
     c, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd_, eps = cfg.get("head_dim") or c // nh, cfg["rms_norm_eps"]
     k_ = cfg.get("num_experts_per_tok", 1)
@@ -291,7 +291,18 @@ def forward(d, shard, T):
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
     z = (x @ head.T).reshape(B * T, -1)
     z = z - z.max(-1, keepdims=True)
-    lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def forward(d, shard, T):
+    cfg, W = load(d)
+    raw = open(shard, "rb").read()
+    hd = struct.unpack("<256i", raw[:1024])
+    stream = np.frombuffer(raw[1024:], np.uint16 if hd[1] == 1 else np.uint32).astype(np.int64)
+    B = (len(stream) - 1) // T
+    ids = np.stack([stream[i * T:i * T + T] for i in range(B)])
+    tgt = np.stack([stream[i * T + 1:i * T + T + 1] for i in range(B)])
+    lp = log_probs(cfg, W, ids)
     print(json.dumps({"loss": float(-lp[np.arange(B * T), tgt.reshape(-1)].mean()), "tokens": B * T}))
 
 

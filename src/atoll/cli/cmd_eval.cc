@@ -1,4 +1,5 @@
-// `atoll eval`: the mean next-token loss of a checkpoint on token shards (DESIGN.md "Command line").
+// `atoll eval`: the mean next-token loss of a checkpoint on token shards (DESIGN.md "Command line"),
+// or with --task its scores on multiple-choice task files (train/task_eval.h, docs/tasks.md).
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -8,12 +9,15 @@
 #include "atoll/cli/number_flags.h"
 #include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/user_path.h"
 #include "atoll/data/loader.h"
+#include "atoll/data/task_file.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/model/model.h"
 #include "atoll/train/dataset.h"
+#include "atoll/train/task_eval.h"
 #include "atoll/train/trainer.h"
 
 namespace atl::cli {
@@ -94,12 +98,43 @@ std::vector<MixSource> default_eval_sets(const CheckpointModel& cm) {
   return at->mix;
 }
 
+// `atoll eval --task`: one JSON line per task file; with `details`, one line per item there too
+// (its file line, label and each ending's log-likelihood), for checking a score by hand.
+void eval_tasks(CheckpointModel& cm, const std::vector<std::string>& files, const std::string& tokenizer,
+                const std::string& details, int batch) {
+  const Tokenizer tok = load_checkpoint_tokenizer(cm, tokenizer);
+  const int T = cm.config.model.seq_len;
+  const std::vector<TaskSet> sets = load_task_sets(files, "--task", tok, T);  // every file checked before any is scored
+  std::string detail_lines;
+  check_eval_batch_fits(cm.config.model, batch);
+  Model<float> model(cm.config.model, batch);
+  model.params().swap(cm.params);  // lent, not copied
+  for (const TaskSet& set : sets) {
+    const TaskScores s = score_task(
+        set, [&](const int32_t* in, const int32_t* tg, int B, float* losses) { model.forward(in, tg, B, losses); }, T,
+        batch);
+    nlohmann::json out = task_json(s);
+    out["file"] = set.path, out["checkpoint"] = cm.dir;
+    if (s.truncated > 0)
+      log_warn("eval: " + set.path + ": " + std::to_string(s.truncated) + " of " + std::to_string(s.items) +
+               " items lost context tokens from the left to fit model.seq_len = " + std::to_string(T));
+    std::printf("%s\n", out.dump().c_str());
+    for (size_t i = 0; i < set.items.size(); ++i)
+      detail_lines += nlohmann::json{{"task", set.name}, {"line", set.items[i].line}, {"label", set.items[i].label},
+                                     {"loglik", s.loglik[i]}, {"truncated", set.items[i].truncated}}
+                          .dump() + "\n";
+  }
+  model.params().swap(cm.params);
+  if (!details.empty()) write_file_atomic(details, detail_lines);
+}
+
 }  // namespace
 
 Runner add_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "mean next-token loss of a checkpoint on a shard; prints one JSON object");
   struct Flags {
-    std::string checkpoint, data;
+    std::string checkpoint, data, tokenizer, details;
+    std::vector<std::string> tasks;
     int64_t tokens = 0;
     int batch = 8;
   };
@@ -111,11 +146,22 @@ Runner add_eval(CLI::App& app) {
                   "\"tokens\" in the output is the count evaluated")
       ->check(whole_number(0));
   cmd->add_option("--batch", f->batch, "sequences per forward pass")->check(whole_number(1, 1 << 20));
+  auto* task = cmd->add_option("--task", f->tasks,
+                               "a multiple-choice task file (JSONL, docs/tasks.md): prints its acc and acc_norm as one JSON "
+                               "line instead of the loss (repeatable: one line per file)");
+  cmd->add_option("--tokenizer", f->tokenizer, "with --task: tokenizer.model (default: the run's)")->needs(task);
+  cmd->add_option("--details", f->details, "with --task: write each item's per-ending log-likelihoods here (JSONL)")
+      ->needs(task);
+  task->excludes("--data")->excludes("--tokens");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
     configure_threads(0);
     if (!f->data.empty()) check_input_file_or_dir(f->data, "--data", "pass a .bin shard or a prepared dataset's folder");
     CheckpointModel cm = load_checkpoint_model(f->checkpoint);
+    if (!f->tasks.empty()) {
+      eval_tasks(cm, f->tasks, f->tokenizer, f->details, f->batch);
+      return 0;
+    }
     const std::vector<MixSource> sets =
         f->data.empty() ? default_eval_sets(cm) : std::vector<MixSource>{{.dir = f->data, .weight = 1.0}};
     // A mixture: every dataset with a validation split, its loss and their mean by weight.

@@ -119,6 +119,9 @@ void visit_config(Config& c, V&& v) {
   v.num("train.seed", t.seed, "seed of the data order and sampling", closed(0, kInt64Max));
   v.num("train.eval_every", t.eval_every, "steps between validation passes (0 = never)", closed(0, kInt64Max));
   v.num("train.eval_batches", t.eval_batches, "batches per validation pass", closed(1, 1 << 20));
+  v.list("train.eval_tasks", t.eval_tasks,
+         "multiple-choice task files (JSONL, docs/tasks.md) scored at each evaluation (train.eval_every): "
+         "task/<name>/acc and task/<name>/acc_norm in metrics.jsonl");
   v.num("train.log_every", t.log_every, "steps between metrics lines", closed(1, kInt64Max));
   v.str("train.precision", t.precision, "matrix-product precision", {"fp32", "bf16"});
   v.num("train.threads", t.threads, "worker threads (0 = all cores)", closed(0, 4096));

@@ -22,6 +22,7 @@ struct TrainConfig {
   int64_t seed = 42;          // data order and sampling
   int64_t eval_every = 100;   // steps between validation passes; 0 = never
   int eval_batches = 8;       // validation batches per pass
+  std::vector<std::string> eval_tasks{};  // multiple-choice task files scored at each evaluation (docs/tasks.md)
   int64_t log_every = 1;
   std::string precision = "fp32";  // fp32 | bf16
   int threads = 0;            // 0 = all cores

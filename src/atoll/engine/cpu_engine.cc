@@ -20,8 +20,8 @@ LossParts CpuEngine::forward_backward(const int32_t* inputs, const int32_t* targ
   return host_model_.forward_backward(inputs, targets, B, loss_scale);
 }
 
-LossParts CpuEngine::forward(const int32_t* inputs, const int32_t* targets, int B) {
-  return host_model_.forward(inputs, targets, B);
+LossParts CpuEngine::forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses) {
+  return host_model_.forward(inputs, targets, B, position_losses);
 }
 
 double CpuEngine::clip_grads(double max_norm) {

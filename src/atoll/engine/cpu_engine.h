@@ -15,7 +15,7 @@ class CpuEngine final : public Engine {
   void zero_grads() override { host_model_.zero_grads(); }
   std::vector<double> topk_choice_counts() const override { return host_model_.topk_choice_counts(); }
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override;
-  LossParts forward(const int32_t* inputs, const int32_t* targets, int B) override;
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr) override;
   double clip_grads(double max_norm) override;
   void optimizer_step(double lr) override;
   int64_t optimizer_steps() const override { return host_opt_.step_count(); }

@@ -50,8 +50,8 @@ class CudaEngine final : public Engine {
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override {
     return model_.forward_backward(inputs, targets, B, loss_scale);
   }
-  LossParts forward(const int32_t* inputs, const int32_t* targets, int B) override {
-    return model_.forward(inputs, targets, B);
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr) override {
+    return model_.forward(inputs, targets, B, position_losses);
   }
   double clip_grads(double max_norm) override { return opt_.clip_grad_norm(model_.grads(), max_norm); }
   void optimizer_step(double lr) override { opt_.step(model_.params(), model_.grads(), lr); }

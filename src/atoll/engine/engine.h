@@ -137,7 +137,9 @@ class Engine {
   // accumulate (+=).
   virtual void zero_grads() = 0;
   virtual LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) = 0;
-  virtual LossParts forward(const int32_t* inputs, const int32_t* targets, int B) = 0;  // loss only
+  // Loss only; with position_losses ([B*T] host memory, =) each position's cross-entropy too
+  // (Model::forward).
+  virtual LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr) = 0;
   // Global-norm clipping at max_norm (0 = off) where the gradients live; the norm before it.
   virtual double clip_grads(double max_norm) = 0;
   // One optimizer step at learning rate lr; advances the step count first (the first is t = 1).

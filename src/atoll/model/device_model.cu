@@ -201,8 +201,11 @@ LossParts DeviceModel::forward_backward(const int32_t* inputs, const int32_t* ta
   return impl_->run(inputs, targets, B, true, loss_scale);
 }
 
-LossParts DeviceModel::forward(const int32_t* inputs, const int32_t* targets, int B) {
-  return impl_->run(inputs, targets, B, false, 0.0);
+LossParts DeviceModel::forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses) {
+  const LossParts loss = impl_->run(inputs, targets, B, false, 0.0);
+  if (position_losses)  // run() read them back already
+    std::copy(impl_->host_ce.begin(), impl_->host_ce.begin() + size_t(B) * impl_->cfg.seq_len, position_losses);
+  return loss;
 }
 
 }  // namespace atl::gpu

@@ -72,8 +72,9 @@ class DeviceModel {
   // host), B <= max_batch; gradients of loss_scale * (ce + aux + z) accumulated (+=).
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale = 1.0);
 
-  // Loss only.
-  LossParts forward(const int32_t* inputs, const int32_t* targets, int B);
+  // Loss only; with position_losses ([B*T] host memory, =), each position's cross-entropy as
+  // Model::forward gives it.
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr);
 
  private:
   struct Impl;

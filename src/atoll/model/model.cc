@@ -105,8 +105,8 @@ LossParts Model<T>::forward_backward(const int32_t* inputs, const int32_t* targe
 }
 
 template <typename T>
-LossParts Model<T>::forward(const int32_t* inputs, const int32_t* targets, int B) {
-  return run(inputs, targets, B, false, 0.0);
+LossParts Model<T>::forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses) {
+  return run(inputs, targets, B, false, 0.0, position_losses);
 }
 
 template <typename T>
@@ -161,7 +161,8 @@ void Model<T>::count_choices(int l, int N) {
 }
 
 template <typename T>
-LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale) {
+LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale,
+                        float* position_losses) {
   ATOLL_CHECK(B >= 1 && B <= max_batch_) << "batch of " << B << " sequences, model sized for " << max_batch_;
   State& S = *s_;
   const int N = B * local_seq_len(), C = cfg_.dim;
@@ -185,7 +186,7 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
     loss.z += r.z;
     if (backward && cfg_.router_at(l) == "topk") count_choices(l, N);
   }
-  loss.ce = head_and_loss(targets, B, backward, loss_scale) / (double(B) * cfg_.seq_len);
+  loss.ce = head_and_loss(targets, B, backward, loss_scale, position_losses) / (double(B) * cfg_.seq_len);
   if (!backward) return loss;
   for (int l = cfg_.n_layers - 1; l >= 0; --l) {
     use_block_weights(c, l);
@@ -201,7 +202,8 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
 // whole: each chunk's logits become its gradient in place, which feeds the head's weight
 // gradient and the chunk's d(final norm output) before the next chunk reuses the buffer.
 template <typename T>
-double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale) {
+double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale,
+                               float* position_losses) {
   ScopedTimer timer(&times_.head_loss);
   State& S = *s_;
   const int N = B * local_seq_len(), C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
@@ -220,6 +222,8 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
     const Operand<T> h = hin.at(size_t(r0) * C);
     c.mm.forward(logits, h, w_head, n, C, V);
     ce_sum += cross_entropy_forward(S.logits_lse.data(), logits, targets + r0, n, V);
+    for (int i = 0; position_losses && i < n; ++i)  // each row's term of the sum: lse - logit of its target
+      position_losses[r0 + i] = float(double(S.logits_lse[i]) - double(logits[size_t(i) * V + targets[r0 + i]]));
     if (!backward) continue;
     cross_entropy_backward(logits, logits, S.logits_lse.data(), targets + r0, n, V, T(loss_scale / whole));
     c.mm.backward(S.buf.dh.data() + size_t(r0) * C, dw_head, c.mm.input(S.logits16.data(), logits, size_t(n) * V), h,

@@ -56,8 +56,11 @@ class Model {
   // accumulated (+=) into grads(), so micro-batches sum; pass loss_scale = 1/micro-batches.
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale = 1.0);
 
-  // Loss only (nothing kept for backward beyond the activation buffers).
-  LossParts forward(const int32_t* inputs, const int32_t* targets, int B);
+  // Loss only (nothing kept for backward beyond the activation buffers). With position_losses
+  // ([B*T], =): each position's cross-entropy -log p(target | inputs up to it), the terms whose
+  // mean is LossParts::ce (task scoring sums them over an ending: train/task_eval.h); under
+  // context parallelism, this rank's positions only ([B*local_seq_len()]).
+  LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr);
 
   PhaseTimes& phase_times() { return times_; }
 
@@ -73,11 +76,12 @@ class Model {
 
  private:
   struct State;  // the blocks, the buffers between them, the head's (model.cc)
-  LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale);
+  LossParts run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale,
+                float* position_losses = nullptr);
   PartContext<T> context(int B, double loss_scale);
   void use_block_weights(PartContext<T>& c, int l);
   void count_choices(int layer, int N);  // adds layer's router choices to choice_counts_
-  double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale);
+  double head_and_loss(const int32_t* targets, int B, bool backward, double loss_scale, float* position_losses);
 
   ModelConfig cfg_;
   ParamLayout layout_;

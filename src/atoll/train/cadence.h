@@ -8,7 +8,7 @@
 // last step, and when a stop is requested; it is written once hooks.can_checkpoint() allows it
 // (false delays it: an exchange in flight), and the run saves one at its end if it wrote none. A
 // metrics row is written every train.log_every steps, at the last, and at rows the driver finds
-// notable (with val_loss, theta_hash or a checkpoint's figures). A stop request ends the run at
+// notable (with val_loss, task scores, theta_hash or a checkpoint's figures). A stop request ends the run at
 // the first step where the steps agree (below), once that step's checkpoint is written (the run
 // may resume from it); `stop_after` (a test's) ends it after that step without one.
 //
@@ -68,7 +68,7 @@ class Cadence {
   bool evaluates(int64_t step) const;
   // Once the step's row is complete but for the checkpoint: what to do (see StepEnd).
   StepEnd end_step(int64_t step, const CadenceQuestions& ask);
-  // Whether the step's row is written; `notable`: it holds val_loss, theta_hash or a save's figures.
+  // Whether the step's row is written; `notable`: it holds val_loss, task scores, theta_hash or a save's figures.
   bool row_due(int64_t step, bool notable) const;
   // Whether the run's end must save a checkpoint: it wrote none.
   bool final_save() const { return !saved_; }

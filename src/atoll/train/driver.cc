@@ -26,6 +26,19 @@ double validate_into(StepRow& row, Loop& loop, Progress* progress) {
   return *row.val_loss;
 }
 
+// The scores of train.eval_tasks at this step into its row (task_eval.h), noted on the progress line.
+void score_tasks_into(StepRow& row, Loop& loop, Progress* progress) {
+  std::string note = "step " + std::to_string(loop.step) + ":";
+  for (const TaskScores& s : loop.score_tasks()) {
+    row.task_scores["task/" + s.name + "/acc"] = s.acc;
+    row.task_scores["task/" + s.name + "/acc_norm"] = s.acc_norm;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " acc %.3f", s.acc);
+    note += " " + s.name + buf;
+  }
+  if (progress) progress->note(note);
+}
+
 // A save's cost to the step that started it, in its row.
 void add_save_cost(StepRow& row, const SaveReport& cost) {
   row.ckpt_stall_s = cost.stall_s;
@@ -54,13 +67,15 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     row->tokens_per_s = double(row->batch_size) * cfg.model.seq_len * opts.workers / (now_s() - t0);
     if (opts.evaluates() && loop.has_val() && cadence.evaluates(loop.step))
       result.final_val_loss = validate_into(*row, loop, opts.progress);
+    if (opts.evaluates() && !loop.tasks.empty() && cadence.evaluates(loop.step)) score_tasks_into(*row, loop, opts.progress);
     hooks.finish_row(*row, state.clocks);
     row->time_s = now_s() - t_start;
     if (loop.step == 1 || result.first_loss == 0) result.first_loss = row->loss;
     result.final_loss = row->loss;
     const StepEnd end = cadence.end_step(loop.step, ask);
     if (end.checkpoint) add_save_cost(*row, opts.save());
-    if (cadence.row_due(loop.step, row->val_loss || row->theta_hash || row->ckpt_stall_s || row->ckpt_fence_s))
+    if (cadence.row_due(loop.step, row->val_loss || !row->task_scores.empty() || row->theta_hash || row->ckpt_stall_s ||
+                                       row->ckpt_fence_s))
       opts.write_row(to_json(*row));
     if (opts.progress) {
       char buf[128];

@@ -6,7 +6,7 @@
 // the hooks' means, the update, as llm.c's train_gpt2.c) and the cadence around it (cadence.h:
 // which step validates, saves a checkpoint, writes its row, ends the run). Each turn:
 // hooks.before_step (an elastic run's membership changes), the step, hooks.after_inner_step
-// (DiLoCo's outer steps; a hook may move loop.step ahead: cadence.h), validation where the
+// (DiLoCo's outer steps; a hook may move loop.step ahead: cadence.h), validation (and train.eval_tasks) where the
 // cadence has it due (and opts.evaluates() says this process evaluates), hooks.finish_row, the
 // checkpoint the cadence has due once hooks.can_checkpoint() allows it, the metrics row, the
 // progress line, and the end of the run (its last step, a stop request once its checkpoint is

@@ -2,12 +2,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
+#include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 
 namespace atl {
 
 namespace {
+
+// train.eval_tasks tokenised with the tokenizer of the data (a mixture's datasets share one).
+std::vector<TaskSet> load_eval_tasks(const Config& c, const std::string& data_dir) {
+  if (c.train.eval_tasks.empty()) return {};
+  const std::string model = data_dir + "/tokenizer.model";
+  if (!std::filesystem::exists(model))
+    throw DataError("train.eval_tasks needs the text's tokenizer, and the data at " + data_dir +
+                    " has no tokenizer.model (shards made elsewhere); fix: prepare the data with `atoll data prepare`, "
+                    "or set train.eval_tasks = []");
+  return load_task_sets(c.train.eval_tasks, "train.eval_tasks", Tokenizer::load(model), c.model.seq_len);
+}
 
 // The phases a run draws from: the config's mixture, or data_dir alone.
 std::vector<DataPhase> phases_of(const Config& c, const std::string& data_dir) {
@@ -26,6 +39,7 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
       in(size_t(micro_batch(c.train)) * c.model.seq_len),
       tg(size_t(micro_batch(c.train)) * c.model.seq_len) {
   train_data.check_vocab(c.model.vocab_size);
+  tasks = load_eval_tasks(c, train_data.dirs().front());
   for (const std::string& dir : train_data.dirs()) {
     val_data.emplace_back();
     if (!has_val_split(dir)) continue;
@@ -36,6 +50,11 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
   // A validation figure that leaves out a dataset it claims to cover, or that never comes, is
   // said once at the start (by the first worker), never left silent.
   if (opts.worker == 0) {
+    for (const TaskSet& t : tasks)
+      if (t.truncated > 0)
+        log_warn("train.eval_tasks: " + t.path + ": " + std::to_string(t.truncated) + " of " +
+                 std::to_string(t.items.size()) + " items lose context tokens from the left to fit model.seq_len = " +
+                 std::to_string(c.model.seq_len));
     const std::vector<std::string> dirs = train_data.dirs();
     if (!has_val() && c.train.eval_every > 0)
       log_warn("train.eval_every = " + std::to_string(c.train.eval_every) + ": no validation pass will run, the data (" +
@@ -110,6 +129,13 @@ double Loop::validate() {
     sum += share[i] * val_losses[i], weight += share[i];
   }
   return sum / weight;
+}
+
+std::vector<TaskScores> Loop::score_tasks() {
+  std::vector<TaskScores> scores;
+  const auto losses = [&](const int32_t* x, const int32_t* y, int B, float* l) { engine->forward(x, y, B, l); };
+  for (const TaskSet& set : tasks) scores.push_back(score_task(set, losses, cfg.model.seq_len, micro_batch(cfg.train)));
+  return scores;
 }
 
 }  // namespace atl

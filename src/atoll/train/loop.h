@@ -15,6 +15,7 @@
 #include "atoll/config/config.h"
 #include "atoll/data/mixture_loader.h"
 #include "atoll/engine/engine.h"
+#include "atoll/train/task_eval.h"
 
 namespace atl {
 
@@ -34,6 +35,8 @@ struct Loop {
   // Each dataset's validation split, as train_data.dirs() (null: that dataset has none).
   std::vector<std::unique_ptr<DataLoader>> val_data;
   std::vector<double> val_losses;  // each dataset's loss at the last validate() (NaN: not measured)
+  // train.eval_tasks, read and tokenised (with the data's tokenizer.model) before the run starts.
+  std::vector<TaskSet> tasks;
   // Called with the data_phase event's fields when a phase of data.phases starts.
   std::function<void(const nlohmann::json&)> on_data_phase;
   std::unique_ptr<Engine> engine;
@@ -51,6 +54,8 @@ struct Loop {
   // validation split (one must exist), where the step runs; for a mixture, the mean of the
   // datasets' losses weighted by the current phase's shares.
   double validate();
+  // Each of `tasks` scored where the step runs (task_eval.h), micro_batch sequences per pass.
+  std::vector<TaskScores> score_tasks();
 };
 
 }  // namespace atl

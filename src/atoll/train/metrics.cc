@@ -21,6 +21,7 @@ nlohmann::json to_json(const StepRow& r) {
   };
   put("val_loss", r.val_loss);
   if (!r.val_losses.empty()) row["val_losses"] = r.val_losses;
+  for (const auto& [key, score] : r.task_scores) row[key] = score;
   put("island", r.island);
   put("rank", r.rank);
   put("comm_bytes", r.comm_bytes);
@@ -48,6 +49,14 @@ nlohmann::json to_json(const StepRow& r) {
   put("ckpt_write_s", r.ckpt_write_s);
   put("ckpt_fence_s", r.ckpt_fence_s);
   return row;
+}
+
+bool is_eval_row(const nlohmann::json& row) {
+  if (!row.is_object()) return false;
+  if (row.contains("val_loss")) return true;
+  for (const auto& [key, v] : row.items())
+    if (key.starts_with("task/")) return true;
+  return false;
 }
 
 nlohmann::json event_row(const std::string& event, const nlohmann::json& fields) {

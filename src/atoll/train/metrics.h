@@ -39,6 +39,9 @@ struct StepRow {
   double tokens_per_s = 0, time_s = 0;
   std::optional<double> val_loss{};
   std::map<std::string, double> val_losses{};  // a mixture's: each evaluated dataset's (dir -> loss)
+  // train.eval_tasks at an evaluation: "task/<name>/acc" and "task/<name>/acc_norm" -> score,
+  // written as fields of their own (train/task_eval.h).
+  std::map<std::string, double> task_scores{};
 
   std::optional<int> island{}, rank{};
   std::optional<uint64_t> comm_bytes{};
@@ -62,6 +65,9 @@ struct StepRow {
   std::optional<double> ckpt_stall_s{}, ckpt_wait_s{}, ckpt_write_s{}, ckpt_fence_s{};
 };
 nlohmann::json to_json(const StepRow& r);
+
+// Whether a metrics row carries an evaluation: val_loss or a task score (task/...).
+bool is_eval_row(const nlohmann::json& row);
 
 // One events.jsonl object: {"event": name, "time": wall-clock seconds since 1970 (UTC)} and `fields`.
 nlohmann::json event_row(const std::string& event, const nlohmann::json& fields = nlohmann::json::object());

@@ -54,7 +54,7 @@ void MetricsLog::write(const nlohmann::json& row) {
       it = tb_.emplace(island, TbWriter(tb_dir_, created_, island < 0 ? "" : ".island" + std::to_string(island))).first;
     it->second.add(row["step"].get<int64_t>(), tb_scalars_of_row(row), now_epoch());
   }
-  if (on_eval && row.contains("val_loss")) on_eval();
+  if (on_eval && is_eval_row(row)) on_eval();
 }
 
 }  // namespace atl

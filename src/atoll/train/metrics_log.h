@@ -32,7 +32,7 @@ class MetricsLog {
   // row of each island.
   explicit MetricsLog(const std::string& run_dir);
 
-  // One row to both; then, when the row carries an evaluation (val_loss), on_eval (the run's
+  // One row to both; then, when the row carries an evaluation (val_loss or a task score), on_eval (the run's
   // report.html is rewritten there).
   void write(const nlohmann::json& row);
   std::function<void()> on_eval;

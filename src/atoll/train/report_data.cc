@@ -77,7 +77,7 @@ nlohmann::json load_report_run(const std::string& run_dir) {
   bool without_tokens = false;
   for (const auto& row : run["rows"]) {
     for (const auto& [k, v] : row.items())
-      if (!kKnownFields.count(k)) unknown.insert(k);
+      if (!kKnownFields.count(k) && !k.starts_with("task/")) unknown.insert(k);  // task/<name>/acc: train.eval_tasks
     without_tokens |= row.contains("loss") && !row.contains("tokens");
   }
   if (!unknown.empty()) {

@@ -83,6 +83,19 @@ function mapSeries(field, x) {
   }));
   return out;
 }
+// Fields named by a prefix (train.eval_tasks' "task/<name>/acc"): one series per field of each run and group.
+function prefixSeries(prefix, x) {
+  const out = [];
+  runs.forEach((run, ri) => groups(run).forEach(([key, rows], gi) => {
+    const names = new Set(); rows.forEach(r => Object.keys(r).forEach(k => { if (k.startsWith(prefix)) names.add(k); }));
+    [...names].sort().forEach((n, ni) => {
+      const pts = rows.filter(r => num(r[n]) && num(xOf(r, x))).map(r => [xOf(r, x), r[n]]);
+      if (pts.length) out.push({label: label(run, key + " " + n.slice(prefix.length)), pts, run: ri, group: gi + ni, points: true});
+    });
+  }));
+  return out;
+}
+const hasField = (r, f) => f.endsWith("*") ? Object.keys(r).some(k => k.startsWith(f.slice(0, -1))) : r[f] !== undefined;
 const ckptStall = r => (num(r.ckpt_stall_s) || num(r.ckpt_fence_s)) ? (r.ckpt_stall_s || 0) + (r.ckpt_fence_s || 0) : undefined;
 const outerOrStep = r => num(r.outer_step) ? r.outer_step : undefined;
 const CHARTS = [
@@ -90,6 +103,8 @@ const CHARTS = [
    series: () => fieldSeries("loss", "tokens").concat(fieldSeries("val_loss", "tokens", {points: true, val: true}))},
   {id: "val_losses", title: "validation loss per dataset of the mixture", x: "tokens", fields: ["val_losses"], optional: true,
    series: () => mapSeries("val_losses", "tokens")},
+  {id: "tasks", title: "task scores (train.eval_tasks: acc, acc_norm) against tokens", x: "tokens", fields: ["task/*"],
+   optional: true, series: () => prefixSeries("task/", "tokens")},
   {id: "lr", title: "learning rate", x: "step", fields: ["lr"], series: () => fieldSeries("lr", "step")},
   {id: "grad_norm", title: "gradient norm", x: "step", fields: ["grad_norm"], series: () => fieldSeries("grad_norm", "step")},
   {id: "tokens_per_s", title: "tokens/s", x: "step", fields: ["tokens_per_s"], series: () => fieldSeries("tokens_per_s", "step")},
@@ -157,7 +172,7 @@ function chart(spec, parent) {
   }
   parent.appendChild(box);
   if (many) {
-    const lacking = runs.filter(run => !run.rows.some(r => spec.fields.some(f => r[f] !== undefined))).map(r => r.name);
+    const lacking = runs.filter(run => !run.rows.some(r => spec.fields.some(f => hasField(r, f)))).map(r => r.name);
     if (lacking.length) box.appendChild(el("div", {class: "missing"}, "not logged by " + lacking.join(", ")));
   }
   draw(box, spec, series);

@@ -2,7 +2,7 @@
 //
 // `atoll train --resume` and `atoll launch --resume` continue a run with its own config.toml;
 // `--set` (or a `--config` file) may change the keys of kResumeSafeKeys: how long the run goes,
-// how often it evaluates, logs and checkpoints, how many checkpoints it keeps, its threads, its
+// how often it evaluates (and on which task files), logs and checkpoints, how many checkpoints it keeps, its threads, its
 // timeout and whether an island shards its optimizer state (optim.zero1: the same state, held in
 // shards; a checkpoint's content does not depend on it). These steer the run without changing
 // what a step computes (train.steps does move the learning-rate schedule's end, which is what
@@ -23,8 +23,8 @@
 namespace atl {
 
 // The one list of keys a --resume may change without --allow-config-change (docs: docs/checkpoints.md).
-inline constexpr std::array<std::string_view, 10> kResumeSafeKeys = {
-    "train.steps",     "train.eval_every", "train.eval_batches", "train.log_every",   "train.threads",
+inline constexpr std::array<std::string_view, 11> kResumeSafeKeys = {
+    "train.steps",     "train.eval_every", "train.eval_batches", "train.eval_tasks", "train.log_every",   "train.threads",
     "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
 
 // One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).
