@@ -123,6 +123,10 @@ void visit_config(Config& c, V&& v) {
          "multiple-choice task files (JSONL, docs/tasks.md) scored at each evaluation (train.eval_every): "
          "task/<name>/acc and task/<name>/acc_norm in metrics.jsonl");
   v.num("train.log_every", t.log_every, "steps between metrics lines", closed(1, kInt64Max));
+  v.num("train.peak_gflops", t.peak_gflops,
+        "mfu in each metrics row against this peak GFLOP/s of one worker's device (a vendor's figure, or `atoll bench`'s "
+        "peak_gflops); -1: measured at the start as `atoll bench` does (seconds of every core on a CPU); 0: no mfu",
+        closed(-1.0, 1e12));
   v.str("train.precision", t.precision, "matrix-product precision", {"fp32", "bf16"});
   v.num("train.threads", t.threads, "worker threads (0 = all cores)", closed(0, 4096));
   v.str("train.device", t.device, "compute device", {"cpu", "cuda"});

@@ -24,6 +24,7 @@ struct TrainConfig {
   int eval_batches = 8;       // validation batches per pass
   std::vector<std::string> eval_tasks{};  // multiple-choice task files scored at each evaluation (docs/tasks.md)
   int64_t log_every = 1;
+  double peak_gflops = 0;     // MFU in metrics rows: > 0 this per-device peak, < 0 measured at start, 0 none
   std::string precision = "fp32";  // fp32 | bf16
   int threads = 0;            // 0 = all cores
   std::string device = "cpu";

@@ -108,6 +108,7 @@ const std::vector<KeyEffect>& key_effects() {
        [](C c, S s) { return c.train.eval_every > 0 && validation(c, s); }},
       {"train.eval_tasks", "only with evaluations (train.eval_every > 0)", [](C c, S) { return c.train.eval_every > 0; }},
       {"train.log_every", "always", always},
+      {"train.peak_gflops", "always", always},
       {"train.precision", "always", always},
       {"train.threads", "always", always},
       {"train.device", "always", always},

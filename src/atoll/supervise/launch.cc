@@ -25,6 +25,7 @@
 #include "atoll/dist/membership.h"
 #include "atoll/dist/store.h"
 #include "atoll/engine/memory_estimate.h"
+#include "atoll/model/layout.h"
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/live_view.h"
 #include "atoll/supervise/redis_server.h"
@@ -363,7 +364,8 @@ int launch(const LaunchOptions& o) {
   JsonlWriter events(rd.path + "/events.jsonl");
   MetricsLog metrics(rd.path);
   metrics.on_eval = [&rd] { write_run_report(rd.path); };  // report.html at each evaluation
-  events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}}));
+  const int64_t params = ParamLayout::build(cfg.model).n_params();  // the report's summary reads it here
+  events.write(event_row("launch", {{"islands", N}, {"workers_per_island", M}, {"store", store}, {"params", params}}));
   record_resume(events, rd, resume_step);
   if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   if (!reshape.is_null()) {
@@ -478,9 +480,10 @@ int launch(const LaunchOptions& o) {
   events.write(event_row("end", {{"step", cfg.train.steps}}));
   char summary[512];
   std::snprintf(summary, sizeof summary,
-                "run %s: %d islands x %d workers, %ld steps, %ld outer steps (%ld with differing theta_hash) in %.1f s\n"
+                "run %s: %ld parameters, %d islands x %d workers, %ld steps, %ld outer steps (%ld with differing "
+                "theta_hash) in %.1f s\n"
                 "final checkpoint %s\n",
-                rd.path.c_str(), N, M, long(cfg.train.steps), long(view.outer_steps()), long(view.split_hashes()),
+                rd.path.c_str(), long(params), N, M, long(cfg.train.steps), long(view.outer_steps()), long(view.split_hashes()),
                 now_s() - t_start, latest.c_str());
   std::printf("\n%s", summary);
   std::ofstream(rd.path + "/summary.txt") << summary;

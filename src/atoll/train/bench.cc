@@ -53,6 +53,15 @@ bool mfu_disturbed(double mfu) { return mfu > 1.0; }
 
 }  // namespace
 
+PeakRate mfu_peak(double given, const std::string& given_by, bool measure, const Engine& engine, Precision precision) {
+  if (given > 0) return {given, given_by};
+  return measure ? engine.matmul_peak(precision) : PeakRate{};
+}
+
+double mfu_of(const ModelConfig& m, double tokens_per_s, int devices, double peak_gflops) {
+  return peak_gflops > 0 ? flops_per_token(m) * tokens_per_s * 1e-9 / (devices * peak_gflops) : 0.0;
+}
+
 // Full training steps on synthetic tokens through the engine train.device names: forward and
 // backward over the micro-batches, then clipping and the optimizer (timed as "optimizer");
 // the engine reports its own phases where it measures them (the CPU model's), and MFU is
@@ -66,9 +75,7 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   const int B = micro_batch(cfg.train), n_micro = cfg.train.batch_size / B, T = m.seq_len;
   std::unique_ptr<Engine> engine = make_engine(cfg);
   const bool cpu = engine->device_name() == "cpu";
-  const PeakRate peak = opts.peak_gflops > 0 ? PeakRate{opts.peak_gflops, "given with --peak-gflops"}
-                        : opts.measure_peak  ? engine->matmul_peak(precision)
-                                             : PeakRate{};
+  const PeakRate peak = mfu_peak(opts.peak_gflops, "given with --peak-gflops", opts.measure_peak, *engine, precision);
   engine->init_params(uint64_t(m.init_seed));
   engine->to_device(kParams);
   Rng rng(uint64_t(cfg.train.seed));
@@ -94,7 +101,7 @@ nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts) {
   const StepStats st = step_stats(step_s);
   const double tok = double(cfg.train.batch_size) * T;
   const double fpt = flops_per_token(m), gflops = fpt * tok / st.median * 1e-9;
-  const double mfu = peak.gflops > 0 ? gflops / peak.gflops : 0.0;
+  const double mfu = mfu_of(m, tok / st.median, 1, peak.gflops);
   const double per = 1.0 / opts.steps;
   double total_s = 0, model_s = 0;
   for (double x : step_s) total_s += x;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/config/config.h"
+#include "atoll/engine/engine.h"
 
 namespace atl {
 
@@ -19,6 +20,15 @@ struct BenchOptions {
 // Runs the benchmark; returns the result object (DESIGN.md bench contract: tokens_per_s,
 // gflops, mfu, peak_rss_mib, plus per-phase seconds). Prints a human table to stdout.
 nlohmann::json run_bench(const Config& cfg, const BenchOptions& opts);
+
+// The peak that MFU is measured against, for `atoll bench` and the metrics rows (train.peak_gflops):
+// `given` when > 0 (`given_by` says where it came from), else the engine's measured
+// matrix-multiply peak in `precision`'s input type when `measure`, else none (gflops 0).
+PeakRate mfu_peak(double given, const std::string& given_by, bool measure, const Engine& engine, Precision precision);
+
+// Model FLOPs utilisation: flops_per_token(m) (model.h, the one FLOP count) times tokens_per_s,
+// over `devices` devices of peak_gflops each; 0 without a peak.
+double mfu_of(const ModelConfig& m, double tokens_per_s, int devices, double peak_gflops);
 
 // Peak resident set size of this process so far, MiB.
 double peak_rss_mib();

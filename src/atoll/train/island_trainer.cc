@@ -31,6 +31,7 @@
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/optim/clip.h"
 #include "atoll/optim/schedule.h"
+#include "atoll/train/bench.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/driver.h"
 #include "atoll/train/metrics_log.h"
@@ -509,7 +510,8 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     begin_run(rd, cfg);
     if (resume) truncate_jsonl_after_step(run_dir + "/metrics.jsonl", loop.step);
-    else events.write(event_row("start", {{"islands", N}, {"workers_per_island", M}}));  // the run's mark (run_dir.h)
+    else  // the run's mark (run_dir.h)
+      events.write(event_row("start", {{"islands", N}, {"workers_per_island", M}, {"params", engine.layout().n_params()}}));
     if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   }
   RowSink rows(opts.metrics_fd, run_dir);
@@ -525,11 +527,15 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                      .checkpoint_bytes = &wk.checkpoint_bytes,
                      .progress_file = opts.metrics_fd >= 0 ? progress_path(run_dir, opts.island, opts.rank) : ""},
                     inner, outer, diloco, streaming, wk.state, w == 0 ? &events : nullptr, &events);
+  // MFU in the rows against train.peak_gflops, or this worker's measured peak (bench.h).
+  const PeakRate peak = mfu_peak(cfg.train.peak_gflops, "train.peak_gflops", cfg.train.peak_gflops < 0, engine,
+                                 parse_precision(cfg.train.precision));
   DriverResult r;
   try {
     r = run_steps(loop, hooks,
                   {.who = who,
                    .workers = W,
+                   .peak_gflops = peak.gflops,
                    .evaluates = [&] { return outer.leads(); },
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
                    .save = [&] { return wk.save(); },

@@ -19,6 +19,7 @@ nlohmann::json to_json(const StepRow& r) {
   auto put = [&](const char* key, const auto& field) {
     if (field) row[key] = *field;
   };
+  put("mfu", r.mfu);
   put("val_loss", r.val_loss);
   if (!r.val_losses.empty()) row["val_losses"] = r.val_losses;
   for (const auto& [key, score] : r.task_scores) row[key] = score;

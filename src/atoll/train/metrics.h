@@ -37,6 +37,7 @@ struct StepRow {
   double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
   int batch_size = 0;
   double tokens_per_s = 0, time_s = 0;
+  std::optional<double> mfu{};  // with train.peak_gflops: bench.h mfu_of(tokens_per_s) over the step's workers
   std::optional<double> val_loss{};
   std::map<std::string, double> val_losses{};  // a mixture's: each evaluated dataset's (dir -> loss)
   // train.eval_tasks at an evaluation: "task/<name>/acc" and "task/<name>/acc_norm" -> score,

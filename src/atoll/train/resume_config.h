@@ -23,8 +23,9 @@
 namespace atl {
 
 // The one list of keys a --resume may change without --allow-config-change (docs: docs/checkpoints.md).
-inline constexpr std::array<std::string_view, 11> kResumeSafeKeys = {
+inline constexpr std::array<std::string_view, 12> kResumeSafeKeys = {
     "train.steps",     "train.eval_every", "train.eval_batches", "train.eval_tasks", "train.log_every",   "train.threads",
+    "train.peak_gflops",
     "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
 
 // One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).

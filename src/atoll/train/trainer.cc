@@ -17,6 +17,7 @@
 #include "atoll/core/timer.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/model/layout.h"
+#include "atoll/train/bench.h"
 #include "atoll/train/dataset.h"
 #include "atoll/train/driver.h"
 #include "atoll/train/init_weights.h"
@@ -136,6 +137,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
     if (!init_event.is_null()) events.write(event_row("init_from", init_event));
   }
   truncate_jsonl_after_step(rd.path + "/metrics.jsonl", loop.step);
+  // MFU in the rows against train.peak_gflops, or the engine's measured peak (bench.h).
+  const PeakRate peak = mfu_peak(cfg.train.peak_gflops, "train.peak_gflops", cfg.train.peak_gflops < 0, engine,
+                                 parse_precision(cfg.train.precision));
+  if (peak.gflops > 0 && !opts.quiet)
+    log_info("mfu in metrics.jsonl against " + std::to_string(peak.gflops) + " GFLOP/s (" + peak.method + ")");
   MetricsLog metrics(rd.path);
   metrics.on_eval = [&rd] { write_run_report(rd.path); };
   if (!opts.quiet)
@@ -151,7 +157,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opts) {
                              }});
   const DriverResult r = run_steps(
       loop, alone,
-      {.progress = opts.quiet ? nullptr : &progress,
+      {.peak_gflops = peak.gflops,
+       .progress = opts.quiet ? nullptr : &progress,
        .write_row = [&](const nlohmann::json& row) { metrics.write(row); },
        .save = [&] { return checkpointer.save({}); },
        .finish_saves = [&] { return checkpointer.finish(); },
