@@ -23,6 +23,7 @@ down() {
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
   done
+  rm -f "/tmp/atoll-netem-$name.log"
 }
 
 up() {
