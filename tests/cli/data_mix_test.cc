@@ -83,8 +83,10 @@ TEST_F(DataMix, BadMixturesFailClearlyAndChangeNothing) {
                             {"data.mix[0].weight", "> 0"}));
   EXPECT_TRUE(fails_clearly(world().train(run, {"--set", "data.mix=[{dir = \"" + a + "\"}]"}),
                             {"data.mix is set together with data.dir"}));
-  EXPECT_TRUE(fails_clearly(train_with(run, {"data.mix=[{dir = \"" + a + "\"}, {dir = \"" + dir("plain") + "\"}]"}),
+  EXPECT_TRUE(fails_clearly(train_with(run, {"data.mix=[{dir = \"" + a + "\", weight = 1}, {dir = \"" + dir("plain") + "\", weight = 1}]"}),
                             {"data.mix[1].dir", dir("plain"), "meta.json", "atoll data prepare"}));
+  EXPECT_TRUE(fails_clearly(train_with(run, {"data.mix=[{dir = \"" + a + "\", weight = 1}, {dir = \"" + a + "/\"}]"}),
+                            {"data.mix[1].weight", "no weight given"}));
   EXPECT_TRUE(unchanged(before, snapshot(world().root())));
   EXPECT_FALSE(std::filesystem::exists(run));
 }

@@ -68,6 +68,7 @@ const std::vector<Bad> kBad = {
     {"train.batch_ramp_start=-1", "out of range"},
     {"train.batch_ramp_tokens=-1", "out of range"},
     {"train.eval_every=-1", "out of range"},
+    {"train.peak_gflops=-2", "out of range"},
     {"train.steps=-1", "out of range"},
     {"train.batch_size=0", "out of range"},
     {"train.micro_batch_size=-1", "out of range"},

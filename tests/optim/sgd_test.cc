@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <vector>
 
 #include "atoll/core/rng.h"
@@ -20,8 +22,13 @@ TEST(Sgd, UpdateIsDecayThenGradientStep) {
     for (size_t i = 0; i < n; ++i) p[i] = float(rng.normal()), g[i] = float(rng.normal());
     std::vector<float> q = p;
     sgd_update(q.data(), g.data(), n, {.lr = 0.25, .weight_decay = 0.5});
-    // Same fp32 expression as the kernel: exact equality (decay = 1 - 0.125, lr = 0.25 exact).
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(q[i], p[i] * 0.875f - 0.25f * g[i]) << i;
+    // decay = 1 - 0.125 and lr = 0.25 are exact; the kernel (-O3) may fuse a multiply-add that
+    // this file (-O1) does not, so the fp32 results may differ by a rounding of the terms.
+    for (size_t i = 0; i < n; ++i) {
+      const double want = double(p[i]) * 0.875 - 0.25 * double(g[i]);
+      const double terms = std::abs(double(p[i]) * 0.875) + std::abs(0.25 * double(g[i]));
+      ASSERT_LE(std::abs(double(q[i]) - want), terms * 0x1p-23) << i;  // the rounding of the terms
+    }
   }
 }
 
