@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "cli/cli_util.h"
 
@@ -97,6 +99,13 @@ TEST_F(ReportTest, AKilledWorkerRunRendersOfflineWithEveryIncident) {
   }
   EXPECT_GT(val_rows, 0);
   EXPECT_EQ(chart_attr(dom, "loss", "data-points"), std::to_string(loss_rows + val_rows));
+  // Every series of the loss chart has its own legend label (val_loss's points name themselves).
+  std::set<std::string> labels;
+  int n_labels = 0;
+  std::stringstream legend(chart_attr(dom, "loss", "data-labels"));
+  for (std::string l; std::getline(legend, l, '|'); ++n_labels) labels.insert(l);
+  EXPECT_GT(n_labels, 1);
+  EXPECT_EQ(size_t(n_labels), labels.size()) << chart_attr(dom, "loss", "data-labels");
   EXPECT_EQ(chart_attr(dom, "lr", "data-points"), std::to_string(loss_rows));
   EXPECT_EQ(chart_attr(dom, "timeline", "data-incidents"), std::to_string(events.size()));
   EXPECT_EQ(count(dom, "class=\"incident\""), int(events.size()));

@@ -51,7 +51,9 @@ function fieldSeries(field, x, opts) {
   const out = [];
   runs.forEach((run, ri) => groups(run).forEach(([key, rows], gi) => {
     const pts = rows.filter(r => num(pick(r, field)) && num(xOf(r, x))).map(r => [xOf(r, x), pick(r, field)]);
-    if (pts.length) out.push(Object.assign({label: label(run, key), pts, run: ri, group: gi}, opts || {}));
+    // A second field on the same chart (val_loss beside loss) names itself in the legend.
+    const name = [key, (opts || {}).suffix].filter(t => t).join(" ");
+    if (pts.length) out.push(Object.assign({label: label(run, name), pts, run: ri, group: gi}, opts || {}));
   }));
   return out;
 }
@@ -100,7 +102,7 @@ const ckptStall = r => (num(r.ckpt_stall_s) || num(r.ckpt_fence_s)) ? (r.ckpt_st
 const outerOrStep = r => num(r.outer_step) ? r.outer_step : undefined;
 const CHARTS = [
   {id: "loss", title: "loss (and validation loss, points) against tokens", x: "tokens", fields: ["loss", "val_loss"],
-   series: () => fieldSeries("loss", "tokens").concat(fieldSeries("val_loss", "tokens", {points: true, val: true}))},
+   series: () => fieldSeries("loss", "tokens").concat(fieldSeries("val_loss", "tokens", {points: true, val: true, suffix: "val_loss"}))},
   {id: "val_losses", title: "validation loss per dataset of the mixture", x: "tokens", fields: ["val_losses"], optional: true,
    series: () => mapSeries("val_losses", "tokens")},
   {id: "tasks", title: "task scores (train.eval_tasks: acc, acc_norm) against tokens", x: "tokens", fields: ["task/*"],
@@ -156,6 +158,7 @@ function draw(box, spec, series, extra) {
       points: s.points ? {show: true, size: 6, fill: color(s)} : {show: false},
       paths: s.points ? () => null : undefined}))),
     hooks: {draw: [u => { box.setAttribute("data-points", String(series.reduce((n, s) => n + clean(s.pts).length, 0)));
+      box.setAttribute("data-labels", series.map(s => s.label).join("|"));
       if (extra) extra(u); }]}};
   const u = new uPlot(opts, aligned(series), box);
   live.push({u, series});
