@@ -6,6 +6,7 @@
 // error, never a crash or an empty page.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -93,9 +94,17 @@ TEST_F(ReportTest, AKilledWorkerRunRendersOfflineWithEveryIncident) {
   EXPECT_GE(count(dom, "<canvas"), 8);
   // The loss chart: a line per island and the evaluations as points, one point per row.
   int loss_rows = 0, val_rows = 0;
+  std::map<std::string, double> last_time;  // per worker: time_s never goes back, even across a restart
   for (const auto& row : read_jsonl(run + "/metrics.jsonl")) {
     loss_rows += row.contains("loss");
     val_rows += row.contains("val_loss");
+    if (!row.contains("time_s") || !row.contains("island")) continue;
+    const std::string who = row["island"].dump() + "." + row.value("rank", nlohmann::json(0)).dump();
+    const double t = row["time_s"].get<double>();
+    if (last_time.count(who)) {
+      EXPECT_GE(t, last_time[who]) << who << " at step " << row.value("step", -1);
+    }
+    last_time[who] = t;
   }
   EXPECT_GT(val_rows, 0);
   EXPECT_EQ(chart_attr(dom, "loss", "data-points"), std::to_string(loss_rows + val_rows));

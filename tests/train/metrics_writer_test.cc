@@ -4,6 +4,11 @@
 // for the second (ckpt/small_disk.h).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "atoll/core/errors.h"
@@ -58,6 +63,27 @@ TEST(JsonlWriterOnAFullDisk, TruncatingAfterAResumeSaysDiskFull) {
   if (!r) GTEST_SKIP() << "cannot mount a tmpfs here";
   EXPECT_NE(r->find("metrics.jsonl"), std::string::npos) << *r;
   EXPECT_NE(r->find("disk full"), std::string::npos) << *r;
+}
+
+// A launched worker's time_s counts from the run's start (ATOLL_RUN_START, the first event's
+// wall time), so a restarted worker's rows go on from its island's time instead of from 0.
+TEST(RunStart, TheRunsFirstEventIsItsStartAndWorkersCountFromIt) {
+  const std::string dir = ::testing::TempDir() + "/run-start-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/events.jsonl") << "{\"event\":\"launch\",\"time\":1000.5}\n{\"event\":\"end\",\"time\":2000}\n";
+  EXPECT_EQ(run_start_wall_s(dir), 1000.5);
+  const double now = event_row("x")["time"].get<double>();
+  std::filesystem::remove(dir + "/events.jsonl");
+  EXPECT_NEAR(run_start_wall_s(dir), now, 5.0) << "a new run starts now";
+  ::setenv("ATOLL_RUN_START", std::to_string(now - 100.0).c_str(), 1);
+  EXPECT_NEAR(seconds_since_run_start(), 100.0, 5.0);
+  for (const char* bad : {"", "soon", "1e300", "-5"}) {
+    ::setenv("ATOLL_RUN_START", bad, 1);
+    EXPECT_EQ(seconds_since_run_start(), 0.0) << bad;
+  }
+  ::unsetenv("ATOLL_RUN_START");
+  EXPECT_EQ(seconds_since_run_start(), 0.0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

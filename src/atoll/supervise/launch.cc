@@ -387,7 +387,10 @@ int launch(const LaunchOptions& o) {
     Store s(store_options);
     publish_run_token(s, run_token);  // before any worker can register
   }
-  std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "ATOLL_RUN_TOKEN=" + run_token};
+  char run_start[32];
+  std::snprintf(run_start, sizeof run_start, "%.6f", run_start_wall_s(rd.path));
+  std::vector<std::string> env = {"OMP_WAIT_POLICY=passive", "ATOLL_RUN_TOKEN=" + run_token,
+                                  std::string("ATOLL_RUN_START=") + run_start};
   if (!store_address.password.empty()) env.push_back("ATOLL_STORE_PASSWORD=" + store_address.password);
   LaunchView view(cfg.train.steps, resume_step, &metrics);
   RestartPolicy policy(cfg, events, o.stop_grace, env, rd.path);

@@ -51,7 +51,7 @@ void add_save_cost(StepRow& row, const SaveReport& cost) {
 
 DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) {
   const Config& cfg = loop.cfg;
-  const double t_start = opts.t_start > 0 ? opts.t_start : now_s();
+  const double t_start = opts.t_start != 0 ? opts.t_start : now_s();
   DriverResult result;
   StepState state{.balanced = balanced_rows(loop.engine->layout())};
   Cadence cadence(cadence_options(cfg, opts.stop_after), loop.step);

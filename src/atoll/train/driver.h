@@ -119,7 +119,7 @@ struct DriverOptions {
   // waited, once per save, else nullopt.
   std::function<std::optional<double>()> fence{};
   int64_t stop_after = 0;         // > 0: return after this step, as if interrupted
-  double t_start = 0;             // now_s() when the process started: time_s counts from it
+  double t_start = 0;             // now_s() at the run's start (a launched worker's) or the process's: time_s counts from it
   // Asked after every step: true stops the run there, with a checkpoint of that step (written
   // as soon as hooks.can_checkpoint() allows). Ctrl-C in `atoll train` (stop_signals.h).
   std::function<bool()> stop_requested{};

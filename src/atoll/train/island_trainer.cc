@@ -450,7 +450,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   const int w = opts.island * M + opts.rank;
   const bool resume = !opts.resume_from.empty();
   const std::string who = worker_name(opts.island, opts.rank);
-  const double t_start = now_s();
+  const double t_start = now_s() - seconds_since_run_start();  // time_s counts from the run's start
   const std::string run_dir = opts.run_dir.empty() ? default_run_dir() : opts.run_dir;
   // Without a launcher, worker 0 owns the run folder: checked and locked before any peer can
   // write to it (a launcher holds the lock for the workers it starts). The workers' configs are

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "atoll/core/file_writer.h"
@@ -60,8 +62,31 @@ bool is_eval_row(const nlohmann::json& row) {
   return false;
 }
 
+namespace {
+double wall_now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+double run_start_wall_s(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/events.jsonl");
+  std::string first;
+  if (std::getline(in, first)) {
+    const nlohmann::json row = nlohmann::json::parse(first, nullptr, /*allow_exceptions=*/false);
+    if (row.is_object() && row.contains("time") && row["time"].is_number()) return row["time"].get<double>();
+  }
+  return wall_now_s();
+}
+
+double seconds_since_run_start() {
+  const char* text = std::getenv("ATOLL_RUN_START");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const double start = std::strtod(text, &end);
+  const double since = wall_now_s() - start;
+  return *end == '\0' && std::isfinite(since) && since >= 0 && since < 1e9 ? since : 0;
+}
+
 nlohmann::json event_row(const std::string& event, const nlohmann::json& fields) {
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = wall_now_s();
   nlohmann::json row = {{"event", event}, {"time", now}};
   for (const auto& [k, v] : fields.items()) row[k] = v;
   return row;

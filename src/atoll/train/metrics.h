@@ -73,6 +73,15 @@ bool is_eval_row(const nlohmann::json& row);
 // One events.jsonl object: {"event": name, "time": wall-clock seconds since 1970 (UTC)} and `fields`.
 nlohmann::json event_row(const std::string& event, const nlohmann::json& fields = nlohmann::json::object());
 
+// The wall-clock second (events' "time") a launched run started: the first event of
+// RUN_DIR/events.jsonl (a resumed run keeps its own), else now. `atoll launch` passes it to its
+// workers as ATOLL_RUN_START, so every worker's time_s counts from it: a restarted worker's rows
+// continue its island's time instead of starting again from 0.
+double run_start_wall_s(const std::string& run_dir);
+// Seconds since ATOLL_RUN_START; 0 where it is unset or unreadable (a worker started by hand
+// counts from its own start).
+double seconds_since_run_start();
+
 // Keeps only the lines of a JSONL file whose "step" is at most max_step (and lines without a
 // step), rewriting it through a temporary file: a resumed run drops what the killed run logged
 // after its last checkpoint, so the file reads as one uninterrupted run.
