@@ -11,7 +11,8 @@
 # 8 minutes in all. Without a GPU every GPU part reports a skip and the CPU twins still run.
 # ATOLL_KIT_STEPS (50) sets the twins' steps.
 #
-# Needs only bash, coreutils, grep, sed, awk, tar and gzip (a minimal Debian has them), the
+# Needs only bash, coreutils, grep, sed, awk, tar and gzip (a minimal Debian has them; xz travels
+# in unpack/ for a host without it), the
 # CUDA toolkit's libraries for the GPU parts (found under /usr/local/cuda or in PyTorch's
 # nvidia-* packages), and python3 with torch for the peer. Writes under $OUT: summary.json (every
 # check), summary.md (the same as a table) and logs.tar.gz (every log, metrics.jsonl and gtest
@@ -28,11 +29,13 @@ RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
 T0=$SECONDS
 source "$KIT/lib.sh"
-# The binaries, libraries and test binaries travel packed (payload.tar.gz, gzip: every Debian
-# has it); they run from here.
+# The binaries, libraries and test binaries travel packed (payload.tar.xz); they run from here.
+# The host's xz if it has one, else the kit's own (unpack/: xz and its liblzma).
 X=$WORK/unpacked
 mkdir -p "$X"
-tar -C "$X" -xzf "$KIT/payload.tar.gz" || { echo "gpu kit: cannot unpack $KIT/payload.tar.gz into $X" >&2; exit 1; }
+unxz() { if command -v xz >/dev/null; then xz -dc "$@"; else LD_LIBRARY_PATH=$KIT/unpack "$KIT/unpack/xz" -dc "$@"; fi; }
+unxz "$KIT/payload.tar.xz" | tar -C "$X" -xf - \
+  || { echo "gpu kit: cannot unpack $KIT/payload.tar.xz into $X" >&2; exit 1; }
 
 # --- the environment: the kit's libraries first, then the CUDA toolkit's ---------------------
 libpath=$X/lib
