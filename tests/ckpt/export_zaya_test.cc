@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "atoll/core/errors.h"
 #include "ckpt/ckpt_test_util.h"
@@ -103,18 +104,37 @@ TEST(ExportZaya, MixtralStaysMixtral) {
   EXPECT_EQ(hf_architecture(same), HfArchitecture::kMixtral);
 }
 
-// Mixtral has one rope_theta: two RoPE bases are refused naming the keys.
-TEST(ExportZaya, MixtralWithTwoRopeBasesIsRefused) {
-  ModelConfig m = testing::small_model();
-  m.rope_layers = {"global", "local"}, m.rope_theta_local = 7.0;
+// hf_architecture(m) refuses with a ConfigError naming each of `words`.
+void expect_refused(const ModelConfig& m, const std::vector<const char*>& words) {
   try {
     hf_architecture(m);
     ADD_FAILURE() << "not refused";
   } catch (const ConfigError& e) {
     const std::string what = e.what();
-    for (const char* key : {"model.rope_layers", "model.rope_theta_local", "rope_theta", "fix:"})
-      EXPECT_NE(what.find(key), std::string::npos) << key << " not in: " << what;
+    for (const char* w : words) EXPECT_NE(what.find(w), std::string::npos) << w << " not in: " << what;
   }
+}
+
+// Mixtral has one rope_theta: two RoPE bases are refused naming the keys.
+TEST(ExportZaya, MixtralWithTwoRopeBasesIsRefused) {
+  ModelConfig m = testing::small_model();
+  m.rope_layers = {"global", "local"}, m.rope_theta_local = 7.0;
+  expect_refused(m, {"model.rope_layers", "model.rope_theta_local", "rope_theta", "fix:"});
+}
+
+// A shared expert makes Qwen2-MoE (with q/k/v biases or without); q/k/v biases without a shared
+// expert, or a shared expert beside a q/k norm, have no architecture and are refused naming the keys.
+TEST(ExportZaya, SharedExpertIsQwen2Moe) {
+  ModelConfig m = testing::small_model();
+  m.shared_expert_hidden = 8;
+  EXPECT_EQ(hf_architecture(m), HfArchitecture::kQwen2Moe);
+  m.qkv_bias = true;
+  EXPECT_EQ(hf_architecture(m), HfArchitecture::kQwen2Moe);
+  ModelConfig bias_only = testing::small_model(), with_norm = m;
+  bias_only.qkv_bias = true;
+  with_norm.qk_norm = "head";
+  for (const ModelConfig* bad : {&bias_only, &with_norm})
+    expect_refused(*bad, {"Qwen2-MoE", "model.shared_expert_hidden", "model.qk_norm", "model.qkv_bias", "fix:"});
 }
 
 // A mix neither architecture expresses is refused, with the keys that make it and the fix.
@@ -126,16 +146,8 @@ TEST(ExportZaya, AMixIsRefusedNamingItsKeys) {
   ModelConfig zaya_gqa = zaya_router_model();  // ZAYA1's attention is CCA
   ModelConfig zaya_top2 = zaya_router_model();
   zaya_top2.top_k = 2;  // transformers' ZAYA routes top-1 only
-  for (const ModelConfig* m : {&scaled, &mixed, &zaya_gqa, &zaya_top2}) {
-    try {
-      hf_architecture(*m);
-      ADD_FAILURE() << "not refused";
-    } catch (const ConfigError& e) {
-      const std::string what = e.what();
-      for (const char* key : {"model.attention", "model.router", "model.top_k", "model.residual_scaling", "fix:"})
-        EXPECT_NE(what.find(key), std::string::npos) << key << " not in: " << what;
-    }
-  }
+  for (const ModelConfig* m : {&scaled, &mixed, &zaya_gqa, &zaya_top2})
+    expect_refused(*m, {"model.attention", "model.router", "model.top_k", "model.residual_scaling", "fix:"});
 }
 
 }  // namespace

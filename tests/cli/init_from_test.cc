@@ -113,6 +113,29 @@ TEST_F(InitFrom, Qwen3MoePerExpertShardedBf16) { round_trip("q3", "qwen3_moe", "
 TEST_F(InitFrom, Qwen3MoeFusedSingleF32) { round_trip("q3f", "qwen3_moe", "fused", 1, "F32"); }
 TEST_F(InitFrom, OlmoePerExpertSingleF16Tied) { round_trip("ol", "olmoe", "per-expert", 1, "F16", true); }
 TEST_F(InitFrom, OlmoeFusedShardedBf16) { round_trip("olf", "olmoe", "fused", 3, "BF16"); }
+// Qwen2-MoE: q/k/v biases (qkv_bias absent: true), a shared expert of width 40 with its sigmoid
+// gate, norm_topk_prob false, no head_dim field.
+TEST_F(InitFrom, Qwen2MoePerExpertShardedBf16) { round_trip("q2", "qwen2_moe", "per-expert", 2, "BF16"); }
+TEST_F(InitFrom, Qwen2MoeFusedSingleF32) { round_trip("q2f", "qwen2_moe", "fused", 1, "F32"); }
+
+// Continue training a Qwen2-MoE: import, train 3 steps (the biases, the shared expert and its gate
+// move with the rest), export; the reference forward of the export gives the loss `atoll eval`
+// gives of the trained run (1e-6 relative), so the trained model leaves atoll as it computes. Its
+// config.json turns the sliding window on with a window of the whole context.
+TEST_F(InitFrom, Qwen2MoeTrainedExportEvaluatesTheSame) {
+  const std::string hf = make("q2t-hf", "qwen2_moe", "per-expert", 1, "F32"), run = dir("q2t"), back = dir("q2t-back");
+  json cfg = json::parse(read_file(hf + "/config.json"));  // a window that holds the context is full attention
+  cfg["use_sliding_window"] = true, cfg["sliding_window"] = MicroWorld::kSeqLen;
+  write_file(hf + "/config.json", cfg.dump());
+  const RunResult t = world().train(run, {"--init-from", hf, "--set", "train.steps=3", "--set", "optim.lr=0.01",
+                                          "--set", "checkpoint.every=3", "--set", "train.eval_every=0"});
+  ASSERT_EQ(t.exit_code, 0) << t.describe();
+  const RunResult x = run_atoll({"export", "--checkpoint", run, "--format", "hf", "--out", back});
+  ASSERT_EQ(x.exit_code, 0) << x.describe();
+  EXPECT_NE(read_file(back + "/config.json").find("\"Qwen2MoeForCausalLM\""), std::string::npos);
+  EXPECT_NE(python("same '" + hf + "' '" + back + "'"), "") << "training moved no weight";
+  same_loss(back, run);
+}
 
 // Upcycling: a dense Llama started as 4 experts, top 2, every expert its MLP and the router zero,
 // computes the dense model's function (the reference forward of the Llama folder).
@@ -251,7 +274,7 @@ TEST_F(InitFrom, BadFoldersAreRefused) {
     edit_json(d + "/config.json", [](json& j) { j["model_type"] = "gpt2"; });
     refused(d, "unknown model_type \"gpt2\"");
     edit_json(d + "/config.json", [](json& j) { j["model_type"] = "qwen2_moe"; });
-    refused(d, "atoll lacks Qwen2-MoE's shared expert");
+    refused(d, "model_type qwen2_moe is imported as [\"Qwen2MoeForCausalLM\"] only");
   }
   {  // fields atoll does not model: refused with the field and its value
     const std::string d = copy("fields");
@@ -275,6 +298,17 @@ TEST_F(InitFrom, BadFoldersAreRefused) {
     python("make '" + o + "' olmoe per-expert 1 F32 untied 7 '" + base_run() + "/tokenizer.model'");
     edit_json(o + "/config.json", [](json& j) { j["clip_qkv"] = 8.0; });
     refused(o, "field clip_qkv = 8.0");
+    const std::string q2 = dir("qwen2");
+    python("make '" + q2 + "' qwen2_moe per-expert 1 F32 untied 7 '" + base_run() + "/tokenizer.model'");
+    edit_json(q2 + "/config.json", [](json& j) { j["use_sliding_window"] = true; });
+    refused(q2, "field use_sliding_window = true: atoll's attention sees the whole context, and sliding_window = 4 "
+                "is shorter than model.seq_len");
+    edit_json(q2 + "/config.json", [](json& j) { j["use_sliding_window"] = false, j["mlp_only_layers"] = {1}; });
+    refused(q2, "field mlp_only_layers = [1]");
+    edit_json(q2 + "/config.json", [](json& j) { j["mlp_only_layers"] = json::array(), j["qkv_bias"] = "yes"; });
+    refused(q2, "field qkv_bias = \"yes\": not true or false");
+    edit_json(q2 + "/config.json", [](json& j) { j.erase("qkv_bias"), j["head_dim"] = 8; });
+    refused(q2, "field head_dim = 8: Qwen2-MoE's heads are hidden_size / num_attention_heads wide");
   }
   {  // a tensor of the wrong shape (config.json says otherwise)
     const std::string d = copy("shape");

@@ -79,6 +79,14 @@ void check_bf16_close_to_fp32(const ModelConfig& m) {
 
 TEST(ModelBf16, LossAndGradientsCloseToFp32) { check_bf16_close_to_fp32(small_config()); }
 
+// Qwen2-MoE's parts: q/k/v biases and a gated shared expert (width 96) beside the routed ones,
+// the router's weights not renormalised; same bounds (the shared expert's rows among them).
+TEST(ModelBf16, SharedExpertAndQkvBiasCloseToFp32) {
+  ModelConfig m = small_config();
+  m.qkv_bias = true, m.shared_expert_hidden = 96, m.router_renormalize = false;
+  check_bf16_close_to_fp32(m);
+}
+
 // CCA attention in every layer (ZAYA1's kernels of 2, half the head rotated), same bounds, on
 // the dense form of the model. With 4 experts a few tokens route differently in bf16 and fp32
 // (measured: router gradients 5-25% apart, everything upstream 2-3%): CCA's scores are

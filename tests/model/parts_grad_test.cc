@@ -183,6 +183,20 @@ TEST(PartsGrad, AttentionGqaQkNorm) {
   }
 }
 
+// Biases on q, k and v (Qwen2-MoE's), alone and before a q/k norm: dh, the weights and the biases.
+TEST(PartsGrad, AttentionGqaQkvBias) {
+  for (const char* norm : {"none", "head"}) {
+    SCOPED_TRACE(norm);
+    ModelConfig m = micro_config();
+    m.qkv_bias = true, m.qk_norm = norm;
+    Harness t(m);
+    EXPECT_EQ(t.layout.at("layers.0.attn.bq").numel, size_t(m.n_heads * m.head_dim));
+    EXPECT_EQ(t.layout.at("layers.0.attn.bk").numel, size_t(m.n_kv_heads * m.head_dim));
+    AttentionGqa<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
+    check_attention(t, attn);
+  }
+}
+
 TEST(PartsGrad, AttentionCca) {
   Harness t(cca_config());
   AttentionCca<double> attn(t.m, t.layout, 0, t.sizes, t.scratch);
@@ -254,11 +268,13 @@ TEST(PartsGrad, RouterTopkWithoutRenormalising) {
   check_rows(t, "moe.router", g0, loss);
 }
 
-TEST(PartsGrad, ExpertsSwiglu) {
-  Harness t;
+// The experts part's backward: dh, d(combine weights) and the rows whose names hold any of `rows`.
+// Each token's K distinct experts, and free combine weights (the router's choice is an input
+// here). With a shared expert, the output with every combine weight zero is the gated shared MLP
+// alone, which must not be zero.
+void check_experts(Harness& t, const std::vector<const char*>& rows) {
   const int N = t.N(), NC = N * t.m.dim, K = t.m.top_k, NK = N * K;
   ExpertsSwiglu<double> experts(t.m, t.layout, 0, t.sizes, t.scratch);
-  // Each token's K distinct experts, and free combine weights (the router's choice is an input here).
   std::vector<int32_t> idx(NK);
   for (int n = 0; n < N; ++n)
     for (int j = 0; j < K; ++j) idx[n * K + j] = int32_t((n + 3 * j) % t.m.n_experts);
@@ -266,6 +282,11 @@ TEST(PartsGrad, ExpertsSwiglu) {
   std::vector<double> dw(NK, 0.0);
   const auto dh0 = dh, g0 = t.grads;
   auto c = t.ctx(experts.work_elements());
+  if (t.m.shared_expert_hidden > 0) {
+    std::vector<double> zero(NK, 0.0), alone(NC);
+    experts.forward(alone.data(), h.data(), idx.data(), zero.data(), c);
+    EXPECT_GT(dot(alone, alone), 1e-6) << "the shared expert adds nothing";
+  }
   auto loss = [&] {
     experts.forward(out.data(), h.data(), idx.data(), w.data(), c);
     return dot(out, dout);
@@ -274,7 +295,24 @@ TEST(PartsGrad, ExpertsSwiglu) {
   experts.backward(dh.data(), dw.data(), dout.data(), h.data(), w.data(), c);
   check("dh", loss, h.data(), NC, dh.data(), dh0.data());
   check("dtopk_w", loss, w.data(), NK, dw.data());
-  check_rows(t, "moe.w", g0, loss);
+  for (const char* r : rows) check_rows(t, r, g0, loss);
+}
+
+TEST(PartsGrad, ExpertsSwiglu) {
+  Harness t;
+  check_experts(t, {"moe.w"});
+}
+
+// A shared expert with its sigmoid gate beside the routed ones (Qwen2-MoE's): the routed experts'
+// rows and the shared expert's (w1, w3, w2 and the gate). The shared width 7 differs from the
+// experts' 6 and from C.
+TEST(PartsGrad, ExpertsSwigluSharedExpert) {
+  ModelConfig m = micro_config();
+  m.shared_expert_hidden = 7;
+  Harness t(m);
+  ASSERT_EQ(t.layout.at("layers.0.moe.shared_w2").numel, size_t(m.dim * 7));
+  ASSERT_EQ(t.layout.at("layers.0.moe.shared_gate").numel, size_t(m.dim));
+  check_experts(t, {"moe.w", "moe.shared_"});
 }
 
 // ZAYA1's residual scaling: out = (a + a_bias) ⊙ a_scale + (r + r_bias) ⊙ r_scale, and after the
@@ -439,6 +477,11 @@ TEST(PartsDecode, QkNormBlockDecodeMatchesForward) {
     m.qk_norm = kind, m.router_renormalize = false;
     check_block_decode(m);
   }
+}
+TEST(PartsDecode, Qwen2MoeBlockDecodeMatchesForward) {
+  ModelConfig m = micro_config();
+  m.qkv_bias = true, m.shared_expert_hidden = 5, m.router_renormalize = false;
+  check_block_decode(m);
 }
 TEST(PartsDecode, CcaWithUnitKernelsDecodeMatchesForward) {
   ModelConfig m = cca_config();

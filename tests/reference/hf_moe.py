@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Hugging Face Mixtral / Qwen3-MoE / OLMoE / Llama folders for the import tests
+"""Hugging Face Mixtral / Qwen3-MoE / Qwen2-MoE / OLMoE / Llama folders for the import tests
 (tests/cli/init_from_test.cc), and an independent numpy forward of them, transcribed from
-transformers' modeling_mixtral.py, modeling_qwen3_moe.py, modeling_olmoe.py and modeling_llama.py
-(RMSNorm, rotate-half RoPE, eager attention with repeat_kv; Qwen3MoeAttention's q_norm / k_norm
-over each head's head_dim entries after the view into heads, OlmoeAttention's over the whole
-q_proj / k_proj output before it, both before RoPE; the sparse MoE block: softmax over the experts,
-top-k, renormalised when norm_topk_prob (always in Mixtral); LlamaMLP), not from atoll's code. It
+transformers' modeling_mixtral.py, modeling_qwen3_moe.py, modeling_qwen2_moe.py, modeling_olmoe.py
+and modeling_llama.py (RMSNorm, rotate-half RoPE, eager attention with repeat_kv; Qwen3MoeAttention's
+q_norm / k_norm over each head's head_dim entries after the view into heads, OlmoeAttention's over
+the whole q_proj / k_proj output before it, both before RoPE; Qwen2MoeAttention's biases on q_proj,
+k_proj and v_proj (qkv_bias, true when absent); the sparse MoE block: softmax over the experts,
+top-k, renormalised when norm_topk_prob (always in Mixtral), and Qwen2-MoE's shared expert
+sigmoid(shared_expert_gate(h)) * shared_expert(h) added to it; LlamaMLP), not from atoll's code. It
 reads the folder by its Hugging Face names: Mixtral's per-expert experts
 (block_sparse_moe.experts.N.w1), Qwen3-MoE's / OLMoE's (mlp.experts.N.gate_proj), transformers
 v5's fused ones (mlp.experts.gate_up_proj [E, 2H, C] = w1 then w3, mlp.experts.down_proj
@@ -13,7 +15,7 @@ v5's fused ones (mlp.experts.gate_up_proj [E, 2H, C] = w1 then w3, mlp.experts.d
 shards.
 
     hf_moe.py make OUT ARCH LAYOUT SHARDS DTYPE TIE SEED TOKENIZER
-        ARCH mixtral|qwen3_moe|olmoe|llama, LAYOUT per-expert|fused
+        ARCH mixtral|qwen3_moe|qwen2_moe|olmoe|llama, LAYOUT per-expert|fused
     hf_moe.py big OUT C H L E NH NKV V SHARDS TOKENIZER
                                                -> a Mixtral of that shape in BF16 shards, written one tensor
                                                   at a time (bench/import_hf.sh: a model larger than memory
@@ -32,6 +34,7 @@ import sys
 import numpy as np
 
 V, C, L, NH, NKV, HD, E, K, H = 384, 32, 2, 2, 1, 16, 4, 2, 48
+HS = 40  # Qwen2-MoE's shared expert width
 
 
 def to_dtype(x, dtype):
@@ -80,7 +83,7 @@ def write_file(path, tensors, dtype):
 
 
 ARCHS = {"mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM",
-         "llama": "LlamaForCausalLM"}
+         "llama": "LlamaForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}
 
 
 def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
@@ -98,6 +101,12 @@ def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
         cfg.update(intermediate_size=3 * H, moe_intermediate_size=H, num_experts=E, num_experts_per_tok=K,
                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False,
                    sliding_window=4, max_window_layers=L, rms_norm_eps=1e-6, router_aux_loss_coef=0.001)
+    elif arch == "qwen2_moe":  # Qwen1.5-MoE-A2.7B's fields: no qkv_bias (true), no head_dim
+        cfg.update(intermediate_size=3 * H, moe_intermediate_size=H, shared_expert_intermediate_size=HS,
+                   num_experts=E, num_experts_per_tok=K, norm_topk_prob=False, decoder_sparse_step=1,
+                   mlp_only_layers=[], use_sliding_window=False, sliding_window=4, max_window_layers=L,
+                   rms_norm_eps=1e-6, router_aux_loss_coef=0.001)
+        del cfg["head_dim"]
     elif arch == "olmoe":  # OLMoE-1B-7B's settings: no renormalising, no clipping
         cfg.update(num_experts=E, num_experts_per_tok=K, norm_topk_prob=False, clip_qkv=None)
         del cfg["head_dim"]
@@ -113,6 +122,13 @@ def make(out, arch, layout, shards, dtype, tie, seed, tokenizer):
         for n, s in (("q", NH * HD), ("k", NKV * HD), ("v", NKV * HD)):
             t[p + f"self_attn.{n}_proj.weight"] = 0.3 * rng.randn(s, C)
         t[p + "self_attn.o_proj.weight"] = 0.3 * rng.randn(C, NH * HD)
+        if arch == "qwen2_moe":
+            for n, s in (("q", NH * HD), ("k", NKV * HD), ("v", NKV * HD)):
+                t[p + f"self_attn.{n}_proj.bias"] = 0.5 * rng.randn(s)
+            t[p + "mlp.shared_expert.gate_proj.weight"] = 0.3 * rng.randn(HS, C)
+            t[p + "mlp.shared_expert.up_proj.weight"] = 0.3 * rng.randn(HS, C)
+            t[p + "mlp.shared_expert.down_proj.weight"] = 0.3 * rng.randn(C, HS)
+            t[p + "mlp.shared_expert_gate.weight"] = 0.5 * rng.randn(1, C)
         if arch == "qwen3_moe":
             t[p + "self_attn.q_norm.weight"], t[p + "self_attn.k_norm.weight"] = 1 + 0.1 * rng.randn(2, HD)
         elif arch == "olmoe":
@@ -201,7 +217,9 @@ def per_expert(W, cfg):
     for k, x in W.items():
         p, _, rest = k.partition("mlp.")
         pe, _, name = rest.partition("experts.")
-        if rest and not pe and name.split(".")[0].isdigit():  # Qwen3-MoE's / OLMoE's mlp.experts.N.gate_proj
+        if rest.startswith("shared_expert"):  # Qwen2-MoE's shared expert and its gate, as they are
+            out[k] = x
+        elif rest and not pe and name.split(".")[0].isdigit():  # Qwen3-MoE's / OLMoE's mlp.experts.N.gate_proj
             e, w = name.split(".")[0], name.split(".")[1]
             out[p + f"block_sparse_moe.experts.{e}." + {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}[w] +
                 ".weight"] = x
@@ -251,11 +269,15 @@ def log_probs(cfg, W, ids):
     emb = np.concatenate((fr, fr), -1)
     cos, sin = np.cos(emb), np.sin(emb)
     x = W["model.embed_tokens.weight"][ids]
+    def proj(h, p, n):  # Qwen2-MoE's q/k/v projections have biases
+        y = h @ W[p + f"self_attn.{n}_proj.weight"].T
+        return y + W[p + f"self_attn.{n}_proj.bias"] if p + f"self_attn.{n}_proj.bias" in W else y
+
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rms(x, W[p + "input_layernorm.weight"], eps)
-        q = (h @ W[p + "self_attn.q_proj.weight"].T).reshape(B, T, nh, hd_).transpose(0, 2, 1, 3)
-        k = (h @ W[p + "self_attn.k_proj.weight"].T).reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
+        q = proj(h, p, "q").reshape(B, T, nh, hd_).transpose(0, 2, 1, 3)
+        k = proj(h, p, "k").reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
         if cfg["model_type"] == "qwen3_moe":  # per head, after the view into heads
             q = rms(q, W[p + "self_attn.q_norm.weight"], eps)
             k = rms(k, W[p + "self_attn.k_norm.weight"], eps)
@@ -264,7 +286,7 @@ def log_probs(cfg, W, ids):
             k = rms(h @ W[p + "self_attn.k_proj.weight"].T, W[p + "self_attn.k_norm.weight"], eps)
             q = q.reshape(B, T, nh, hd_).transpose(0, 2, 1, 3)
             k = k.reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
-        v = (h @ W[p + "self_attn.v_proj.weight"].T).reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
+        v = proj(h, p, "v").reshape(B, T, nkv, hd_).transpose(0, 2, 1, 3)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
         s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd_)
@@ -286,6 +308,11 @@ def log_probs(cfg, W, ids):
             g = h @ W[q_ + "w1.weight"].T
             y = (g / (1 + np.exp(-g)) * (h @ W[q_ + "w3.weight"].T)) @ W[q_ + "w2.weight"].T
             out += y * (rw * (sel == e)).sum(-1, keepdims=True)
+        if p + "mlp.shared_expert_gate.weight" in W:  # Qwen2MoeSparseMoeBlock's shared expert
+            s_ = p + "mlp.shared_expert."
+            g = h @ W[s_ + "gate_proj.weight"].T
+            y = (g / (1 + np.exp(-g)) * (h @ W[s_ + "up_proj.weight"].T)) @ W[s_ + "down_proj.weight"].T
+            out += y / (1 + np.exp(-(h @ W[p + "mlp.shared_expert_gate.weight"].T)))
         x = x + out.reshape(B, T, c)
     x = rms(x, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]

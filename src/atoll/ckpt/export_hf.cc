@@ -133,17 +133,21 @@ void carry_over(const fs::path& from, const fs::path& to, const std::string& nam
 
 namespace {
 
-// config.json of the three architectures whose blocks are gqa attention and the topk router: the
-// field names and meanings of transformers' MixtralConfig, Qwen3MoeConfig and OlmoeConfig.
+// config.json of the four architectures whose blocks are gqa attention and the topk router: the
+// field names and meanings of transformers' MixtralConfig, Qwen3MoeConfig, OlmoeConfig and
+// Qwen2MoeConfig (its shared_expert_intermediate_size and qkv_bias; heads of hidden_size /
+// num_attention_heads, as OLMoE's).
 // intermediate_size is the hidden width of one expert (Qwen3-MoE's moe_intermediate_size; its
 // intermediate_size, the width of a dense MLP layer, is unused: every layer sparse,
 // decoder_sparse_step 1, no mlp_only_layers). No sliding window. OLMoE has no head_dim field (its
 // heads are hidden_size / num_attention_heads) and Mixtral no norm_topk_prob (always renormalised).
 std::string hf_topk_config_json(const ModelConfig& m, HfArchitecture arch) {
   const bool mixtral = arch == HfArchitecture::kMixtral, qwen3 = arch == HfArchitecture::kQwen3Moe;
+  const bool qwen2 = arch == HfArchitecture::kQwen2Moe;
   nlohmann::ordered_json j = {
-      {"architectures", {mixtral ? "MixtralForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "OlmoeForCausalLM"}},
-      {"model_type", mixtral ? "mixtral" : qwen3 ? "qwen3_moe" : "olmoe"},
+      {"architectures",
+       {mixtral ? "MixtralForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : "OlmoeForCausalLM"}},
+      {"model_type", mixtral ? "mixtral" : qwen3 ? "qwen3_moe" : qwen2 ? "qwen2_moe" : "olmoe"},
       {"vocab_size", m.vocab_size},
       {"hidden_size", m.dim},
       {"intermediate_size", m.expert_hidden},
@@ -151,11 +155,15 @@ std::string hf_topk_config_json(const ModelConfig& m, HfArchitecture arch) {
       {"num_attention_heads", m.n_heads},
       {"num_key_value_heads", m.n_kv_heads},
   };
-  if (arch != HfArchitecture::kOlmoe) j["head_dim"] = m.head_dim;
+  if (arch != HfArchitecture::kOlmoe && !qwen2) j["head_dim"] = m.head_dim;
   j[mixtral ? "num_local_experts" : "num_experts"] = m.n_experts;
   j["num_experts_per_tok"] = m.top_k;
   if (!mixtral) j["norm_topk_prob"] = m.router_renormalize;
-  if (qwen3) {
+  if (qwen2) {
+    j["shared_expert_intermediate_size"] = m.shared_expert_hidden;
+    j["qkv_bias"] = m.qkv_bias;
+  }
+  if (qwen3 || qwen2) {
     j["moe_intermediate_size"] = m.expert_hidden;
     j["decoder_sparse_step"] = 1;
     j["mlp_only_layers"] = nlohmann::ordered_json::array();
@@ -170,7 +178,7 @@ std::string hf_topk_config_json(const ModelConfig& m, HfArchitecture arch) {
   j["output_router_logits"] = false;
   if (arch == HfArchitecture::kOlmoe) j["clip_qkv"] = nullptr;
   else j["sliding_window"] = nullptr;
-  if (!mixtral) j["attention_bias"] = false;
+  if (!mixtral && !qwen2) j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["initializer_range"] = m.init_std;
   j["use_cache"] = true;
@@ -250,8 +258,9 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
     throw Error("cannot export model.partial_rotary_factor = " + std::to_string(m.partial_rotary_factor) +
                 " as Mixtral: transformers' Mixtral rotates every entry of each head (fix: train with "
                 "model.partial_rotary_factor = 1.0 to export as Mixtral)");
-  if (arch == HfArchitecture::kOlmoe && m.head_dim * m.n_heads != m.dim)
-    throw Error("cannot export model.head_dim = " + std::to_string(m.head_dim) + " as OLMoE: its heads are " +
+  if ((arch == HfArchitecture::kOlmoe || arch == HfArchitecture::kQwen2Moe) && m.head_dim * m.n_heads != m.dim)
+    throw Error("cannot export model.head_dim = " + std::to_string(m.head_dim) + " as " +
+                (arch == HfArchitecture::kOlmoe ? "OLMoE" : "Qwen2-MoE") + ": its heads are " +
                 "hidden_size / num_attention_heads = " + std::to_string(m.dim / m.n_heads) +
                 " wide (fix: train with model.head_dim * model.n_heads = model.dim)");
   const bool special_ids = !tokenizer_path.empty() && special.given();
@@ -272,7 +281,8 @@ void export_hf(const std::string& out_dir, const ModelConfig& m, const ParamLayo
     for (const HfValues& t : zaya)
       tensors.push_back({t.name, "F32", t.shape, t.values.data(), t.values.size() * sizeof(float)});
   } else {
-    const bool qwen_names = arch == HfArchitecture::kQwen3Moe || arch == HfArchitecture::kOlmoe;
+    const bool qwen_names =
+        arch == HfArchitecture::kQwen3Moe || arch == HfArchitecture::kOlmoe || arch == HfArchitecture::kQwen2Moe;
     for (const auto& t : hf_mixtral_tensors(layout, qwen_names ? HfExpertLayout::kPerExpertMlp : HfExpertLayout::kPerExpert)) {
       size_t numel = 1;
       for (int64_t d : t.shape) numel *= static_cast<size_t>(d);

@@ -90,6 +90,14 @@ HfArchitecture hf_architecture(const ModelConfig& m) {
   const bool cca = every_layer(m, &ModelConfig::attention_at, kZayaAttention);
   // Mixtral has one RoPE base; a local layer with the same base is a global one.
   const bool one_theta = !m.any_rope_local() || m.rope_theta_local == m.rope_theta;
+  if (gqa && topk && !m.residual_scaling && (m.shared_expert_hidden > 0 || m.qkv_bias)) {
+    if (m.shared_expert_hidden == 0 || m.qk_norm != "none" || !one_theta)
+      throw ConfigError("cannot export this model to Hugging Face: the architecture with a shared expert and q/k/v "
+                        "biases is Qwen2-MoE, whose every block has a shared expert (model.shared_expert_hidden > 0), "
+                        "no q/k norm (model.qk_norm = \"none\") and one rope_theta (model.rope_layers empty); fix: "
+                        "train such a model, or one with model.shared_expert_hidden = 0 and model.qkv_bias = false");
+    return HfArchitecture::kQwen2Moe;
+  }
   if (gqa && topk && !m.residual_scaling) {
     if (one_theta && m.qk_norm == "head") return HfArchitecture::kQwen3Moe;
     if (one_theta && m.qk_norm == "proj") return HfArchitecture::kOlmoe;

@@ -22,11 +22,13 @@
 
 namespace atl {
 
-enum class HfArchitecture { kMixtral, kZaya, kQwen3Moe, kOlmoe };
+enum class HfArchitecture { kMixtral, kZaya, kQwen3Moe, kOlmoe, kQwen2Moe };
 
 // Mixtral: every block GQA attention and the top-k router, no residual scaling, no q/k norm and
 // renormalised router weights. Qwen3-MoE and OLMoE: the same with model.qk_norm "head" and "proj"
-// (their norm_topk_prob is model.router_renormalize). ZAYA1: every block CCA attention and the
+// (their norm_topk_prob is model.router_renormalize). Qwen2-MoE: the same without q/k norm, with a
+// shared expert (model.shared_expert_hidden > 0) and q/k/v biases or not (qkv_bias). A shared
+// expert or q/k/v biases in any other mix have no architecture. ZAYA1: every block CCA attention and the
 // zaya router with top_k 1. Anything else: ConfigError naming the keys that make the mix and the fix.
 HfArchitecture hf_architecture(const ModelConfig& m);
 

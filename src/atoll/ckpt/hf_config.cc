@@ -20,16 +20,11 @@ const std::set<std::string> kNoEffect = {
     "output_hidden_states", "max_position_embeddings", "pretraining_tp", "id2label", "label2id",
     "initializer_range", "router_aux_loss_coef"};
 
-// Why atoll refuses a model_type it does not import.
-const std::pair<const char*, const char*> kMissing[] = {
-    {"qwen2_moe", "Qwen2-MoE's shared expert with its own sigmoid gate (atoll has no shared-expert part) and the "
-                  "biases of its q, k and v projections (atoll's have none)"},
-};
-
 // model_type -> the architecture it is imported as.
 const std::pair<const char*, const char*> kArchitectures[] = {
     {"mixtral", "MixtralForCausalLM"}, {"zaya", "ZayaForCausalLM"},   {"llama", "LlamaForCausalLM"},
     {"mistral", "MistralForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}, {"olmoe", "OlmoeForCausalLM"},
+    {"qwen2_moe", "Qwen2MoeForCausalLM"},
 };
 
 struct Reader {
@@ -98,25 +93,48 @@ void zaya_rope(Reader& r, ModelConfig& m) {
   }
 }
 
-// Qwen3-MoE's choice of layers: every layer sparse (decoder_sparse_step 1, no mlp_only_layers; a
-// dense MLP layer of intermediate_size is not modelled, so intermediate_size is then unused), full
-// attention everywhere (use_sliding_window false, so sliding_window and max_window_layers are unused).
-void qwen3_layers(Reader& r, const ModelConfig& m, HfSource& src) {
+// Qwen3-MoE's and Qwen2-MoE's choice of layers: every layer sparse (decoder_sparse_step 1, no
+// mlp_only_layers; a dense MLP layer of intermediate_size is not modelled, so intermediate_size is
+// then unused), full attention everywhere: use_sliding_window false, which leaves sliding_window
+// and max_window_layers unused, or true with a sliding_window of model.seq_len or more (a window
+// that holds the whole training context is full attention).
+void qwen_layers(Reader& r, const ModelConfig& m, HfSource& src) {
   const auto& j = r.j;
   r.used.insert("decoder_sparse_step"), r.used.insert("mlp_only_layers"), r.used.insert("layer_types");
   if (r.has("decoder_sparse_step") && j["decoder_sparse_step"] != 1)
     r.refuse("decoder_sparse_step", "atoll models every layer as an MoE layer (fix: a model with decoder_sparse_step 1)");
   if (r.has("mlp_only_layers") && (!j["mlp_only_layers"].is_array() || !j["mlp_only_layers"].empty()))
     r.refuse("mlp_only_layers", "atoll has no dense MLP layers between MoE layers");
-  r.must_be("use_sliding_window", false, "atoll's attention sees the whole context");
+  r.used.insert("use_sliding_window");
+  if (r.has("use_sliding_window") && !j["use_sliding_window"].is_boolean())
+    r.refuse("use_sliding_window", "not true or false");
+  const bool sliding = r.has("use_sliding_window") && j["use_sliding_window"].get<bool>();
+  const bool window_holds_context = r.has("sliding_window") && j["sliding_window"].is_number_integer() &&
+                                    j["sliding_window"].get<int64_t>() >= m.seq_len;
+  if (sliding && !window_holds_context)
+    r.refuse("use_sliding_window", "atoll's attention sees the whole context, and sliding_window = " +
+                                       (j.contains("sliding_window") ? j["sliding_window"].dump() : "(missing)") +
+                                       " is shorter than model.seq_len = " + std::to_string(m.seq_len) +
+                                       " (fix: --set model.seq_len to the window or less)");
   if (r.has("layer_types")) {
     if (!j["layer_types"].is_array() || j["layer_types"].size() != size_t(m.n_layers))
       r.refuse("layer_types", "not one per layer");
     for (const auto& t : j["layer_types"])
-      if (t != "full_attention") r.refuse("layer_types", "atoll models full_attention layers only");
+      if (t != "full_attention" && !(t == "sliding_attention" && window_holds_context))
+        r.refuse("layer_types", "atoll models full_attention layers only (or sliding_attention with a sliding_window "
+                                "of model.seq_len or more)");
   }
   for (const char* k : {"intermediate_size", "sliding_window", "max_window_layers"})
     if (j.contains(k)) r.used.insert(k), src.ignored.push_back(k);
+}
+
+// Qwen2-MoE's own fields: the shared expert's width (transformers' default 5632 when absent) and
+// the q/k/v biases (qkv_bias; transformers' default true, and released configs leave it out).
+void qwen2_fields(Reader& r, ModelConfig& m) {
+  m.shared_expert_hidden = r.integer("shared_expert_intermediate_size", 5632, false);
+  r.used.insert("qkv_bias");
+  if (r.has("qkv_bias") && !r.j["qkv_bias"].is_boolean()) r.refuse("qkv_bias", "not true or false");
+  m.qkv_bias = !r.has("qkv_bias") || r.j["qkv_bias"].get<bool>();
 }
 
 }  // namespace
@@ -132,18 +150,16 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   if (!j.is_object()) throw ConfigError(path + " is not a JSON object; fix: pass a Hugging Face model folder");
   Reader r{j, path, {}};
   const std::string type = j.value("model_type", std::string());
-  for (const auto& [t, why] : kMissing)
-    if (type == t)
-      throw ConfigError(path + ": model_type \"" + type + "\" is not imported: atoll lacks " + why +
-                        "; importable: mixtral, qwen3_moe, olmoe, zaya, llama, mistral");
   std::string arch;
   for (const auto& [t, a] : kArchitectures)
     if (type == t) arch = a;
   if (arch.empty())
     throw ConfigError(path + ": unknown model_type " + (j.contains("model_type") ? j["model_type"].dump() : "(missing)") +
-                      "; atoll imports mixtral (MixtralForCausalLM), qwen3_moe (Qwen3MoeForCausalLM), olmoe "
-                      "(OlmoeForCausalLM), zaya (ZayaForCausalLM), llama and mistral (as one expert, top-1)");
+                      "; atoll imports mixtral (MixtralForCausalLM), qwen3_moe (Qwen3MoeForCausalLM), qwen2_moe "
+                      "(Qwen2MoeForCausalLM), olmoe (OlmoeForCausalLM), zaya (ZayaForCausalLM), llama and mistral (as "
+                      "one expert, top-1)");
   const bool moe = type == "mixtral", zaya = type == "zaya", qwen3 = type == "qwen3_moe", olmoe = type == "olmoe";
+  const bool qwen2 = type == "qwen2_moe";
   if (j.contains("architectures")) {
     const auto& a = j["architectures"];
     if (!a.is_array() || a.size() != 1 || a[0] != arch)
@@ -153,15 +169,16 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   ModelConfig m = base;
   m.vocab_size = r.integer("vocab_size", 0, true);
   m.dim = r.integer("hidden_size", 0, true);
-  m.expert_hidden = r.integer(zaya || qwen3 ? "moe_intermediate_size" : "intermediate_size", 0, true);
+  m.expert_hidden = r.integer(zaya || qwen3 || qwen2 ? "moe_intermediate_size" : "intermediate_size", 0, true);
   m.n_layers = r.integer("num_hidden_layers", 0, true);
   m.n_heads = r.integer("num_attention_heads", 0, true);
   // transformers' defaults where a field may be absent: MixtralConfig's and LlamaConfig's.
-  m.n_kv_heads = r.integer("num_key_value_heads", moe ? 8 : qwen3 ? 4 : m.n_heads, false);
+  m.n_kv_heads = r.integer("num_key_value_heads", moe ? 8 : qwen3 ? 4 : qwen2 ? 16 : m.n_heads, false);
   if (m.dim % m.n_heads != 0 && !r.has("head_dim")) r.refuse("head_dim", "hidden_size is not a multiple of the heads");
   m.head_dim = r.integer("head_dim", m.dim / m.n_heads, false);
-  if (olmoe && m.head_dim * m.n_heads != m.dim)
-    r.refuse("head_dim", "OLMoE's heads are hidden_size / num_attention_heads wide whatever head_dim says");
+  if ((olmoe || qwen2) && m.head_dim * m.n_heads != m.dim)
+    r.refuse("head_dim", std::string(olmoe ? "OLMoE" : "Qwen2-MoE") +
+                             "'s heads are hidden_size / num_attention_heads wide whatever head_dim says");
   if (zaya) {
     m.n_experts = r.integer("num_experts", 0, true);
     m.top_k = r.integer("num_experts_per_tok", 1, false);
@@ -172,7 +189,7 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   } else if (moe) {
     m.n_experts = r.integer("num_local_experts", 0, true);
     m.top_k = r.integer("num_experts_per_tok", 0, true);
-  } else if (qwen3 || olmoe) {
+  } else if (qwen3 || olmoe || qwen2) {
     m.n_experts = r.integer("num_experts", 0, true);
     m.top_k = r.integer("num_experts_per_tok", 0, true);
   } else {
@@ -183,13 +200,15 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   m.partial_rotary_factor = 1.0, m.residual_scaling = false;
   m.qk_norm = qwen3 ? "head" : olmoe ? "proj" : "none";
   m.router_renormalize = true;
-  if (qwen3 || olmoe) {  // transformers' default: false (Qwen3-MoE's released configs say true)
+  m.qkv_bias = false, m.shared_expert_hidden = 0;
+  if (qwen3 || olmoe || qwen2) {  // transformers' default: false (Qwen3-MoE's released configs say true)
     r.used.insert("norm_topk_prob");
     if (r.has("norm_topk_prob") && !j["norm_topk_prob"].is_boolean()) r.refuse("norm_topk_prob", "not true or false");
     m.router_renormalize = r.has("norm_topk_prob") && j["norm_topk_prob"].get<bool>();
   }
   if (olmoe) r.must_be("clip_qkv", nullptr, "atoll does not clamp q, k and v");
-  if (qwen3) qwen3_layers(r, m, src);
+  if (qwen3 || qwen2) qwen_layers(r, m, src);
+  if (qwen2) qwen2_fields(r, m);
   if (zaya) {
     zaya_rope(r, m);
     m.attention = "cca", m.router = "zaya", m.residual_scaling = true;  // the export writes identity scales without
@@ -218,7 +237,7 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   r.must_be("mlp_bias", false, "atoll's experts have no bias");
   r.must_be("rope_scaling", nullptr, "atoll's RoPE is not scaled");
   r.must_be("partial_rotary_factor", 1.0, "Mixtral and Llama rotate every entry of each head");
-  const bool window_unused = r.used.count("sliding_window");  // Qwen3-MoE's without use_sliding_window
+  const bool window_unused = r.used.count("sliding_window");  // Qwen's: qwen_layers decided
   r.used.insert("sliding_window");
   if (!window_unused && r.has("sliding_window") && !(zaya && m.any_rope_local()) && (!j["sliding_window"].is_number_integer() || j["sliding_window"].get<int64_t>() < m.seq_len))
     r.refuse("sliding_window", "atoll's attention sees the whole context; a window shorter than model.seq_len = " +

@@ -9,7 +9,8 @@ namespace {
 // Our name (within a block, after "layers.{i}.") -> the HF names after "model.layers.{i}.", one
 // column per expert layout. "{e}" names one matrix per expert (split along dim 0). A fused name
 // gathers `half` of each expert's rows: 0 the whole matrix, 1 the first half of 2H rows (w1,
-// gate), 2 the second (w3, up). "" : the layout has no such tensor.
+// gate), 2 the second (w3, up). "" : the layout has no such tensor (Qwen2-MoE's q/k/v biases and
+// shared expert have names in the Qwen layouts only, per-expert or fused).
 struct HfName {
   const char* ours;
   const char* per_expert;
@@ -29,6 +30,9 @@ constexpr HfName kBlockNames[] = {
      "self_attn.v_proj.weight"},
     {"attn.wo", "self_attn.o_proj.weight", "self_attn.o_proj.weight", 0, "self_attn.o_proj.weight",
      "self_attn.o_proj.weight"},
+    {"attn.bq", "", "self_attn.q_proj.bias", 0, "", "self_attn.q_proj.bias"},
+    {"attn.bk", "", "self_attn.k_proj.bias", 0, "", "self_attn.k_proj.bias"},
+    {"attn.bv", "", "self_attn.v_proj.bias", 0, "", "self_attn.v_proj.bias"},
     {"attn.q_norm", "self_attn.q_norm.weight", "self_attn.q_norm.weight", 0, "self_attn.q_norm.weight",
      "self_attn.q_norm.weight"},
     {"attn.k_norm", "self_attn.k_norm.weight", "self_attn.k_norm.weight", 0, "self_attn.k_norm.weight",
@@ -42,6 +46,10 @@ constexpr HfName kBlockNames[] = {
      "mlp.experts.{e}.down_proj.weight"},
     {"moe.w3", "block_sparse_moe.experts.{e}.w3.weight", "mlp.experts.gate_up_proj", 2, "mlp.up_proj.weight",
      "mlp.experts.{e}.up_proj.weight"},
+    {"moe.shared_w1", "", "mlp.shared_expert.gate_proj.weight", 0, "", "mlp.shared_expert.gate_proj.weight"},
+    {"moe.shared_w3", "", "mlp.shared_expert.up_proj.weight", 0, "", "mlp.shared_expert.up_proj.weight"},
+    {"moe.shared_w2", "", "mlp.shared_expert.down_proj.weight", 0, "", "mlp.shared_expert.down_proj.weight"},
+    {"moe.shared_gate", "", "mlp.shared_expert_gate.weight", 0, "", "mlp.shared_expert_gate.weight"},
 };
 struct HfTopName {
   const char* ours;
@@ -60,8 +68,8 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 }
 
 [[noreturn]] void no_name(const ParamEntry& e, HfExpertLayout lay) {
-  throw Error("cannot map parameter '" + e.name + "' to Mixtral's " + expert_layout_name(lay) +
-              " layout: transformers has no tensor for it (fix: use this architecture's own layout)");
+  throw Error("cannot map parameter '" + e.name + "' to the " + std::string(expert_layout_name(lay)) +
+              " layout: transformers has no tensor for it there (fix: use this architecture's own layout)");
 }
 
 }  // namespace
@@ -95,8 +103,13 @@ std::vector<HfPiece> hf_mixtral_pieces(const ParamLayout& layout, HfExpertLayout
     if (!row) no_name(e, lay);
     const std::string hf_pre = "model." + pre;
     const bool stacked = std::string(row->per_expert).find("{e}") != std::string::npos;
+    const char* column = lay == HfExpertLayout::kFused          ? row->fused
+                         : lay == HfExpertLayout::kPerExpertMlp ? row->per_expert_mlp
+                         : lay == HfExpertLayout::kDense        ? row->dense
+                                                                : row->per_expert;
+    if (!*column && !(lay == HfExpertLayout::kDense && std::string(row->ours) == "moe.router")) no_name(e, lay);
     if (lay == HfExpertLayout::kDense) {
-      if (std::string(row->dense).empty()) continue;  // the router: zeroed by the caller
+      if (!*column) continue;  // the router: zeroed by the caller
       if (stacked) {
         if (e.shape[0] != 1)
           throw Error("a dense (Llama/Mistral) layout holds one expert, not model.n_experts = " +
@@ -106,9 +119,7 @@ std::vector<HfPiece> hf_mixtral_pieces(const ParamLayout& layout, HfExpertLayout
         whole(hf_pre + row->dense);
       }
     } else if (!stacked) {
-      whole(hf_pre + (lay == HfExpertLayout::kFused          ? row->fused
-                      : lay == HfExpertLayout::kPerExpertMlp ? row->per_expert_mlp
-                                                             : row->per_expert));
+      whole(hf_pre + column);
     } else {
       ATOLL_CHECK_EQ(e.shape.size(), size_t(3)) << e.name;
       const int64_t E = e.shape[0], R = e.shape[1], W = e.shape[2];

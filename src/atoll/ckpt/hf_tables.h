@@ -10,6 +10,10 @@
 // Qwen3-MoE and OLMoE name each expert's matrices as Llama's MLP
 // ("mlp.experts.{e}.{gate,up,down}_proj.weight", the router "mlp.gate.weight"; transformers v5
 // fuses them as Mixtral's), and their q/k norms "self_attn.{q,k}_norm.weight".
+// Qwen2-MoE names its experts and router as Qwen3-MoE, its q/k/v biases
+// "self_attn.{q,k,v}_proj.bias" and its shared expert "mlp.shared_expert.{gate,up,down}_proj.weight"
+// with the gate "mlp.shared_expert_gate.weight" [1, C]; Mixtral's and Llama's layouts have no
+// names for these.
 #pragma once
 
 #include <string>

@@ -215,7 +215,8 @@ HfSource read_hf_source(const std::string& dir, const ModelConfig& base) {
   }
   src.tokenizer_path = inside(d, "tokenizer.model", dir);
   // A folder holding fused experts (transformers v5) names them; otherwise one matrix per expert.
-  if (src.architecture == "Qwen3MoeForCausalLM" || src.architecture == "OlmoeForCausalLM")
+  if (src.architecture == "Qwen3MoeForCausalLM" || src.architecture == "OlmoeForCausalLM" ||
+      src.architecture == "Qwen2MoeForCausalLM")
     src.layout = HfExpertLayout::kPerExpertMlp;
   else if (src.architecture == "ZayaForCausalLM")
     src.layout = HfExpertLayout::kFused;

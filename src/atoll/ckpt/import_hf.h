@@ -3,11 +3,13 @@
 // SentencePiece tokenizer.model. The tensors are mapped by the tables the export writes by
 // (ckpt/hf_tables.h), so HF -> atoll -> HF gives the same tensors.
 //
-// Architectures: MixtralForCausalLM, Qwen3MoeForCausalLM (model.qk_norm "head") and
-// OlmoeForCausalLM (model.qk_norm "proj"), each per-expert or transformers v5's fused experts;
+// Architectures: MixtralForCausalLM, Qwen3MoeForCausalLM (model.qk_norm "head"),
+// OlmoeForCausalLM (model.qk_norm "proj") and Qwen2MoeForCausalLM (a gated shared expert and q/k/v
+// biases), each per-expert or transformers v5's fused experts;
 // ZayaForCausalLM (ckpt/export_zaya.h's table, read back) and LlamaForCausalLM /
-// MistralForCausalLM (one expert, top-1: a dense model stays dense). Others (Qwen2-MoE's shared
-// expert) are refused naming what atoll lacks. Every config.json field is either mapped exactly or
+// MistralForCausalLM (one expert, top-1: a dense model stays dense); Qwen2MoeForCausalLM
+// (model.shared_expert_hidden, model.qkv_bias). Other architectures are refused. Every
+// config.json field is either mapped exactly or
 // refused naming the field, its value and why; fields that change nothing the weights compute
 // (ids, dtype, cache...) are listed.
 //

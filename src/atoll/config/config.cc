@@ -98,6 +98,12 @@ void visit_config(Config& c, V&& v) {
   v.flag("model.router_renormalize", m.router_renormalize,
          "topk router: the chosen experts' weights renormalised to sum to 1 (transformers' norm_topk_prob; false: "
          "the softmax probabilities as they are)");
+  v.flag("model.qkv_bias", m.qkv_bias,
+         "gqa attention: biases on the q, k and v projections (Qwen2-MoE's; o_proj has none)");
+  v.num("model.shared_expert_hidden", m.shared_expert_hidden,
+        "HS: SwiGLU hidden width of a shared expert every token passes through beside the routed ones, scaled by a "
+        "sigmoid gate of its own (Qwen2-MoE's shared_expert and shared_expert_gate); 0: none",
+        closed(0, 1 << 20));
   v.list("model.attention_layers", m.attention_layers,
          "per-layer attention kinds, repeated over the layers (empty: model.attention everywhere)");
   v.list("model.router_layers", m.router_layers,

@@ -31,6 +31,7 @@ bool kind_reads(C c, S) {
   return part_kind_reads(c.model, kKey);
 }
 constexpr char kCcaTime0[] = "model.cca_time0", kCcaTime1[] = "model.cca_time1", kQkNorm[] = "model.qk_norm";
+constexpr char kQkvBias[] = "model.qkv_bias";
 constexpr char kRouterHidden[] = "model.router_hidden_size", kRouterSkipBias[] = "model.router_skip_bias";
 bool adam_moments(C c, S) { return c.optim.name != "sgd"; }  // muon steps the rest with AdamW
 bool muon(C c, S) { return c.optim.name == "muon"; }
@@ -85,6 +86,8 @@ const std::vector<KeyEffect>& key_effects() {
        [](C c, S) { return c.model.router_layers.empty(); }},
       {"model.qk_norm", "only to gqa attention (model.attention or model.attention_layers)", kind_reads<kQkNorm>},
       {"model.router_renormalize", "only to the topk router with model.n_experts > 1", topk_choice},
+      {"model.qkv_bias", "only to gqa attention (model.attention or model.attention_layers)", kind_reads<kQkvBias>},
+      {"model.shared_expert_hidden", "always", always},
       {"model.attention_layers", "always", always},
       {"model.router_layers", "always", always},
       {"model.residual_scaling", "always", always},

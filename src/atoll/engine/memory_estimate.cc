@@ -56,6 +56,12 @@ ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
     if (shared.insert(r.name).second) b.activations += r.shared_bytes(m, shape);
     part_work = std::max({part_work, a.work_bytes(m, shape), r.work_bytes(m, shape)});
   }
+  // The shared expert (model/shared_expert.h) keeps W1s h, W3s h, their SwiGLU [N,HS], its output
+  // [N,C] and the gate [N] per block; its backward's gradients (and bf16 operands) are shared.
+  if (const double HS = m.shared_expert_hidden; HS > 0) {
+    b.activations += L * kF32 * (3 * N * HS + N * C + N) + kF32 * (N * C + 2 * N * HS + N);
+    if (bf16) b.activations += kBf16 * (N * HS + N * std::max(C, HS) + N);
+  }
   // Residual scaling (model/norm_residual.h ResidualMerge) keeps each merge's sub-layer output
   // [N,C]: two merges per block and the embedding's.
   if (m.residual_scaling) b.activations += kF32 * (2 * L + 1) * N * C;

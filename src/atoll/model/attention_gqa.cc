@@ -16,6 +16,11 @@ void attention_gqa_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(matrix_entry(pre + "wk", KVD, C, ParamGroup::kAttention, layer));
   layout.add(matrix_entry(pre + "wv", KVD, C, ParamGroup::kAttention, layer));
   layout.add(matrix_entry(pre + "wo", C, QD, ParamGroup::kAttention, layer));
+  if (m.qkv_bias) {
+    layout.add(bias_entry(pre + "bq", QD, layer));
+    layout.add(bias_entry(pre + "bk", KVD, layer));
+    layout.add(bias_entry(pre + "bv", KVD, layer));
+  }
   if (m.qk_norm == "none") return;
   const bool head = m.qk_norm == "head";
   layout.add(gain_entry(pre + "q_norm", head ? m.head_dim : QD, layer));
@@ -30,6 +35,7 @@ AttentionGqa<T>::AttentionGqa(const ModelConfig& m, const ParamLayout& layout, i
   const std::string pre = layer_prefix(layer) + "attn.";
   wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
   wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
+  if (m.qkv_bias) bq_ = layout.at(pre + "bq").offset, bk_ = layout.at(pre + "bk").offset, bv_ = layout.at(pre + "bv").offset;
   const size_t N = s.max_tokens, QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
   if (qk_norm_) {
     ATOLL_CHECK(m.qk_norm == "head" || m.qk_norm == "proj") << "model.qk_norm = " << m.qk_norm;
@@ -65,6 +71,24 @@ void AttentionGqa<T>::qk_norm_backward(T* dx, const T* dy, const std::vector<T>&
   rmsnorm_backward(dx, c.grads + gain, dy, raw.data(), rstd.data(), c.mm.param(gain), rows, w);
 }
 
+// q/k/v bias: bias[width] added to every row of x [N, width]; backward: its gradient (+=) the
+// column sums of dx.
+template <typename T>
+void AttentionGqa<T>::add_bias(T* x, size_t bias, int N, int width, const PartContext<T>& c) const {
+  if (!m_.qkv_bias) return;
+  const T* b = c.mm.param(bias);
+  for (size_t n = 0; n < size_t(N); ++n)
+    for (int i = 0; i < width; ++i) x[n * width + i] += b[i];
+}
+
+template <typename T>
+void AttentionGqa<T>::bias_backward(const T* dx, size_t bias, int N, int width, const PartContext<T>& c) const {
+  if (!m_.qkv_bias) return;
+  T* db = c.grads + bias;
+  for (size_t n = 0; n < size_t(N); ++n)
+    for (int i = 0; i < width; ++i) db[i] += dx[n * width + i];
+}
+
 template <typename T>
 void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
@@ -78,6 +102,7 @@ void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   c.mm.forward(q, in, c.mm.weight(wq_), N, C, QD);
   c.mm.forward(k, in, c.mm.weight(wk_), N, C, KVD);
   c.mm.forward(v, in, c.mm.weight(wv_), N, C, KVD);
+  add_bias(q, bq_, N, QD, c), add_bias(k, bk_, N, KVD, c), add_bias(v, bv_, N, KVD, c);
   if (qk_norm_) {
     qk_norm_forward(q, q_raw_, q_rstd_, q_norm_, N, QD, c);
     qk_norm_forward(k, k_raw_, k_rstd_, k_norm_, N, KVD, c);
@@ -95,7 +120,8 @@ void AttentionGqa<T>::recompute_output(T* out, const PartContext<T>& c) {
   c.mm.forward(out, att_.operand(), c.mm.weight(wo_), c.d.N, c.d.QD, c.d.C);
 }
 
-// The forward in reverse: wo, attention, RoPE (its inverse rotation), the q/k norms, then wq, wk, wv.
+// The forward in reverse: wo, attention, RoPE (its inverse rotation), the q/k norms, then the
+// biases and wq, wk, wv.
 template <typename T>
 void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
@@ -120,7 +146,8 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
     dq = datt, dk = dk_raw;
   }
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
-  const struct { const T* d; size_t w; int out; } proj[] = {{dq, wq_, QD}, {dk, wk_, KVD}, {dv, wv_, KVD}};
+  const struct { const T* d; size_t w, b; int out; } proj[] = {{dq, wq_, bq_, QD}, {dk, wk_, bk_, KVD}, {dv, wv_, bv_, KVD}};
+  for (const auto& p : proj) bias_backward(p.d, p.b, N, p.out, c);
   for (const auto& p : proj)
     c.mm.backward(dh, c.grads + p.w, c.mm.input(dout16, p.d, size_t(N) * p.out), in, c.mm.weight(p.w), N, C, p.out);
 }
@@ -150,6 +177,7 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(dec_q_.data(), in, c.mm.weight(wq_), 1, C, QD);
   c.mm.forward(kc, in, c.mm.weight(wk_), 1, C, KVD);
   c.mm.forward(vc, in, c.mm.weight(wv_), 1, C, KVD);
+  add_bias(dec_q_.data(), bq_, 1, QD, c), add_bias(kc, bk_, 1, KVD, c), add_bias(vc, bv_, 1, KVD, c);
   if (qk_norm_) {
     qk_norm_forward(dec_q_.data(), q_raw_, q_rstd_, q_norm_, 1, QD, c);
     qk_norm_forward(kc, k_raw_, k_rstd_, k_norm_, 1, KVD, c);

@@ -3,8 +3,10 @@
 //   out = wo · attention(rope(norm_q(h wqᵀ)), rope(norm_k(h wkᵀ)), h wvᵀ)
 // norm_q, norm_k are the identity, or with model.qk_norm an RMSNorm (epsilon model.norm_eps) over
 // each head's HD entries with one gain [HD] ("head", Qwen3-MoE) or over the whole projection with
-// a gain [QD] / [KVD] ("proj", OLMoE).
-// Rows "layers.{l}.attn.{wq,wk,wv,wo}", then with q/k norm "attn.q_norm", "attn.k_norm"; keeps q,
+// a gain [QD] / [KVD] ("proj", OLMoE). With model.qkv_bias the q, k and v projections add a
+// bias (Qwen2-MoE's), before the q/k norm.
+// Rows "layers.{l}.attn.{wq,wk,wv,wo}", then with q/k/v bias "attn.{bq,bk,bv}", then with q/k
+// norm "attn.q_norm", "attn.k_norm"; keeps q,
 // k, v (after RoPE) and the attention output (in bf16 under bf16 products) and each row's
 // log-sum-exp, and with q/k norm the projections before it and their 1/rms; decodes with a KV cache.
 #pragma once
@@ -41,10 +43,13 @@ class AttentionGqa final : public AttentionPart<T> {
   void qk_norm_backward(T* dx, const T* dy, const std::vector<T>& raw, const std::vector<T>& rstd, size_t gain, int N,
                         int width, const PartContext<T>& c);
 
+  void add_bias(T* x, size_t bias, int N, int width, const PartContext<T>& c) const;
+  void bias_backward(const T* dx, size_t bias, int N, int width, const PartContext<T>& c) const;
+
   ModelConfig m_;
   int layer_, max_tokens_;
   bool qk_norm_;
-  size_t wq_, wk_, wv_, wo_, q_norm_ = 0, k_norm_ = 0;
+  size_t wq_, wk_, wv_, wo_, q_norm_ = 0, k_norm_ = 0, bq_ = 0, bk_ = 0, bv_ = 0;
   std::vector<T> q_raw_, k_raw_, q_rstd_, k_rstd_;  // q/k norm: [N,QD], [N,KVD], one 1/rms per normed row
   std::shared_ptr<AttentionScratch<T>> sh_;  // shared by the attention layers
   Kept<T> q_, k_, v_, att_;                 // [N,QD], [N,KVD] x2, [N,QD]

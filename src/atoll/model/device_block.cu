@@ -36,12 +36,18 @@ std::unique_ptr<DeviceAttentionPart> make_attention(const ModelConfig& m, const 
   if (m.attention_at(layer) == "gqa" && m.qk_norm != "none")
     throw ConfigError("model.qk_norm = \"" + m.qk_norm + "\" (q/k RMSNorm) is not on the GPU yet; fix: train with "
                       "train.device = \"cpu\"");
+  if (m.attention_at(layer) == "gqa" && m.qkv_bias)
+    throw ConfigError("model.qkv_bias = true (q/k/v projection biases) is not on the GPU yet; fix: train with "
+                      "train.device = \"cpu\"");
   const AttentionKind& kind = attention_kind_at(m, layer);  // a name not in the table: ConfigError
   return device_make(kDeviceAttentions, kind.name, layer, "attention")(m, layout, layer, s, scratch, carve);
 }
 
 std::unique_ptr<DeviceRouterPart> make_router(const ModelConfig& m, const ParamLayout& layout, int layer,
                                               const DevicePartSizes& s, DevicePartScratch& scratch, Carver& carve) {
+  if (m.shared_expert_hidden > 0)  // asked here, before the experts are built
+    throw ConfigError("model.shared_expert_hidden = " + std::to_string(m.shared_expert_hidden) +
+                      " (a shared expert) is not on the GPU yet; fix: train with train.device = \"cpu\"");
   if (m.router_at(layer) == "topk" && !m.router_renormalize && m.n_experts > 1)
     throw ConfigError("model.router_renormalize = false is not on the GPU yet; fix: train with train.device = \"cpu\"");
   const RouterKind& kind = router_kind_at(m, layer);

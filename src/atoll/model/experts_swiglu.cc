@@ -13,6 +13,7 @@ void experts_swiglu_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(stacked_matrices_entry(pre + "w1", E, H, C, ParamGroup::kExpert, layer));
   layout.add(stacked_matrices_entry(pre + "w3", E, H, C, ParamGroup::kExpert, layer));
   layout.add(stacked_matrices_entry(pre + "w2", E, C, H, ParamGroup::kExpert, layer));
+  if (m.shared_expert_hidden > 0) shared_expert_rows(layout, m, layer);
 }
 
 // wrow/dwrow: each dispatched row's combine weight [R] and its gradient. Under bf16 products:
@@ -51,6 +52,7 @@ ExpertsSwiglu<T>::ExpertsSwiglu(const ModelConfig& m, const ParamLayout& layout,
   } else {
     a_.resize(R * H_), b_.resize(R * H_);
   }
+  if (m.shared_expert_hidden > 0) shared_ = std::make_unique<SharedExpert<T>>(m, layout, layer, s, scratch);
 }
 
 template <typename T>
@@ -79,12 +81,17 @@ void ExpertsSwiglu<T>::forward(T* out, const T* h, const int32_t* topk_idx, cons
   const int32_t *row_token = routing_.row_token.data(), *offsets = routing_.offsets.data();
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C_);
   const Operand<T> w1 = c.mm.weight(w1_), w3 = c.mm.weight(w3_), w2 = c.mm.weight(w2_);
+  bool done = false;
   if constexpr (kHasBf16<T>)
-    if (in.h)
-      return expert_mlp_forward_bf16(out, a16_.data(), sh_->chunk(chunk_, c.work), in.h, row_token,
-                                     sh_->wrow.data(), w1.h, w3.h, w2.h, offsets, N, E_, C_, H_);
-  expert_mlp_forward_fused(out, a_.data(), b_.data(), ExpertChunk<T>::carve(c.work, chunk_, C_, H_), in.f, row_token,
-                           sh_->wrow.data(), w1.f, w3.f, w2.f, offsets, N, E_, C_, H_);
+    if (in.h) {
+      expert_mlp_forward_bf16(out, a16_.data(), sh_->chunk(chunk_, c.work), in.h, row_token, sh_->wrow.data(), w1.h,
+                              w3.h, w2.h, offsets, N, E_, C_, H_);
+      done = true;
+    }
+  if (!done)
+    expert_mlp_forward_fused(out, a_.data(), b_.data(), ExpertChunk<T>::carve(c.work, chunk_, C_, H_), in.f,
+                             row_token, sh_->wrow.data(), w1.f, w3.f, w2.f, offsets, N, E_, C_, H_);
+  if (shared_) shared_->forward(out, in, c);
 }
 
 template <typename T>
@@ -114,6 +121,7 @@ void ExpertsSwiglu<T>::backward(T* dh, T* dtopk_w, const T* dout, const T* h, co
                               H_);
   const int32_t* slot_row = routing_.slot_row.data();
   for (size_t i = 0; i < size_t(N) * K_; ++i) dtopk_w[i] = slot_row[i] >= 0 ? dwrow[slot_row[i]] : T(0);
+  if (shared_) shared_->backward(dh, dout, in, c);
 }
 
 template class ExpertsSwiglu<float>;

@@ -2,7 +2,9 @@
 // of each token to its K chosen experts and the weighted combine of their outputs
 // (layers/moe_dispatch.h), fused into one pass over chunks of dispatched rows
 // (backend/cpu/expert_mlp.h, expert_mlp_bf16.h). Rows "layers.{l}.moe.{w1,w3,w2}", each a stack
-// of E matrices; keeps the routing and the pre-activations (bf16 products: W1 x only).
+// of E matrices; keeps the routing and the pre-activations (bf16 products: W1 x only). With
+// model.shared_expert_hidden > 0 a gated shared expert adds to the routed output
+// (model/shared_expert.h; its rows follow w2).
 #pragma once
 
 #include <memory>
@@ -10,9 +12,11 @@
 
 #include "atoll/layers/moe_dispatch.h"
 #include "atoll/model/part.h"
+#include "atoll/model/shared_expert.h"
 
 namespace atl {
 
+// The experts' rows, and the shared expert's when the config has one.
 void experts_swiglu_rows(ParamLayout& layout, const ModelConfig& m, int layer);
 
 template <typename T>
@@ -35,6 +39,7 @@ class ExpertsSwiglu final : public ExpertsPart<T> {
   ExpertRouting routing_;
   std::vector<T> a_, b_;  // [R,H] pre-activations W1 x, W3 x (fp32 products)
   std::vector<bf16> a16_;  // [R+pad,H] W1 x in bf16 (bf16 products; W3 x is recomputed)
+  std::unique_ptr<SharedExpert<T>> shared_;  // model.shared_expert_hidden > 0
 };
 
 }  // namespace atl

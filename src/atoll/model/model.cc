@@ -238,12 +238,13 @@ double Model<T>::head_and_loss(const int32_t* targets, int B, bool backward, dou
 
 // 6 FLOPs per multiply-add of a parameter or an attention score (2 forward, 4 backward), over
 // the multiply-adds each layer's part kinds count (model/part_kinds.h), the K experts a token
-// visits and the head.
+// visits, the shared expert and its gate (model.shared_expert_hidden), and the head.
 double flops_per_token(const ModelConfig& m) {
   double macs = double(m.vocab_size) * m.dim;
   for (int l = 0; l < m.n_layers; ++l)
     macs += attention_kind_at(m, l).macs_per_token(m) + router_kind_at(m, l).macs_per_token(m) +
-            m.top_k * 3.0 * m.dim * m.expert_hidden;
+            m.top_k * 3.0 * m.dim * m.expert_hidden +
+            (m.shared_expert_hidden > 0 ? 3.0 * m.dim * m.shared_expert_hidden + m.dim : 0.0);
   return 6.0 * macs;
 }
 

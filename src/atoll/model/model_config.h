@@ -56,6 +56,13 @@ struct ModelConfig {
   // (Mixtral; transformers' norm_topk_prob = true), or, false, the softmax probabilities as they
   // are (norm_topk_prob = false: OLMoE, Qwen2-MoE).
   bool router_renormalize = true;
+  // Biases on gqa attention's q, k and v projections (Qwen2-MoE's q_proj/k_proj/v_proj; o_proj
+  // has none), added before the q/k norm and RoPE.
+  bool qkv_bias = false;
+  // HS: the width of a shared SwiGLU expert beside the routed ones, which every token passes
+  // through, scaled by a sigmoid gate of its own (Qwen2-MoE's shared_expert and
+  // shared_expert_gate): out = routed + sigmoid(h·w_gate) * shared(h). 0: none.
+  int shared_expert_hidden = 0;
 
   // RD: the rotated entries of each head, int(HD * partial_rotary_factor) as transformers has it.
   int rotary_dim() const { return int(double(head_dim) * partial_rotary_factor); }

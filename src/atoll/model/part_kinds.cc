@@ -129,7 +129,7 @@ const std::vector<AttentionKind>& attention_kinds() {
        .make_f64 = make<AttentionPart, AttentionGqa, double>,
        .gpu = true,
        .validate = no_objection,
-       .keys = {"model.qk_norm"},
+       .keys = {"model.qk_norm", "model.qkv_bias"},
        .macs_per_token = gqa_macs,
        .kept_bytes = gqa_part_kept,
        .work_bytes = gqa_part_work,
