@@ -64,6 +64,13 @@ for bin in "$new"/bin/* "$new"/tests/*; do
     fi
   done < <(ldd "$bin" | awk '$2 == "=>" { print $1, $3 }')
 done
+# cuBLAS is loaded at its first use (dlopen; backend/cuda/blas_library.cu), so ldd does not list
+# it: its soname is read off the binary, where it is a literal; cuBLASLt comes with it.
+for soname in $(grep -aohE 'libcublas\.so\.[0-9]+' "$new"/bin/atoll | sort -u); do
+  for lib in "$soname" "${soname/libcublas/libcublasLt}"; do
+    grep -qx "$lib" "$new/manifest/cuda_needed" || echo "$lib" >>"$new/manifest/cuda_needed"
+  done
+done
 strip --strip-unneeded "$new"/lib/*.so* "$new"/lib/compat/*.so* 2>/dev/null || true
 
 # What the host must provide: glibc and libstdc++ versions (the highest symbol version any binary

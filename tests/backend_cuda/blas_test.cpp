@@ -6,6 +6,9 @@
 #include "atoll/backend/cuda/bf16.h"
 #include "gpu_test_util.h"
 
+#include <fstream>
+#include <string>
+
 namespace atl {
 namespace {
 
@@ -39,6 +42,15 @@ Operands make(const Case& k, Rng& rng) {
 // fp32 inputs, fp32 accumulation (no TF32): the products differ from the serial CPU loop only
 // in summation order, |err| <= K·eps·Σ|a||b| ~ K·6e-8·sqrt(K) for unit normals, so
 // 1e-5·(1 + K/64) absolute + 1e-5 relative.
+// cuBLAS is loaded at its first use (blas_library.cu), never at start: linking it costs every
+// atoll process 211 MB of resident memory before main(). Runs without a GPU.
+TEST(CudaBlas, CublasIsNotLoadedBeforeItsFirstUse) {
+  std::ifstream maps("/proc/self/maps");
+  ASSERT_TRUE(maps.good());
+  std::string line;
+  while (std::getline(maps, line)) EXPECT_EQ(line.find("libcublas"), std::string::npos) << line;
+}
+
 TEST(CudaBlas, Fp32GemmMatchesReference) {
   ATOLL_SKIP_WITHOUT_GPU();
   gpu::Blas blas;
