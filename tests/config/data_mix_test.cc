@@ -46,6 +46,28 @@ TEST(DataMix, ParsesAndRoundTrips) {
   EXPECT_EQ(s.data.mix, (std::vector<MixSource>{{"x", 2.0}}));
 }
 
+// Context extension: ZAYA1's 4k -> 32k with theta raised and a smaller batch, written back as
+// dotted keys; config_at_tokens puts a phase's settings in force from its at_tokens on.
+TEST(DataMix, PhaseSettingsRoundTripAndApply) {
+  const Config x = parse_config(
+      "[model]\nseq_len = 4096\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"web\"}]}, {at_tokens = 1000, mix = "
+      "[{dir = \"long\"}], model = {seq_len = 32768, rope_theta = 1000000}, train.batch_size = 2}]\n",
+      "x.toml");
+  ASSERT_EQ(x.data.phases.size(), 2u);
+  EXPECT_EQ(x.data.phases[0], (DataPhase{.at_tokens = 0, .mix = {{"web", 1.0}}}));
+  EXPECT_EQ(x.data.phases[1],
+            (DataPhase{.at_tokens = 1000, .mix = {{"long", 1.0}}, .seq_len = 32768, .rope_theta = 1e6, .batch_size = 2}));
+  EXPECT_EQ(parse_config(config_to_toml(x), "round-trip").data.phases, x.data.phases) << config_to_toml(x);
+  for (const int64_t tokens : {int64_t{0}, int64_t{999}, int64_t{1000}, int64_t{5000}}) {
+    const Config at = config_at_tokens(x, tokens);
+    const bool extended = tokens >= 1000;
+    EXPECT_EQ(at.model.seq_len, extended ? 32768 : 4096) << tokens;
+    EXPECT_EQ(at.model.rope_theta, extended ? 1e6 : x.model.rope_theta) << tokens;
+    EXPECT_EQ(at.train.batch_size, extended ? 2 : x.train.batch_size) << tokens;
+  }
+  EXPECT_EQ(config_at_tokens(Config{}, 5).model.seq_len, Config{}.model.seq_len) << "no phases: the config itself";
+}
+
 TEST(DataMix, BadValuesAreNamed) {
   struct Case {
     std::string text, must_contain;
@@ -68,7 +90,28 @@ TEST(DataMix, BadValuesAreNamed) {
             "data.phases[1].at_tokens: phases must start at increasing token counts"},
            {"[data]\nphases = [{at_tokens = 0}]\n", "data.phases[0].mix: missing"},
            {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = -1}]}]\n", "data.phases[0].mix[0].weight"},
-           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = 1}], seq_len = 9}]\n", "data.phases[0].seq_len: unknown key"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\", weight = 1}], seq_len = 9}]\n",
+            "data.phases[0].seq_len: unknown key; fix: a phase holds at_tokens, mix and optionally model.seq_len, "
+            "model.rope_theta and train.batch_size"},
+           // Context extension: a phase sets model.seq_len, model.rope_theta and train.batch_size, nothing else.
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], model.dim = 64}]\n",
+            "data.phases[0].model.dim: a phase cannot set model.dim; fix: a phase may set model.seq_len, model.rope_theta "
+            "and train.batch_size"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], optim.lr = 0.1}]\n", "data.phases[0].optim: unknown key"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], model.seq_len = 0}]\n", "data.phases[0].model.seq_len"},
+           {"[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], model.rope_theta = \"big\"}]\n",
+            "data.phases[0].model.rope_theta: expected a number >= 1"},
+           {"[model]\nseq_len = 64\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}, {at_tokens = 9, mix = [{dir = "
+            "\"a\"}], model.seq_len = 32}]\n",
+            "data.phases[1] trains at model.seq_len = 32, shorter than the 64 of data.phases[0]"},
+           {"[train]\nbatch_size = 8\nmicro_batch_size = 4\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}]}, "
+            "{at_tokens = 9, mix = [{dir = \"a\"}], train.batch_size = 6}]\n",
+            "(with the settings of data.phases[1]): train.micro_batch_size (4) must divide train.batch_size (6)"},
+           {"[model]\nattention = \"cca\"\nseq_len = 64\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], "
+            "model.seq_len = 2}]\n",
+            "(with the settings of data.phases[0]): model.seq_len = 2 is shorter than the attention's convolution window (3 tokens"},
+           {"[train]\ndevice = \"cuda\"\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], model.seq_len = 64}]\n",
+            "runs on the CPU engine only for now"},
        }) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find("mix.toml"), std::string::npos) << c.text << "\n" << e;

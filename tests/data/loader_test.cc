@@ -226,5 +226,30 @@ TEST(Loader, CursorMapsToAnotherWorkerCount) {
   EXPECT_EQ(b.cursor().position, 12);  // 12 of 20: the same share of the epoch
 }
 
+// Context extension: a cursor of another length over the same shards re-chunks (the same epoch,
+// the position scaled by the tokens read); one of other shards is still refused.
+TEST(Loader, CursorReChunksAtAnotherSeqLen) {
+  TempDir dir;
+  make_shards(dir, {40 * kT + 1, 3 * kT});  // the second holds 2 windows of kT, none of 4 kT
+  DataLoader a(dir.path().string(), "train", {.seq_len = kT, .seed = 3});
+  next(a, 14);  // 14 of 42 windows: 56 tokens of the epoch
+  DataLoader b(dir.path().string(), "train", {.seq_len = 4 * kT, .seed = 3});
+  EXPECT_EQ(b.windows_at(kT), a.n_windows());
+  EXPECT_EQ(b.n_windows(), 10);
+  b.set_cursor(a.cursor());
+  EXPECT_EQ(b.cursor().epoch, 0);
+  EXPECT_EQ(b.cursor().position, 3);  // 56 tokens are 3 whole windows of 16 (rounded down)
+  EXPECT_EQ(b.cursor().seq_len, 4 * kT);
+  // Back at the first length, from there: 3 windows of 16 tokens are 12 of 4.
+  a.set_cursor(b.cursor());
+  EXPECT_EQ(a.cursor().position, 12);
+  EXPECT_EQ(count_windows(dir.path().string(), "train", 4 * kT), 10);
+
+  TempDir other;
+  make_shards(other, {20 * kT + 1});
+  DataLoader c(other.path().string(), "train", {.seq_len = 4 * kT, .seed = 3});
+  EXPECT_THROW(c.set_cursor(a.cursor()), DataError);  // 42 windows of kT there, 20 here
+}
+
 }  // namespace
 }  // namespace atl

@@ -29,9 +29,11 @@ constexpr char kFixOlder[] =
     "fix: restore the file, or use another checkpoint of the run (`--resume` falls back to the newest intact one "
     "by itself)";
 
-// [model] keys that steer training but not the function the weights compute; a run may resume
-// with other values (e.g. a different load-balancing coefficient).
-const std::set<std::string> kTrainingOnlyModelKeys = {"init_std", "init_seed", "aux_loss_coef", "z_loss_coef"};
+// [model] keys that steer training but not the weights' shapes; a run may resume with other
+// values (e.g. a different load-balancing coefficient; a longer context with a new RoPE base:
+// context extension, which `--resume` accepts as a logged change).
+const std::set<std::string> kTrainingOnlyModelKeys = {"init_std",    "init_seed", "aux_loss_coef",
+                                                      "z_loss_coef", "seq_len",   "rope_theta"};
 
 std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
 

@@ -24,6 +24,9 @@ CheckpointModel load_checkpoint_model(const std::string& path) {
   else if (const std::string run_tok = run_tokenizer(cm.dir); !run_tok.empty())
     cm.tokenizer = {tokenizer_fingerprint(run_tok), run_tok};
   if (state.contains("tokens") && state["tokens"].is_number_integer()) cm.tokens = state["tokens"].get<int64_t>();
+  // The model as trained at this point: a data phase's model.seq_len and model.rope_theta
+  // (context extension) hold for eval, generate and export.
+  cm.config = config_at_tokens(cm.config, cm.tokens);
   return cm;
 }
 

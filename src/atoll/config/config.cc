@@ -172,7 +172,9 @@ void visit_config(Config& c, V&& v) {
         "\"code\", weight = 0.3}]; instead of data.input and data.dir; one tokenizer for all");
   v.phases("data.phases", d.phases,
            "mixtures that change within the run: [{at_tokens = 0, mix = [...]}, {at_tokens = 2000000, mix = [...]}], "
-           "at_tokens counting every worker's tokens, the first 0, increasing; instead of data.mix");
+           "at_tokens counting every worker's tokens, the first 0, increasing; instead of data.mix; a phase may also "
+           "set model.seq_len, model.rope_theta and train.batch_size (context extension: {at_tokens = ..., mix = "
+           "[...], model.seq_len = 32768, model.rope_theta = 1000000.0})");
 
   auto& g = c.diloco;
   v.num("diloco.inner_steps", g.inner_steps, "H: inner steps between outer synchronisations", closed(1, kInt64Max));
@@ -276,7 +278,7 @@ struct KeyLister {
     keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {dir = string, weight > 0}"});
   }
   void phases(const char* k, std::vector<DataPhase>& f, const char* help) {
-    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {at_tokens >= 0, mix = [...]}"});
+    keys.push_back({k, "list", help, f.empty() ? "[]" : "[...]", "tables {at_tokens >= 0, mix = [...], model.seq_len, model.rope_theta, train.batch_size}"});
   }
 };
 
@@ -572,6 +574,8 @@ void check_layer_kinds(const std::string& origin, const std::string& key, const 
     }
 }
 
+void validate_phase_settings(const Config& c, const std::string& origin);
+
 }  // namespace
 
 void validate_config(const Config& c, const std::string& origin) {
@@ -588,6 +592,12 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("model.head_dim * model.partial_rotary_factor = " + std::to_string(m.rotary_dim()) +
          " rotated entries per head (rounded down); RoPE needs an even number of at least 2; fix: change "
          "model.partial_rotary_factor (e.g. 0.5 or 1.0)");
+  // CCA's convolutions (and value shift) read the tokens before each position: a sequence shorter
+  // than their window leaves no position with the whole window inside it.
+  if (const int window = boundary_tokens(m) + 1; window > 1 && m.seq_len < window)
+    fail("model.seq_len = " + std::to_string(m.seq_len) + " is shorter than the attention's convolution window (" +
+         std::to_string(window) + " tokens: model.cca_time0 + model.cca_time1 - 1); fix: raise model.seq_len to at least " +
+         std::to_string(window));
   if (m.top_k > m.n_experts)
     fail("model.top_k (" + std::to_string(m.top_k) + ") exceeds model.n_experts (" + std::to_string(m.n_experts) + "); fix: lower top_k or add experts");
   const auto& t = c.train;
@@ -640,8 +650,41 @@ void validate_config(const Config& c, const std::string& origin) {
     fail(std::string(mixing) + " is set together with " + (c.data.dir.empty() ? "data.input" : "data.dir") +
          "; fix: prepare each dataset with `atoll data prepare` and list it in " + mixing +
          ", then remove data.input and data.dir");
+  validate_phase_settings(c, origin);
 }
 
+namespace {
+
+// The settings data.phases may change (context extension): each phase's config must be valid in
+// itself (CCA's window, the batch against the micro-batch...), and the context only grows: the
+// eval tasks are fitted to the first phase's length, and a checkpoint would claim a shorter
+// context than the model was trained on.
+void validate_phase_settings(const Config& c, const std::string& origin) {
+  int longest = 0;
+  std::string longest_at;
+  for (size_t i = 0; i < c.data.phases.size(); ++i) {
+    const DataPhase& p = c.data.phases[i];
+    const std::string at = "data.phases[" + std::to_string(i) + "]";
+    Config in = config_in_phase(c, p);
+    if (in.model.seq_len < longest)
+      throw ConfigError(origin + ": " + at + " trains at model.seq_len = " + std::to_string(in.model.seq_len) +
+                        ", shorter than the " + std::to_string(longest) + " of " + longest_at +
+                        ": phases extend the context, never shrink it (train.eval_tasks are fitted to the first "
+                        "phase's length, and the run's checkpoints would claim a shorter context than the model "
+                        "learned); fix: give " + at + ".model.seq_len at least " + std::to_string(longest) +
+                        ", or shorten the earlier phase");
+    if (in.model.seq_len > longest) longest = in.model.seq_len, longest_at = at;
+    if (!p.seq_len && p.rope_theta == 0 && !p.batch_size) continue;
+    if (c.train.device == "cuda")
+      throw ConfigError(origin + ": " + at + " sets " + kPhaseKeysText +
+                        " (context extension), which runs on the CPU engine only for now; fix: set train.device = "
+                        "\"cpu\", or remove the phase's settings");
+    in.data.phases.clear();
+    validate_config(in, origin + " (with the settings of " + at + ")");
+  }
+}
+
+}  // namespace
 
 std::string config_to_toml(const Config& cfg) {
   Config c = cfg;

@@ -62,11 +62,16 @@ struct MixSource {
   bool operator==(const MixSource&) const = default;
 };
 
-// From `at_tokens` tokens trained on (every worker's), the run draws from `mix`. A phase is a
-// table so that later settings per phase (seq_len) fit beside the mixture.
+// From `at_tokens` tokens trained on (every worker's), the run draws from `mix`, with the
+// sequence length, RoPE base and batch size the phase sets (ZAYA1's context extension: 4k, then
+// 32k with theta raised, in one run). 0 = the config's own model.seq_len, model.rope_theta,
+// train.batch_size; a phase does not inherit an earlier phase's settings.
 struct DataPhase {
   int64_t at_tokens = 0;
   std::vector<MixSource> mix;
+  int seq_len = 0;          // model.seq_len
+  double rope_theta = 0;    // model.rope_theta
+  int batch_size = 0;       // train.batch_size
   bool operator==(const DataPhase&) const = default;
 };
 
@@ -82,6 +87,16 @@ struct DataConfig {
 // The phases a run draws from: data.phases, else data.mix as one phase, else empty (one dataset,
 // data.dir or the cache folder).
 std::vector<DataPhase> data_phases(const DataConfig& d);
+
+struct Config;
+// The keys a data.phases entry may set, as they are named there and in errors.
+inline constexpr const char* kPhaseKeysText = "model.seq_len, model.rope_theta and train.batch_size";
+// `c` with the settings of `phase` in force (model.seq_len, model.rope_theta, train.batch_size).
+Config config_in_phase(const Config& c, const DataPhase& phase);
+// `c` with the settings of the phase in force once `tokens` were trained on (the last phase
+// whose at_tokens is reached), as a checkpoint of that many tokens holds its model; `c` itself
+// without data.phases.
+Config config_at_tokens(const Config& c, int64_t tokens);
 
 struct DilocoConfig {
   int64_t inner_steps = 100;  // H

@@ -1,5 +1,6 @@
 #include "atoll/config/data_mix.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "atoll/config/toml_text.h"
@@ -14,6 +15,45 @@ namespace {
 }
 
 bool empty_list(const toml::node& n) { return n.as_array() && n.as_array()->empty(); }
+
+// A whole number in [lo, hi] at `key`, or the failure naming it.
+int read_int(const toml::node& n, const std::string& key, int lo, int hi, const ConfigFail& fail) {
+  auto* v = n.as_integer();
+  if (!v || v->get() < lo || v->get() > hi)
+    raise(fail, key, "expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + node_repr(n),
+          "write e.g. " + key + " = " + std::to_string(std::max(lo, 2048)));
+  return int(v->get());
+}
+
+// What a phase sets beside its mixture: `model = {seq_len, rope_theta}` and `train =
+// {batch_size}` (TOML's dotted keys model.seq_len = ... inside the phase's table read the same).
+void read_phase_settings(const toml::table& t, const std::string& at, const ConfigFail& fail, DataPhase& phase) {
+  const std::string allowed = std::string("a phase may set ") + kPhaseKeysText;
+  for (const char* section : {"model", "train"}) {
+    const toml::node* n = t.get(section);
+    if (!n) continue;
+    auto* sub = n->as_table();
+    if (!sub) raise(fail, at + "." + section, "expected keys such as " + at + "." + section + ".seq_len", allowed);
+    for (auto& [name, value] : *sub) {
+      const std::string key = std::string(section) + "." + std::string(name.str());
+      const std::string full = at + "." + key;
+      if (key == "model.seq_len") {
+        phase.seq_len = read_int(value, full, 1, 1 << 20, fail);
+      } else if (key == "train.batch_size") {
+        phase.batch_size = read_int(value, full, 1, 1 << 20, fail);
+      } else if (key == "model.rope_theta") {
+        const double theta = value.as_integer()          ? double(value.as_integer()->get())
+                             : value.as_floating_point() ? value.as_floating_point()->get()
+                                                         : std::nan("");
+        if (!(std::isfinite(theta) && theta >= 1))
+          raise(fail, full, "expected a number >= 1, got " + node_repr(value), "write e.g. " + full + " = 1000000.0");
+        phase.rope_theta = theta;
+      } else {
+        raise(fail, full, "a phase cannot set " + key, allowed + "; other keys hold for the whole run");
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -65,9 +105,11 @@ std::vector<DataPhase> read_data_phases(const toml::node& n, const std::string& 
     auto* t = a->get(i)->as_table();
     if (!t) raise(fail, at, "expected a table {at_tokens = ..., mix = [...]}, got " + node_repr(*a->get(i)), example);
     for (auto& [name, _] : *t)
-      if (name.str() != "at_tokens" && name.str() != "mix")
-        raise(fail, at + "." + std::string(name.str()), "unknown key", "a phase holds at_tokens and mix");
+      if (name.str() != "at_tokens" && name.str() != "mix" && name.str() != "model" && name.str() != "train")
+        raise(fail, at + "." + std::string(name.str()), "unknown key",
+              std::string("a phase holds at_tokens, mix and optionally ") + kPhaseKeysText);
     DataPhase phase;
+    read_phase_settings(*t, at, fail, phase);
     auto* tokens = t->get("at_tokens") ? t->get("at_tokens")->as_integer() : nullptr;
     if (!tokens || tokens->get() < 0) raise(fail, at + ".at_tokens", "expected a whole number >= 0", example);
     phase.at_tokens = tokens->get();
@@ -90,9 +132,14 @@ std::string data_mix_toml(const std::vector<MixSource>& mix) {
 
 std::string data_phases_toml(const std::vector<DataPhase>& phases) {
   std::string s = "[";
-  for (size_t i = 0; i < phases.size(); ++i)
-    s += (i ? ", " : "") + std::string("{at_tokens = ") + std::to_string(phases[i].at_tokens) +
-         ", mix = " + data_mix_toml(phases[i].mix) + "}";
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const DataPhase& p = phases[i];
+    s += (i ? ", " : "") + std::string("{at_tokens = ") + std::to_string(p.at_tokens) + ", mix = " + data_mix_toml(p.mix);
+    if (p.seq_len) s += ", model.seq_len = " + std::to_string(p.seq_len);
+    if (p.rope_theta != 0) s += ", model.rope_theta = " + fmt_double(p.rope_theta);
+    if (p.batch_size) s += ", train.batch_size = " + std::to_string(p.batch_size);
+    s += "}";
+  }
   return s + "]";
 }
 
@@ -100,6 +147,22 @@ std::vector<DataPhase> data_phases(const DataConfig& d) {
   if (!d.phases.empty()) return d.phases;
   if (!d.mix.empty()) return {DataPhase{.at_tokens = 0, .mix = d.mix}};
   return {};
+}
+
+Config config_in_phase(const Config& c, const DataPhase& phase) {
+  Config in = c;
+  if (phase.seq_len) in.model.seq_len = phase.seq_len;
+  if (phase.rope_theta != 0) in.model.rope_theta = phase.rope_theta;
+  if (phase.batch_size) in.train.batch_size = phase.batch_size;
+  return in;
+}
+
+Config config_at_tokens(const Config& c, int64_t tokens) {
+  const std::vector<DataPhase> phases = data_phases(c.data);
+  const DataPhase* at = nullptr;
+  for (const DataPhase& p : phases)
+    if (p.at_tokens <= tokens) at = &p;
+  return at ? config_in_phase(c, *at) : c;
 }
 
 }  // namespace atl

@@ -45,6 +45,7 @@ DataLoader::DataLoader(const std::string& path, const std::string& split, const 
   for (const ListedShard& l : listed) {
     const std::string& p = l.path;
     ShardView shard(p);
+    listed_tokens_.push_back(shard.size());
     if (shard.size() < T_ + 1) {
       if (short_shard.empty()) {
         short_shard = p;
@@ -145,21 +146,41 @@ Cursor DataLoader::cursor() const {
                 .n_workers = opt_.n_workers};
 }
 
+int64_t DataLoader::windows_at(int seq_len) const {
+  ATOLL_CHECK_GT(seq_len, 0);
+  int64_t n = 0;
+  for (int64_t tokens : listed_tokens_)
+    if (tokens >= seq_len + 1) n += (tokens - 1) / seq_len;
+  return n;
+}
+
+int64_t count_windows(const std::string& path, const std::string& split, int seq_len) {
+  ATOLL_CHECK_GT(seq_len, 0);
+  int64_t n = 0;
+  for (const ListedShard& l : list_shards(path, split)) {
+    const int64_t tokens = ShardView(l.path).size();
+    if (tokens >= seq_len + 1) n += (tokens - 1) / seq_len;
+  }
+  return n;
+}
+
 void DataLoader::set_cursor(const Cursor& c) {
-  if (c.seq_len != T_ || c.n_windows != n_windows_ || c.seed != opt_.seed || c.shuffle != opt_.shuffle) {
+  const bool same_data = c.seq_len > 0 && c.n_windows == (c.seq_len == T_ ? n_windows_ : windows_at(c.seq_len));
+  if (!same_data || c.seed != opt_.seed || c.shuffle != opt_.shuffle) {
     throw DataError("data cursor was saved for another stream (seq_len " + std::to_string(c.seq_len) + ", " +
                     std::to_string(c.n_windows) + " windows, seed " + std::to_string(c.seed) +
                     ") than this one (seq_len " + std::to_string(T_) + ", " + std::to_string(n_windows_) +
-                    " windows, seed " + std::to_string(opt_.seed) + "); fix: resume with the same data, " +
-                    "model.seq_len and train.seed");
+                    " windows, seed " + std::to_string(opt_.seed) + "); fix: resume with the same data and train.seed");
   }
   ATOLL_CHECK(c.epoch >= 0 && c.position >= 0) << c.epoch << " " << c.position;
   prefetch_->drop();
   Pos pos{c.epoch, c.position};
+  // Re-chunked at another length: the same share of the epoch, by the tokens its windows covered.
+  if (c.seq_len != T_) pos.position = c.position * c.seq_len / T_;
   if (c.n_workers != opt_.n_workers) {
     // Same share of the epoch: the saved worker had taken about position * n_old windows of
     // the epoch order between all workers.
-    pos.position = c.position * c.n_workers / opt_.n_workers;
+    pos.position = pos.position * c.n_workers / opt_.n_workers;
     log_warn("data cursor saved with " + std::to_string(c.n_workers) + " workers, resumed with " +
              std::to_string(opt_.n_workers) + ": a few windows may repeat or be skipped");
   }

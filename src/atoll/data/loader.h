@@ -61,6 +61,10 @@ void from_json(const nlohmann::json& j, Cursor& c);
 // lists one, or a single .bin file (which serves both splits).
 bool has_val_split(const std::string& path);
 
+// The windows of `seq_len` tokens the shards of `path` (split as DataLoader reads it) hold, all
+// workers', without reading a token: to check a later data phase's length before the run starts.
+int64_t count_windows(const std::string& path, const std::string& split, int seq_len);
+
 class DataLoader {
  public:
   // `path` is a folder, whose `<split>_*.bin` shards are read (split "train" or "val"), or a
@@ -82,8 +86,12 @@ class DataLoader {
 
   Cursor cursor() const;
   // Continues from a saved cursor. Throws DataError if it belongs to another stream (other
-  // shards, seq_len, seed or shuffle). A cursor saved with another worker count is mapped to
-  // the same share of the epoch (approximately: resharding may repeat or skip a few windows).
+  // shards, seed or shuffle). A cursor saved with another worker count is mapped to the same
+  // share of the epoch (approximately: resharding may repeat or skip a few windows). A cursor of
+  // another seq_len over the same shards (context extension: a data phase or a --resume at a
+  // new model.seq_len) re-chunks: the same epoch, its position scaled by the tokens it covered
+  // (position * saved seq_len / seq_len, rounded down); the windows of the new length are
+  // another permutation, so some text of the epoch may come again at the new length.
   void set_cursor(const Cursor& cursor);
   void reset();  // back to the start of epoch 0 (validation passes)
 
@@ -95,6 +103,7 @@ class DataLoader {
 
   int seq_len() const { return T_; }
   int64_t n_windows() const { return n_windows_; }           // W, all workers
+  int64_t windows_at(int seq_len) const;                     // W at another length, the same shards
   int64_t windows_per_epoch() const { return slice_size_; }  // this worker's share
   int64_t n_tokens() const;
   std::vector<std::string> shard_paths() const;
@@ -112,6 +121,7 @@ class DataLoader {
   LoaderOptions opt_;
   int T_ = 0;
   std::vector<ShardView> shards_;
+  std::vector<int64_t> listed_tokens_;  // every listed shard's tokens, those too short for T_ too
   std::vector<int64_t> first_window_;  // window number of each shard's window 0, then W
   int64_t n_windows_ = 0;
   int64_t slice_size_ = 0;

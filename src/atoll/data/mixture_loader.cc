@@ -41,8 +41,9 @@ std::string dir_list(const std::vector<std::string>& dirs) {
 
 MixtureLoader::MixtureLoader(const std::vector<DataPhase>& phases, const std::string& split,
                              const LoaderOptions& options)
-    : T_(options.seq_len), phases_(phases) {
+    : options_(options), split_(split), phases_(phases) {
   ATOLL_CHECK(!phases_.empty() && phases_.front().at_tokens == 0) << "phases";
+  T_ = phase_seq_len(0);
   for (const DataPhase& p : phases_) {
     ATOLL_CHECK(!p.mix.empty()) << "empty phase";
     for (const MixSource& s : p.mix) {
@@ -54,6 +55,7 @@ MixtureLoader::MixtureLoader(const std::vector<DataPhase>& phases, const std::st
   for (const DataPhase& p : phases_) int_weights_.push_back(integer_weights(p, dirs_));
   for (size_t i = 0; i < dirs_.size(); ++i) {
     LoaderOptions o = options;
+    o.seq_len = T_;
     o.seed = source_seed(options.seed, i);
     o.prefetch = false;  // this loader prefetches whole batches
     try {
@@ -65,9 +67,43 @@ MixtureLoader::MixtureLoader(const std::vector<DataPhase>& phases, const std::st
     state_.sources.push_back(sources_.back()->cursor());
   }
   state_.picks.assign(dirs_.size(), 0);
+  // A later phase's length must leave every dataset it reads a window for this worker: said now,
+  // not when the phase starts.
+  for (size_t p = 1; p < phases_.size(); ++p) {
+    if (phase_seq_len(int(p)) == T_) continue;
+    for (const MixSource& s : phases_[p].mix) {
+      const int64_t w = count_windows(s.dir, split, phase_seq_len(int(p)));
+      if (w <= options.worker)
+        throw DataError("data.phases[" + std::to_string(p) + "].model.seq_len = " + std::to_string(phase_seq_len(int(p))) +
+                        ": the " + split + " split of " + s.dir + " holds " + std::to_string(w) + " windows of " +
+                        std::to_string(phase_seq_len(int(p)) + 1) + " tokens, none left for worker " +
+                        std::to_string(options.worker) + " of " + std::to_string(options.n_workers) +
+                        "; fix: a shorter model.seq_len for that phase, fewer workers or more data");
+    }
+  }
   prefetch_ = std::make_unique<BatchPrefetcher<MixCursor>>(
       [this](const MixCursor& from, int B, int32_t* inputs, int32_t* targets) { return fill(from, B, inputs, targets); },
       T_, options.prefetch);
+}
+
+int MixtureLoader::phase_seq_len(int phase) const {
+  const DataPhase& p = phases_[size_t(std::max(0, phase))];
+  return p.seq_len ? p.seq_len : options_.seq_len;
+}
+
+void MixtureLoader::rechunk(int seq_len) {
+  prefetch_.reset();  // its thread reads the loaders replaced below
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    LoaderOptions o = options_;
+    o.seq_len = seq_len, o.seed = source_seed(options_.seed, i), o.prefetch = false;
+    sources_[i] = std::make_unique<DataLoader>(dirs_[i], split_, o);
+    sources_[i]->set_cursor(state_.sources[i]);  // the same share of its epoch, in windows of the new length
+    state_.sources[i] = sources_[i]->cursor();
+  }
+  T_ = seq_len;
+  prefetch_ = std::make_unique<BatchPrefetcher<MixCursor>>(
+      [this](const MixCursor& from, int B, int32_t* inputs, int32_t* targets) { return fill(from, B, inputs, targets); },
+      T_, options_.prefetch);
 }
 
 int MixtureLoader::enter_phase(int64_t tokens) {
@@ -77,6 +113,7 @@ int MixtureLoader::enter_phase(int64_t tokens) {
   prefetch_->drop();
   state_.phase = p;
   state_.picks.assign(dirs_.size(), 0);
+  if (phase_seq_len(p) != T_) rechunk(phase_seq_len(p));
   return single_ ? -1 : p;
 }
 
@@ -179,6 +216,10 @@ void MixtureLoader::set_cursor_json(const json& j) {
   }
   MixCursor s;
   s.phase = j.at("phase").get<int>();
+  if (s.phase >= int(phases_.size()))
+    throw DataError("the data cursor was saved in data phase " + std::to_string(s.phase) + ", but this run has " +
+                    std::to_string(phases_.size()) + " phases; fix: resume with the run's data.phases");
+  if (phase_seq_len(s.phase) != T_) rechunk(phase_seq_len(s.phase));  // the saved phase's windows
   s.picks.assign(dirs_.size(), 0);
   for (size_t i = 0; i < dirs_.size(); ++i) s.sources.push_back(sources_[i]->cursor());
   for (const json& saved : j.at("sources")) {
@@ -196,9 +237,6 @@ void MixtureLoader::set_cursor_json(const json& j) {
     s.sources[i] = sources_[i]->cursor();
     s.picks[i] = saved.at("picks").get<int64_t>();
   }
-  if (s.phase >= int(phases_.size()))
-    throw DataError("the data cursor was saved in data phase " + std::to_string(s.phase) + ", but this run has " +
-                    std::to_string(phases_.size()) + " phases; fix: resume with the run's data.phases");
   state_ = s;
 }
 

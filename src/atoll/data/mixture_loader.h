@@ -18,8 +18,14 @@
 // continues where it stopped. The state (phase, picks, each dataset's cursor) is a MixCursor,
 // saved in checkpoints (cursor_json), so a resumed run continues the same windows in the same
 // phase. Batches are a pure function of (cursor, B): the next is prepared in the background.
+//
+// A phase may train at its own sequence length (DataPhase::seq_len, context extension): when it
+// starts, every dataset's loader is rebuilt at the new length and continues from its cursor
+// re-chunked (DataLoader::set_cursor: the same epoch, the position scaled by the tokens read), so
+// the change is as deterministic as the rest and a resumed run re-chunks the same way.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -42,9 +48,10 @@ struct MixCursor {
 class MixtureLoader {
  public:
   // `phases` as data_phases() gives them (at least one, the first at 0); every dataset is read
-  // from `dir`/<split>_*.bin. Dataset i shuffles with seed `options.seed` mixed with i (the first
-  // one with the seed itself, so a one-dataset stream is DataLoader's). Throws DataError as
-  // DataLoader does, naming the dataset.
+  // from `dir`/<split>_*.bin, in windows of options.seq_len tokens or the phase's own seq_len.
+  // Dataset i shuffles with seed `options.seed` mixed with i (the first one with the seed itself,
+  // so a one-dataset stream is DataLoader's). Throws DataError as DataLoader does, naming the
+  // dataset, also when a later phase's length leaves a dataset of it no window for this worker.
   MixtureLoader(const std::vector<DataPhase>& phases, const std::string& split, const LoaderOptions& options);
 
   // Selects the phase for `tokens` trained so far (call before each step's batches). Returns the
@@ -79,12 +86,17 @@ class MixtureLoader {
   // The current phase's share of each dataset (phase 0 before the first batch), summing to 1.
   std::vector<double> shares() const;
   std::vector<std::string> shard_paths() const { return sources_.front()->shard_paths(); }
-  int seq_len() const { return T_; }
+  int seq_len() const { return T_; }  // the current phase's
+  int phase() const { return std::max(0, state_.phase); }  // the current phase (0 before the first batch)
 
  private:
+  int phase_seq_len(int phase) const;
+  void rechunk(int seq_len);  // every dataset's loader at seq_len, continuing from its cursor
   MixCursor fill(const MixCursor& from, int B, int32_t* inputs, int32_t* targets) const;
   size_t pick(const MixCursor& s) const;
 
+  LoaderOptions options_;  // seq_len: the run's own (model.seq_len), for phases that set none
+  std::string split_;
   int T_ = 0;
   bool single_ = false;
   std::vector<DataPhase> phases_;

@@ -13,6 +13,9 @@ class CpuEngine final : public Engine {
 
   std::string device_name() const override { return "cpu"; }
   void zero_grads() override { host_model_.zero_grads(); }
+  void set_sequence(int seq_len, double rope_theta, int micro_batch) override {
+    host_model_.set_sequence(seq_len, rope_theta, micro_batch);
+  }
   std::vector<double> topk_choice_counts() const override { return host_model_.topk_choice_counts(); }
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override;
   LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr) override;

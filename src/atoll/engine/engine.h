@@ -145,6 +145,11 @@ class Engine {
   // One optimizer step at learning rate lr; advances the step count first (the first is t = 1).
   virtual void optimizer_step(double lr) = 0;
   virtual void synchronize() {}
+  // Context extension (a data.phases change): sequences of `seq_len` tokens, RoPE base
+  // `rope_theta`, micro-batches of up to `micro_batch` from the next step on; parameters,
+  // gradients and optimizer state are kept (Model::set_sequence). The CPU engine only: the
+  // config refuses phase settings with train.device = cuda before anything runs.
+  virtual void set_sequence(int seq_len, double rope_theta, int micro_batch) = 0;
 
   // The optimizer's step count, wherever it is kept.
   virtual int64_t optimizer_steps() const = 0;

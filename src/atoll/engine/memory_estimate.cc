@@ -179,7 +179,8 @@ namespace {
   const std::string state_keys =
       "model.dim, model.n_layers, model.n_experts, model.expert_hidden or model.vocab_size (the parameters)";
   const std::string batch_keys =
-      "train.micro_batch_size (gradients accumulate up to train.batch_size) or model.seq_len (the activations)";
+      "train.micro_batch_size (gradients accumulate up to train.batch_size) or model.seq_len (the activations)" +
+      std::string(cfg.data.phases.empty() ? "" : ", the largest phase's of data.phases");
   char params[32];
   std::snprintf(params, sizeof params, "%.3g", e.params);
   const std::string parts =
@@ -195,10 +196,24 @@ namespace {
                     "; or set train.memory_check = false if the estimate is wrong");
 }
 
+// The run's largest need: its config, or with data.phases the phase whose sequence length and
+// batch need the most (context extension: the 32k phase, not the 4k start).
+Config largest_phase(const Config& cfg, int workers_per_island) {
+  Config largest = cfg;
+  double most = -1;
+  for (const DataPhase& p : cfg.data.phases) {
+    const Config in = config_in_phase(cfg, p);
+    const MemoryEstimate e = estimate_memory(in, workers_per_island);
+    if (std::max(e.host, e.device) > most) largest = in, most = std::max(e.host, e.device);
+  }
+  return largest;
+}
+
 }  // namespace
 
-void check_memory_fits(const Config& cfg, const MemoryCheckOptions& opts) {
-  if (!cfg.train.memory_check) return;
+void check_memory_fits(const Config& run_cfg, const MemoryCheckOptions& opts) {
+  if (!run_cfg.train.memory_check) return;
+  const Config cfg = largest_phase(run_cfg, opts.workers_per_island);
   const MemoryEstimate e = estimate_memory(cfg, opts.workers_per_island);
   const AvailableMemory host = available_host_memory();
   if (host.bytes > 0 && e.host * opts.processes > host.bytes)

@@ -49,7 +49,8 @@ struct MemoryCheckOptions {
 
 // ConfigError when the estimate (times `processes`) exceeds the memory available, naming the
 // keys that drive it, the estimate, what is available and the fix (train.memory_check = false
-// skips the check, for when the estimate is wrong). Nothing is allocated.
+// skips the check, for when the estimate is wrong). Nothing is allocated. With data.phases, the
+// phase that needs the most counts (its model.seq_len and train.batch_size).
 void check_memory_fits(const Config& cfg, const MemoryCheckOptions& opts = {});
 
 // "1.5 GiB", "312 MiB": sizes in messages.

@@ -110,6 +110,16 @@ LossParts Model<T>::forward(const int32_t* inputs, const int32_t* targets, int B
 }
 
 template <typename T>
+void Model<T>::set_sequence(int seq_len, double rope_theta, int max_batch) {
+  ATOLL_CHECK(seq_len >= 1 && max_batch >= 1) << seq_len << " " << max_batch;
+  cfg_.seq_len = seq_len, cfg_.rope_theta = rope_theta, max_batch_ = max_batch;
+  ATOLL_CHECK_EQ(ParamLayout::build(cfg_).total(), layout_.total()) << "the parameters do not depend on the length";
+  s_.reset();  // the old buffers go before the new ones are allocated: the peak is the larger, not both
+  s_ = std::make_unique<State>(cfg_, layout_, max_batch_, precision_);
+  set_context_parallel(cp_);  // the zigzag rows of the new length
+}
+
+template <typename T>
 void Model<T>::set_context_parallel(Collective* group) {
   cp_ = group;
   zigzag_.reset();

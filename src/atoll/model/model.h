@@ -64,6 +64,11 @@ class Model {
 
   PhaseTimes& phase_times() { return times_; }
 
+  // Context extension (data.phases): from now on sequences of `seq_len` tokens with RoPE base
+  // `rope_theta`, at most `max_batch` of them. The parameters and gradients stay (no row depends
+  // on the length); the buffers, workspaces and RoPE tables are rebuilt for the new length.
+  void set_sequence(int seq_len, double rope_theta, int max_batch);
+
   // Context parallelism (docs/long_context.md): from now on this model holds rank
   // group.rank()'s zigzag rows of each sequence (model/ring_attention.h), inputs and targets
   // are those rows [B, T_r], attention runs round the group's ring, and the cross-entropy is

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 
@@ -29,24 +30,36 @@ std::vector<DataPhase> phases_of(const Config& c, const std::string& data_dir) {
   return phases;
 }
 
+// Every validation split must hold a window at every length the phases train at (validation
+// follows the phase's length): said before the run starts.
+void check_val_lengths(const Config& c, const MixtureLoader& data) {
+  for (size_t p = 0; p < data.phases().size(); ++p) {
+    const int T = config_in_phase(c, data.phases()[p]).model.seq_len;
+    if (T == c.model.seq_len && p > 0) continue;
+    for (const std::string& dir : data.dirs())
+      if (has_val_split(dir) && count_windows(dir, "val", T) == 0)
+        throw DataError("data.phases[" + std::to_string(p) + "].model.seq_len = " + std::to_string(T) +
+                        ": the validation split of " + dir + " holds no window of " + std::to_string(T + 1) +
+                        " tokens; fix: a shorter model.seq_len for that phase, or a larger validation split");
+  }
+}
+
 }  // namespace
 
 Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts)
-    : cfg(c),
+    : run_cfg(c),
+      cfg(config_in_phase(c, phases_of(c, data_dir).front())),
       train_data(phases_of(c, data_dir), "train",
                  {.seq_len = c.model.seq_len, .seed = uint64_t(c.train.seed), .worker = opts.worker,
                   .n_workers = opts.n_workers}),
-      in(size_t(micro_batch(c.train)) * c.model.seq_len),
-      tg(size_t(micro_batch(c.train)) * c.model.seq_len) {
+      in(size_t(micro_batch(cfg.train)) * cfg.model.seq_len),
+      tg(size_t(micro_batch(cfg.train)) * cfg.model.seq_len) {
   train_data.check_vocab(c.model.vocab_size);
-  tasks = load_eval_tasks(c, train_data.dirs().front());
-  for (const std::string& dir : train_data.dirs()) {
-    val_data.emplace_back();
-    if (!has_val_split(dir)) continue;
-    val_data.back() = std::make_unique<DataLoader>(dir, "val",
-                                                   LoaderOptions{.seq_len = c.model.seq_len, .shuffle = false, .prefetch = false});
-    val_data.back()->check_vocab(c.model.vocab_size);
-  }
+  tasks = load_eval_tasks(cfg, train_data.dirs().front());
+  if (train_data.phases().size() > 1) check_val_lengths(c, train_data);
+  open_val_data();
+  for (const auto& v : val_data)
+    if (v) v->check_vocab(c.model.vocab_size);
   // A validation figure that leaves out a dataset it claims to cover, or that never comes, is
   // said once at the start (by the first worker), never left silent.
   if (opts.worker == 0) {
@@ -54,7 +67,7 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
       if (t.truncated > 0)
         log_warn("train.eval_tasks: " + t.path + ": " + std::to_string(t.truncated) + " of " +
                  std::to_string(t.items.size()) + " items lose context tokens from the left to fit model.seq_len = " +
-                 std::to_string(c.model.seq_len));
+                 std::to_string(cfg.model.seq_len));
     const std::vector<std::string> dirs = train_data.dirs();
     if (!has_val() && c.train.eval_every > 0)
       log_warn("train.eval_every = " + std::to_string(c.train.eval_every) + ": no validation pass will run, the data (" +
@@ -65,8 +78,53 @@ Loop::Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts
         log_warn("val_loss leaves out " + dirs[i] + ": it has no validation split (val_*.bin); fix: prepare it with a "
                  "validation share (`atoll data prepare --val-fraction`)");
   }
-  engine = make_engine(c, {.device_index = opts.device_index, .island_rank = opts.island_rank,
+  engine = make_engine(cfg, {.device_index = opts.device_index, .island_rank = opts.island_rank,
                            .island_size = opts.island_size});
+}
+
+void Loop::open_val_data() {
+  val_data.clear();
+  for (const std::string& dir : train_data.dirs()) {
+    val_data.emplace_back();
+    if (!has_val_split(dir)) continue;
+    val_data.back() = std::make_unique<DataLoader>(
+        dir, "val", LoaderOptions{.seq_len = cfg.model.seq_len, .shuffle = false, .prefetch = false});
+  }
+}
+
+void Loop::enter_phase() {
+  const int started = train_data.enter_phase(tokens);
+  const DataPhase& phase = train_data.phases()[size_t(train_data.phase())];
+  const Config now = config_in_phase(run_cfg, phase);
+  nlohmann::json changes = nlohmann::json::array();
+  auto note = [&](const char* key, auto was, auto is) {  // ints stay ints in the event
+    if (was != is) changes.push_back({{"key", key}, {"was", was}, {"now", is}});
+  };
+  note("model.seq_len", cfg.model.seq_len, now.model.seq_len);
+  note("model.rope_theta", cfg.model.rope_theta, now.model.rope_theta);
+  note("train.batch_size", cfg.train.batch_size, now.train.batch_size);
+  if (!changes.empty()) {
+    const bool new_length = now.model.seq_len != cfg.model.seq_len;
+    cfg = now;
+    ATOLL_CHECK_EQ(train_data.seq_len(), cfg.model.seq_len) << "the loader re-chunks with the phase";
+    engine->set_sequence(cfg.model.seq_len, cfg.model.rope_theta, micro_batch(cfg.train));
+    in.assign(size_t(micro_batch(cfg.train)) * cfg.model.seq_len, 0);
+    tg.assign(in.size(), 0);
+    if (new_length) open_val_data();
+  }
+  if (started < 0 || !on_data_phase) return;
+  nlohmann::json mix = nlohmann::json::array();
+  for (const MixSource& s : phase.mix) mix.push_back({{"dir", s.dir}, {"weight", s.weight}});
+  nlohmann::json fields = {{"phase", started},
+                           {"at_tokens", phase.at_tokens},
+                           {"tokens", tokens},
+                           {"step", step},
+                           {"mix", mix},
+                           {"seq_len", cfg.model.seq_len},
+                           {"rope_theta", cfg.model.rope_theta},
+                           {"batch_size", cfg.train.batch_size}};
+  if (!changes.empty()) fields["changes"] = changes;
+  on_data_phase(fields);
 }
 
 void Loop::check_data(bool wait) const {
@@ -80,12 +138,6 @@ LossParts Loop::gradients(int batch) {
   const int n_micro = batch / mb;
   check_data(/*wait=*/false);  // a damaged shard found so far stops the run here
   engine->zero_grads();
-  if (const int p = train_data.enter_phase(tokens); p >= 0 && on_data_phase) {
-    const DataPhase& phase = train_data.phases()[size_t(p)];
-    nlohmann::json mix = nlohmann::json::array();
-    for (const MixSource& s : phase.mix) mix.push_back({{"dir", s.dir}, {"weight", s.weight}});
-    on_data_phase({{"phase", p}, {"at_tokens", phase.at_tokens}, {"tokens", tokens}, {"step", step}, {"mix", mix}});
-  }
   LossParts loss;
   for (int i = 0; i < n_micro; ++i) {
     train_data.next_batch(mb, in.data(), tg.data());

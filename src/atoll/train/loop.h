@@ -30,7 +30,10 @@ struct Loop {
   // data is `data_dir`, or the datasets of data.mix / data.phases when the config has them.
   Loop(const Config& c, const std::string& data_dir, const LoopOptions& opts = {});
 
-  const Config& cfg;
+  const Config run_cfg;  // the run's config as given
+  // The config in force: run_cfg with the current data phase's model.seq_len, model.rope_theta
+  // and train.batch_size (data.phases; config_in_phase). Everything a step reads, reads this.
+  Config cfg;
   MixtureLoader train_data;
   // Each dataset's validation split, as train_data.dirs() (null: that dataset has none).
   std::vector<std::unique_ptr<DataLoader>> val_data;
@@ -43,6 +46,12 @@ struct Loop {
   int64_t step = 0, tokens = 0;
   std::vector<int32_t> in, tg;  // [micro_batch, T] inputs and targets
 
+  // The phase change hook, before each step's batch: enters the data phase `tokens` have
+  // reached, and when its settings differ from those in force (a phase that starts now, or the
+  // phase a resumed run's data cursor is in), puts them in force: the loader re-chunks, the
+  // engine rebuilds its buffers and RoPE tables (Engine::set_sequence), the validation data
+  // follows. A phase that starts calls on_data_phase, its fields naming the old and new values.
+  void enter_phase();
   // zero grads, then forward/backward over batch / micro_batch micro-batches of the next
   // `batch` training windows: the gradients hold the batch mean. Returns the mean loss.
   LossParts gradients(int batch);
@@ -56,6 +65,9 @@ struct Loop {
   double validate();
   // Each of `tasks` scored where the step runs (task_eval.h), micro_batch sequences per pass.
   std::vector<TaskScores> score_tasks();
+
+ private:
+  void open_val_data();  // each dataset's validation split at cfg.model.seq_len
 };
 
 }  // namespace atl

@@ -16,7 +16,7 @@ namespace atl {
 nlohmann::json to_json(const StepRow& r) {
   nlohmann::json row = {{"step", r.step},         {"tokens", r.tokens},           {"loss", r.loss},
                         {"aux_loss", r.aux_loss}, {"z_loss", r.z_loss},           {"lr", r.lr},
-                        {"grad_norm", r.grad_norm}, {"batch_size", r.batch_size}, {"tokens_per_s", r.tokens_per_s},
+                        {"grad_norm", r.grad_norm}, {"batch_size", r.batch_size}, {"seq_len", r.seq_len}, {"tokens_per_s", r.tokens_per_s},
                         {"time_s", r.time_s}};
   auto put = [&](const char* key, const auto& field) {
     if (field) row[key] = *field;

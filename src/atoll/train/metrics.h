@@ -36,6 +36,7 @@ struct StepRow {
   int64_t step = 0, tokens = 0;
   double loss = 0, aux_loss = 0, z_loss = 0, lr = 0, grad_norm = 0;
   int batch_size = 0;
+  int seq_len = 0;  // model.seq_len in force at this step (data.phases may change it)
   double tokens_per_s = 0, time_s = 0;
   std::optional<double> mfu{};  // with train.peak_gflops: bench.h mfu_of(tokens_per_s) over the step's workers
   std::optional<double> val_loss{};

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 // The fields the page charts or shows (train/metrics.h StepRow); others are listed in a note.
 const std::set<std::string> kKnownFields = {
-    "step", "tokens", "loss", "aux_loss", "z_loss", "lr", "grad_norm", "batch_size", "tokens_per_s", "time_s",
+    "step", "tokens", "loss", "aux_loss", "z_loss", "lr", "grad_norm", "batch_size", "seq_len", "tokens_per_s", "time_s",
     "val_loss", "val_losses", "island", "rank", "comm_bytes", "comm_s", "compute_s", "idle_s", "overlap_comm_s",
     "outer_step", "fragment", "theta_hash", "momentum_hash", "round_steps", "round_tokens", "round_weight",
     "load_layer", "load_entropy", "load_max", "load_min", "load_skip", "ckpt_stall_s", "ckpt_wait_s",

@@ -23,11 +23,17 @@ std::vector<std::pair<std::string, std::string>> key_values(const Config& cfg) {
 
 }  // namespace
 
+namespace {
+bool context_key(const std::string& key) {
+  return std::find(kResumeContextKeys.begin(), kResumeContextKeys.end(), key) != kResumeContextKeys.end();
+}
+}  // namespace
+
 bool ConfigChange::safe() const {
-  return std::find(kResumeSafeKeys.begin(), kResumeSafeKeys.end(), key) != kResumeSafeKeys.end();
+  return std::find(kResumeSafeKeys.begin(), kResumeSafeKeys.end(), key) != kResumeSafeKeys.end() || context_key(key);
 }
 
-bool ConfigChange::model() const { return key.rfind("model.", 0) == 0; }
+bool ConfigChange::model() const { return key.rfind("model.", 0) == 0 && !context_key(key); }
 
 std::string ConfigChange::text() const { return key + ": " + was + " -> " + now; }
 
@@ -42,6 +48,7 @@ std::vector<ConfigChange> config_changes(const Config& was, const Config& now) {
 std::string resume_safe_keys_text() {
   std::string text;
   for (std::string_view k : kResumeSafeKeys) text.append(text.empty() ? "" : ", ").append(k);
+  for (std::string_view k : kResumeContextKeys) text.append(", ").append(k);
   return text;
 }
 

@@ -10,7 +10,9 @@
 // optimizer, the data, the batch, DiLoCo...) would make the resumed run another run than the one
 // its checkpoint belongs to, so a change is refused with the key and both values named, unless
 // the user asks for it (`--allow-config-change`). A [model] key cannot change at all: the
-// checkpoint holds a model of that shape.
+// checkpoint holds a model of that shape; except model.seq_len and model.rope_theta (context
+// extension, kResumeContextKeys), which the weights' shapes do not depend on: a change is
+// accepted and logged (the resume event's config_changes), as data.phases would change them.
 #pragma once
 
 #include <array>
@@ -28,11 +30,14 @@ inline constexpr std::array<std::string_view, 12> kResumeSafeKeys = {
     "train.peak_gflops",
     "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
 
+// The [model] keys a --resume may change, logged: a longer (or other) context and its RoPE base.
+inline constexpr std::array<std::string_view, 2> kResumeContextKeys = {"model.seq_len", "model.rope_theta"};
+
 // One key whose value differs: "train.steps", "4" in the run, "6" now (TOML values).
 struct ConfigChange {
   std::string key, was, now;
-  bool safe() const;         // in kResumeSafeKeys
-  bool model() const;        // a [model] key
+  bool safe() const;         // in kResumeSafeKeys or kResumeContextKeys
+  bool model() const;        // a [model] key that fixes the checkpoint's shape (not kResumeContextKeys)
   std::string text() const;  // "train.steps: 4 -> 6"
 };
 

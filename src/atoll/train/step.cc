@@ -45,6 +45,7 @@ void add_router_loads(StepRow& row, Engine& engine, const ModelConfig& m, const 
 }  // namespace
 
 std::optional<StepRow> train_step(Loop& loop, StepHooks& hooks, const DriverOptions& opts, StepState& state) {
+  loop.enter_phase();  // a data phase's settings (context extension) hold from this step's batch on
   const Config& cfg = loop.cfg;
   const int T = cfg.model.seq_len;
   Engine& engine = *loop.engine;
@@ -58,7 +59,7 @@ std::optional<StepRow> train_step(Loop& loop, StepHooks& hooks, const DriverOpti
   const double t2 = now_s();
   if (!hooks.keep_batch(loop, loss.total())) return std::nullopt;  // rolled back: the batch is skipped
   if (!std::isfinite(loss.total())) fail_on_loss(loss, loop.step + 1, opts.who);
-  StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch};
+  StepRow row{.grad_norm = engine.clip_grads(cfg.optim.grad_clip), .batch_size = batch, .seq_len = T};
   row.ckpt_fence_s = std::exchange(state.fenced, std::nullopt);
   row.lr = lr_at(cfg.optim, loop.step, cfg.train.steps);
   engine.optimizer_step(row.lr);  // update
