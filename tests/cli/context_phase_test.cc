@@ -2,12 +2,14 @@
 // and raises model.rope_theta continues the run; its first loss at the new length is what `atoll
 // eval` gives the checkpoint taken at the boundary at that length; the change is a data_phase
 // event and every metrics row carries the seq_len in force; a resume across the boundary is
-// exact; `--resume` at a longer model.seq_len is a logged change; bad phases are refused before
-// anything is written.
+// exact; islands under `atoll launch` change together; `--resume` at a longer model.seq_len is a
+// logged change; bad phases are refused before anything is written.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -114,6 +116,39 @@ TEST_F(ContextPhase, DoublingSeqLenContinuesEqualsEvalAndResumesExactly) {
     EXPECT_EQ(again[i]["seq_len"], rows[i]["seq_len"]) << i;
     EXPECT_EQ(again[i]["grad_norm"], rows[i]["grad_norm"]) << i;
   }
+}
+
+// Islands under `atoll launch` change at the same step (their token counts agree), so their
+// outer steps still agree: the same theta_hash on every island after the change.
+TEST_F(ContextPhase, IslandsChangeTogether) {
+  base_run();  // prepares world().data_dir()
+  const std::string run = dir("run"), mix = "mix = [{dir = \"" + world().data_dir() + "\"}]";
+  // 2 islands x 4 sequences of kT0: 256 tokens a step, so the phase starts with step 2.
+  const RunResult r = run_atoll(
+      {"launch", "--config", world().config(), "--run-dir", run, "--islands", "2", "--set", "data.input=[]", "--set",
+       "data.dir=\"\"", "--set", "diloco.inner_steps=2", "--set", "train.eval_every=0", "--set",
+       "data.phases=[{at_tokens = 0, " + mix + "}, {at_tokens = 256, " + mix + ", model.seq_len = 64, model.rope_theta = "
+       "40000.0}]"},
+      120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  std::map<int64_t, std::set<std::string>> hashes;  // step -> the islands' theta_hash
+  int rows = 0;
+  for (const json& row : read_jsonl(run + "/metrics.jsonl")) {
+    ++rows;
+    EXPECT_EQ(row["seq_len"], row["step"].get<int>() == 1 ? kT0 : 64) << row;
+    if (row.contains("theta_hash")) hashes[row["step"].get<int64_t>()].insert(row["theta_hash"].get<std::string>());
+  }
+  EXPECT_EQ(rows, 2 * 4);
+  ASSERT_EQ(hashes.size(), 2u);  // outer steps after steps 2 and 4
+  for (const auto& [step, h] : hashes) EXPECT_EQ(h.size(), 1u) << "islands disagree after step " << step;
+  int changes = 0;
+  for (const json& e : read_jsonl(run + "/events.jsonl"))
+    if (e["event"] == "data_phase" && e["phase"] == 1) {
+      ++changes;
+      EXPECT_EQ(e["step"], 1) << e;
+      EXPECT_EQ(e["seq_len"], 64) << e;
+    }
+  EXPECT_GE(changes, 1);
 }
 
 TEST_F(ContextPhase, ResumeAtALongerSeqLenIsALoggedChange) {
