@@ -63,6 +63,7 @@ const std::vector<Bad> kBad = {
     {"model.n_experts=0", "out of range"},
     {"model.top_k=0", "out of range"},
     {"model.expert_hidden=0", "out of range"},
+    {"model.shared_expert_hidden=-1", "out of range"},
     {"model.init_seed=-1", "out of range"},
     {"train.seed=-1", "out of range"},
     {"train.batch_ramp_start=-1", "out of range"},

@@ -92,7 +92,9 @@ TEST(MemoryEstimate, CloseToWhatARealEngineHolds) {
   for (const auto& sets : std::vector<std::vector<std::string>>{
            {"train.batch_size=128"},  // fp32, activations larger than the state
            {"train.precision=bf16"},  // the state and bf16 copies
-           {"optim.name=muon", "train.precision=bf16", "train.batch_size=32"}}) {  // Muon's batched buffers
+           {"optim.name=muon", "train.precision=bf16", "train.batch_size=32"},  // Muon's batched buffers
+           // Qwen2-MoE's parts: a shared expert's kept rows and shared gradients, q/k/v biases
+           {"model.shared_expert_hidden=1024", "model.qkv_bias=true", "train.batch_size=64"}}) {
     const Config cfg = config_with(sets);
     const MemoryEstimate e = estimate_memory(cfg);
     const double real = measured_bytes(cfg);
