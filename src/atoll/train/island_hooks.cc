@@ -125,7 +125,7 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     return;
   }
   if (budget_) {
-    const int64_t tokens = int64_t(row.batch_size) * seq_len_;
+    const int64_t tokens = int64_t(row.batch_size) * row.seq_len;  // the step's: a data phase may change it
     streaming_.count_step(tokens * place_.workers_per_island);
     round_counted_ += tokens * place_.workers_per_island * place_.islands;  // what the driver added to loop.tokens
   }

@@ -98,8 +98,7 @@ class DilocoHook final : public StepHooks {
   DilocoHook(const Config& cfg, const IslandPlace& place, ElasticGroup& outer, StreamingDiloco& streaming,
              JsonlWriter* incidents)
       : place_(place), outer_(outer), streaming_(streaming), incidents_(incidents), dp_warmup_(dp_warmup_steps(cfg)),
-        diloco_steps_(cfg.train.steps - dp_warmup_), budget_(cfg.diloco.sync_seconds > 0),
-        seq_len_(cfg.model.seq_len) {}
+        diloco_steps_(cfg.train.steps - dp_warmup_), budget_(cfg.diloco.sync_seconds > 0) {}
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
   bool can_checkpoint() override { return !streaming_.in_flight() && agreed_; }
   bool steps_agreed() override { return agreed_; }
@@ -118,7 +117,6 @@ class DilocoHook final : public StepHooks {
   JsonlWriter* incidents_;
   int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
   bool budget_;                       // diloco.sync_seconds > 0
-  int seq_len_;
   bool agreed_ = true;                // every island holds this step (steps_agreed)
   int64_t round_counted_ = 0;         // tokens the driver counted in this round (every worker's batch as this one's)
   std::string theta_hash_;
