@@ -194,6 +194,25 @@ TEST(MemoryCheck, AnAbsurdBatchNamesTheBatchFirst) {
   EXPECT_NE(e.find("65536 sequences of 65536 tokens"), std::string::npos) << e;
 }
 
+// Context extension: a run that fits at its first phase's length is refused when a later
+// phase's longer sequences and batch would not fit, before anything runs.
+TEST(MemoryCheck, TheLargestDataPhaseCounts) {
+  Config cfg = config_with({});
+  EXPECT_NO_THROW(check_memory_fits(cfg));
+  cfg.data.phases = {{.at_tokens = 0, .mix = {{"web", 1.0}}},
+                     {.at_tokens = 1000, .mix = {{"web", 1.0}}, .seq_len = 65536, .batch_size = 65536},
+                     {.at_tokens = 2000, .mix = {{"web", 1.0}}, .seq_len = 65536, .batch_size = 1}};
+  cfg.train.micro_batch_size = 0;
+  std::string e;
+  try {
+    check_memory_fits(cfg);
+  } catch (const ConfigError& x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("65536 sequences of 65536 tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("the largest phase's of data.phases"), std::string::npos) << e;
+}
+
 TEST(MemoryCheck, WorkerProcessesOnOneMachineAddUp) {
   // One worker fits; as many as it takes to exceed what is available do not.
   const Config cfg = config_with({});
