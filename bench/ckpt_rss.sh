@@ -11,6 +11,7 @@
 # Prints one row per (M, zero1): the workers' median and max VmHWM in MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/worker_rss.sh
 steps=${1:-2}
 bin=$(pwd)/build/atoll
 runs=/tmp/atoll-ckpt-rss
@@ -24,18 +25,8 @@ for M in 1 2 4; do
       --set optim.zero1="$zero" --set model.dim=256 --set model.expert_hidden=1024 --set train.steps="$steps" \
       --set train.batch_size=2 --set model.seq_len=64 --set train.eval_every=0 --set train.threads=1 --set checkpoint.every=0 \
       --set diloco.inner_steps="$steps" >"$run.log" 2>&1 &
-    launcher=$!
-    declare -A hwm=()
-    while kill -0 "$launcher" 2>/dev/null; do
-      for pid in $(pgrep -P "$launcher" -f " worker " || true); do  # the workers, not the store
-        kb=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-        [ -n "$kb" ] && hwm[$pid]=$kb
-      done
-      sleep 0.05
-    done
-    wait "$launcher" || { echo "run M=$M zero1=$zero failed: see $run.log"; exit 1; }
-    printf '%s\n' "${hwm[@]}" | sort -n | awk -v M="$M" -v z="$zero" '{v[NR]=$1} END {
+    worker_hwm $! || { echo "run M=$M zero1=$zero failed: see $run.log"; exit 1; }
+    printf '%s\n' "${HWM_KB[@]}" | sort -n | awk -v M="$M" -v z="$zero" '{v[NR]=$1} END {
       printf "%-3s %-6s %12.1f %12.1f\n", M, z, v[int((NR+1)/2)]/1024, v[NR]/1024 }'
-    unset hwm
   done
 done

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "atoll/config/config.h"
+#include "atoll/config/context_parallel.h"
 #include "atoll/core/errors.h"
 
 namespace atl {
@@ -76,6 +77,7 @@ const std::vector<Bad> kBad = {
     {"train.eval_batches=0", "out of range"},
     {"train.log_every=0", "out of range"},
     {"train.threads=-1", "out of range"},
+    {"train.context_parallel=0", "out of range"},
     {"optim.lr=-0.001", "out of range"},
     {"optim.lr=inf", "finite"},
     {"optim.lr=nan", "finite"},
@@ -214,6 +216,57 @@ TEST(ConfigRanges, ShippedConfigsStillLoad) {
     ++n;
   }
   EXPECT_GT(n, 0);
+}
+
+// train.context_parallel's refusals (config/context_parallel.h), each naming the key, the reason
+// and the fix: a P that does not divide the island's workers (or any P > 1 for `atoll train`'s
+// one worker), chunks of ⌊T/2P⌋ tokens shorter than the previous-chunk window the model reads,
+// CCA (whose boundary exchange is not built), bf16 products. What is supported loads.
+// check_context_parallel's error for `workers` workers per island ("" when it passes).
+std::string placement_error(int P, int workers) {
+  Config c;
+  c.train.context_parallel = P;
+  try {
+    check_context_parallel(c, workers);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_names(const std::string& e, const std::vector<std::string>& words) {
+  EXPECT_FALSE(e.empty());
+  for (const std::string& w : words) EXPECT_NE(e.find(w), std::string::npos) << "'" << w << "' not in: " << e;
+}
+
+TEST(ContextParallelConfig, PMustDivideTheIslandsWorkers) {
+  expect_names(placement_error(2, 3), {"train.context_parallel = 2", "--workers-per-island", "fix:"});
+  expect_names(placement_error(4, 6), {"train.context_parallel = 4", "divide", "fix:"});
+  expect_names(placement_error(2, 1), {"atoll train", "atoll launch", "fix:"});
+  for (const auto& [P, M] : {std::pair{1, 1}, {1, 3}, {2, 2}, {2, 4}, {3, 6}}) EXPECT_EQ(placement_error(P, M), "");
+}
+
+TEST(ContextParallelConfig, AChunkShorterThanTheModelsBoundaryIsRefused) {
+  // CCA reads cca_time0-1 + cca_time1-1 = 3 tokens back (at the defaults below); seq_len 20 over
+  // P = 4 gives chunks of ⌊20/8⌋ = 2.
+  const std::vector<std::string> cca = {"model.attention=\"cca\"", "model.cca_time0=2", "model.cca_time1=3",
+                                        "model.seq_len=20", "train.context_parallel=4"};
+  expect_names(error_of(cca), {"train.context_parallel = 4", "chunks of 2", "3 tokens", "fix:"});
+}
+
+TEST(ContextParallelConfig, WhatIsNotBuiltYetIsRefusedNotRunWrong) {
+  // CCA with chunks long enough: its boundary exchange does not exist yet.
+  expect_names(error_of({"model.attention=\"cca\"", "model.seq_len=64", "train.context_parallel=2"}),
+               {"train.context_parallel = 2", "cca", "not built", "fix:"});
+  expect_names(error_of({"train.precision=\"bf16\"", "train.context_parallel=2"}),
+               {"train.context_parallel = 2", "fp32", "fix:"});
+}
+
+TEST(ContextParallelConfig, GqaOnTheCpuLoads) {
+  // T need not divide by 2P; chunks may even be empty (T < 2P) for GQA, which reads no boundary.
+  EXPECT_EQ(error_of({"model.seq_len=29", "train.context_parallel=2"}), "");
+  EXPECT_EQ(error_of({"model.seq_len=5", "train.context_parallel=4"}), "");
+  EXPECT_EQ(error_of({"model.router=\"zaya\"", "train.context_parallel=3"}), "");
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // holding its zigzag rows of the same sequences, give the loss and every parameter's gradient
 // of one process over whole sequences: the ranks' losses and gradients summed over the group
 // against the single model's, within 1e-5 relative (to the largest entry of each tensor; the
-// two sum the same terms in other orders), P in {1, 2, 3}, T not divisible by P, GQA, dense and
-// MoE (without the balancing loss, whose product of means is not a sum over tokens).
+// two sum the same terms in other orders), P in {1, 2, 3}, T not divisible by P, GQA, dense,
+// MoE with the Switch balancing loss and the z-loss (the group adds its routing sums before the
+// product of means, layers/router.h RouterSums), and the zaya router (its balancing loads are
+// shares of the whole sequences' tokens, so the group's add up).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -25,11 +27,15 @@ using testing::run_processes;
 
 class ContextParallel : public testing::RedisSuite {};
 
-ModelConfig small_model(bool moe) {
+// "dense", "moe" (softmax top-k with both auxiliary losses, strong enough to matter) or "zaya".
+ModelConfig small_model(const std::string& kind) {
   ModelConfig m;
+  const bool moe = kind != "dense";
   m.vocab_size = 41, m.dim = 16, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 4;
   m.n_experts = moe ? 4 : 1, m.top_k = moe ? 2 : 1, m.expert_hidden = 12, m.seq_len = 13, m.init_std = 0.3;
-  m.aux_loss_coef = 0.0;
+  m.aux_loss_coef = kind == "moe" ? 0.5 : 0.0;
+  m.z_loss_coef = kind == "moe" ? 0.1 : 0.0;
+  if (kind == "zaya") m.router = "zaya";
   return m;
 }
 
@@ -47,7 +53,7 @@ std::string compare(ProcessGroup& g, const ModelConfig& m) {
   Model<float> whole(m, B);
   whole.init_params(m.init_seed);
   whole.zero_grads();
-  const double want = whole.forward_backward(in.data(), tgt.data(), B).ce;
+  const double want = whole.forward_backward(in.data(), tgt.data(), B).total();
 
   Model<float> part(m, B);
   part.init_params(m.init_seed);
@@ -59,7 +65,7 @@ std::string compare(ProcessGroup& g, const ModelConfig& m) {
   std::vector<int32_t> lin(size_t(B) * Tr), ltgt(size_t(B) * Tr);
   zigzag_take(lin.data(), in.data(), B, 1, z, g.rank());
   zigzag_take(ltgt.data(), tgt.data(), B, 1, z, g.rank());
-  float loss = float(part.forward_backward(lin.data(), ltgt.data(), B).ce);
+  float loss = float(part.forward_backward(lin.data(), ltgt.data(), B).total());
   g.allreduce_sum(&loss, 1);
   std::vector<float>& grads = part.grads();
   g.allreduce_sum(grads.data(), grads.size());
@@ -79,10 +85,11 @@ std::string compare(ProcessGroup& g, const ModelConfig& m) {
 }
 
 TEST_F(ContextParallel, GroupSumsToOneModelOverWholeSequences) {
-  for (bool moe : {false, true})
+  for (const char* k : {"dense", "moe", "zaya"})
     for (int P = 1; P <= 3; ++P) {
-      const std::string run = std::string("cpm-") + (moe ? "moe" : "dense") + std::to_string(P);
-      const ModelConfig m = small_model(moe);
+      const std::string kind = k;
+      const std::string run = "cpm-" + kind + std::to_string(P);
+      const ModelConfig m = small_model(kind);
       const auto out = run_processes(P, [&](int rank) -> std::string {
         // One thread per process: P processes share the cores, and OpenMP threads spinning at
         // the end of a parallel region would starve the peer each collective waits for.
@@ -96,8 +103,8 @@ TEST_F(ContextParallel, GroupSumsToOneModelOverWholeSequences) {
         double loss_diff = 1, grad_diff = 1;
         std::string where;
         ASSERT_TRUE(in >> loss_diff >> grad_diff >> where) << "P=" << P << " rank " << r << ": " << out[r];
-        EXPECT_LE(loss_diff, 1e-5) << "loss, P=" << P << " rank " << r << (moe ? " moe" : " dense");
-        EXPECT_LE(grad_diff, 1e-5) << where << ", P=" << P << " rank " << r << (moe ? " moe" : " dense");
+        EXPECT_LE(loss_diff, 1e-5) << "loss, P=" << P << " rank " << r << " " << kind;
+        EXPECT_LE(grad_diff, 1e-5) << where << ", P=" << P << " rank " << r << " " << kind;
       }
     }
 }

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "atoll/config/context_parallel.h"
 #include "atoll/config/data_mix.h"
 #include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
@@ -136,6 +137,9 @@ void visit_config(Config& c, V&& v) {
   v.str("train.precision", t.precision, "matrix-product precision", {"fp32", "bf16"});
   v.num("train.threads", t.threads, "worker threads (0 = all cores)", closed(0, 4096));
   v.str("train.device", t.device, "compute device", {"cpu", "cuda"});
+  v.num("train.context_parallel", t.context_parallel,
+        "P: workers of an island that split each sequence between them (ring attention over P ranks; "
+        "docs/long_context.md); must divide --workers-per-island", closed(1, 4096));
   v.flag("train.memory_check", t.memory_check,
          "refuse at start a model and batch whose estimated memory exceeds what the machine has (false: skip, "
          "if the estimate is wrong)");
@@ -604,6 +608,7 @@ void validate_config(const Config& c, const std::string& origin) {
   int micro = t.micro_batch_size ? t.micro_batch_size : t.batch_size;
   if (t.batch_size % micro != 0)
     fail("train.micro_batch_size (" + std::to_string(micro) + ") must divide train.batch_size (" + std::to_string(t.batch_size) + "); fix: change one of them");
+  if (const std::string why = context_parallel_problem(c); !why.empty()) fail(why);
   if (t.batch_ramp_start > t.batch_size)
     fail("train.batch_ramp_start exceeds train.batch_size; fix: start the ramp at or below the target batch");
   // A time budget ends each island's round on its own clock: fragments would each need their own

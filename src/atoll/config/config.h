@@ -29,6 +29,7 @@ struct TrainConfig {
   int threads = 0;            // 0 = all cores
   std::string device = "cpu";
   bool memory_check = true;   // refuse a model and batch that would not fit (engine/memory_estimate.h)
+  int context_parallel = 1;   // P: ranks of an island that split each sequence (ring attention, docs/long_context.md)
 };
 
 struct OptimConfig {

@@ -116,6 +116,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"train.threads", "always", always},
       {"train.device", "always", always},
       {"train.memory_check", "always", always},
+      {"train.context_parallel", "always (refused where it cannot split the sequences)", always},
 
       {"optim.name", "always", always},
       {"optim.lr", "always", always},

@@ -17,6 +17,7 @@ class CpuEngine final : public Engine {
     host_model_.set_sequence(seq_len, rope_theta, micro_batch);
   }
   std::vector<double> topk_choice_counts() const override { return host_model_.topk_choice_counts(); }
+  void set_context_parallel(Collective* group) override { host_model_.set_context_parallel(group); }
   LossParts forward_backward(const int32_t* inputs, const int32_t* targets, int B, double loss_scale) override;
   LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr) override;
   double clip_grads(double max_norm) override;

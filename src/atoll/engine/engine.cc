@@ -40,6 +40,12 @@ static std::optional<ZeroShard> zero_shard(const std::vector<size_t>& sizes, int
   return s;
 }
 
+void Engine::set_context_parallel(Collective* group) {
+  if (group)
+    throw ConfigError("train.context_parallel > 1 runs on the CPU engine only (the ring's GPU mirror is not built "
+                      "yet); fix: train.device = \"cpu\", or train.context_parallel = 1");
+}
+
 Engine::Engine(const Config& cfg, int host_batch, const EngineOptions& opts)
     : host_model_(cfg.model, host_batch, parse_precision(cfg.train.precision)),
       zero_sizes_(zero_sizes(cfg, host_model_.layout(), opts)),

@@ -168,6 +168,12 @@ class Engine {
   virtual bool has_island_mean() const { return false; }
   virtual void join_island(const IslandLink& link) { (void)link; }
   virtual void island_grad_mean() {}
+  // Context parallelism (train.context_parallel, docs/long_context.md): from now on the step
+  // takes this rank's zigzag rows of each sequence ([B, T_r] inputs and targets) and runs
+  // attention round `group`'s ring (Model::set_context_parallel); null: whole sequences again.
+  // ConfigError where the engine has no ring (the GPU's is not built yet).
+  virtual void set_context_parallel(Collective* group);
+
   // Model::topk_choice_counts of this worker's training passes since zero_grads ([L*E]; empty
   // where the engine does not count them; the CUDA engine counts on the device).
   virtual std::vector<double> topk_choice_counts() const { return {}; }

@@ -5,17 +5,6 @@
 #include <vector>
 
 namespace atl {
-namespace {
-
-// f_i: share of routed slots per expert (a count, so exact and order-independent).
-std::vector<double> expert_fractions(const int32_t* topk_idx, int N, int E, int K) {
-  std::vector<double> f(E, 0.0);
-  for (size_t i = 0; i < size_t(N) * K; ++i) f[topk_idx[i]] += 1.0;
-  for (auto& x : f) x /= double(N) * K;
-  return f;
-}
-
-}  // namespace
 
 template <typename T>
 void router_forward(T* probs, T* lse, int32_t* topk_idx, T* topk_w, const T* logits, int N, int E, int K,
@@ -49,32 +38,59 @@ void router_forward(T* probs, T* lse, int32_t* topk_idx, T* topk_w, const T* log
   }
 }
 
+void RouterSums::add(const RouterSums& o) {
+  for (size_t e = 0; e < slots.size(); ++e) slots[e] += o.slots[e], prob[e] += o.prob[e];
+  z += o.z, tokens += o.tokens;
+}
+
+template <typename T>
+RouterSums router_sums(const T* probs, const T* lse, const int32_t* topk_idx, int N, int E, int K) {
+  RouterSums s{.slots = std::vector<double>(E, 0.0), .prob = std::vector<double>(E, 0.0), .z = 0.0, .tokens = double(N)};
+  for (size_t i = 0; i < size_t(N) * K; ++i) s.slots[topk_idx[i]] += 1.0;
+  for (int n = 0; n < N; ++n) {
+    for (int e = 0; e < E; ++e) s.prob[e] += probs[size_t(n) * E + e];
+    s.z += double(lse[n]) * lse[n];
+  }
+  return s;
+}
+
+RouterLosses router_losses(const RouterSums& s, int K, double aux_coef, double z_coef) {
+  RouterLosses out;
+  const double N = s.tokens;
+  if (N == 0) return out;
+  const int E = int(s.slots.size());
+  double fp = 0.0;
+  for (int e = 0; e < E; ++e) fp += s.slots[e] / (N * K) * s.prob[e] / N;
+  out.aux = aux_coef * E * fp;
+  out.z = z_coef * s.z / N;
+  return out;
+}
+
 template <typename T>
 RouterLosses router_losses(const T* probs, const T* lse, const int32_t* topk_idx, int N, int E, int K,
                            double aux_coef, double z_coef) {
-  RouterLosses out;
-  if (N == 0) return out;
-  const std::vector<double> f = expert_fractions(topk_idx, N, E, K);
-  std::vector<double> P(E, 0.0);
-  double z = 0.0;
-  for (int n = 0; n < N; ++n) {
-    for (int e = 0; e < E; ++e) P[e] += probs[size_t(n) * E + e];
-    z += double(lse[n]) * lse[n];
-  }
-  double fp = 0.0;
-  for (int e = 0; e < E; ++e) fp += f[e] * P[e] / N;
-  out.aux = aux_coef * E * fp;
-  out.z = z_coef * z / N;
-  return out;
+  return router_losses(router_sums(probs, lse, topk_idx, N, E, K), K, aux_coef, z_coef);
 }
 
 template <typename T>
 void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse, const int32_t* topk_idx,
                      const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale,
                      bool renormalize) {
-  const std::vector<double> f = expert_fractions(topk_idx, N, E, K);
-  const double aux_g = loss_scale * aux_coef * E / N;  // d aux / d p_ni = coef * E * f_i / N
-  const double z_g = loss_scale * z_coef * 2.0 / N;    // d z / d lse_n = 2 coef lse_n / N
+  RouterSums own{.slots = std::vector<double>(E, 0.0), .prob = {}, .z = 0.0, .tokens = double(N)};
+  for (size_t i = 0; i < size_t(N) * K; ++i) own.slots[topk_idx[i]] += 1.0;
+  router_backward(dlogits, dtopk_w, probs, lse, topk_idx, topk_w, N, E, K, aux_coef, z_coef, loss_scale, renormalize,
+                  own);
+}
+
+template <typename T>
+void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse, const int32_t* topk_idx,
+                     const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale,
+                     bool renormalize, const RouterSums& batch) {
+  const double Nb = batch.tokens;
+  std::vector<double> f(E, 0.0);  // the batch's share of routed slots per expert
+  for (int e = 0; e < E && Nb > 0; ++e) f[e] = batch.slots[e] / (Nb * K);
+  const double aux_g = loss_scale * aux_coef * E / Nb;  // d aux / d p_ni = coef * E * f_i / N
+  const double z_g = loss_scale * z_coef * 2.0 / Nb;    // d z / d lse_n = 2 coef lse_n / N
 #pragma omp parallel
   {
     std::vector<double> dp(E);
@@ -108,5 +124,11 @@ template void router_backward<float>(float*, const float*, const float*, const f
                                      int, int, int, double, double, double, bool);
 template void router_backward<double>(double*, const double*, const double*, const double*, const int32_t*,
                                       const double*, int, int, int, double, double, double, bool);
+template void router_backward<float>(float*, const float*, const float*, const float*, const int32_t*, const float*,
+                                     int, int, int, double, double, double, bool, const RouterSums&);
+template void router_backward<double>(double*, const double*, const double*, const double*, const int32_t*,
+                                      const double*, int, int, int, double, double, double, bool, const RouterSums&);
+template RouterSums router_sums<float>(const float*, const float*, const int32_t*, int, int, int);
+template RouterSums router_sums<double>(const double*, const double*, const int32_t*, int, int, int);
 
 }  // namespace atl

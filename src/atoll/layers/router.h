@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace atl {
 
@@ -25,6 +26,20 @@ template <typename T>
 RouterLosses router_losses(const T* probs, const T* lse, const int32_t* topk_idx, int N, int E, int K,
                            double aux_coef, double z_coef);
 
+// The sums over tokens that the auxiliary losses are made of: slots[E] routed slots per
+// expert, prob[E] = Σ_n p_ni, z = Σ_n lse_n², over `tokens` tokens. Sums of disjoint sets of
+// tokens add up (element by element), so ranks holding parts of one batch (context parallelism)
+// add theirs and take the batch's losses and gradients from the total.
+struct RouterSums {
+  std::vector<double> slots, prob;  // [E]
+  double z = 0.0, tokens = 0.0;
+  void add(const RouterSums& o);
+};
+template <typename T>
+RouterSums router_sums(const T* probs, const T* lse, const int32_t* topk_idx, int N, int E, int K);
+// The losses of a batch with these sums (router_losses is this over the batch's own).
+RouterLosses router_losses(const RouterSums& s, int K, double aux_coef, double z_coef);
+
 // dlogits[N,E] (=) from dtopk_w[N,K] (the combine's gradient) plus `loss_scale` times the
 // gradients of the auxiliary losses. Top-k selection is piecewise constant: no gradient
 // flows through which experts were chosen, only through their probabilities.
@@ -32,5 +47,12 @@ template <typename T>
 void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse, const int32_t* topk_idx,
                      const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale,
                      bool renormalize = true);
+// The same for N of the batch's tokens, whose losses were taken from `batch`, the sums over the
+// whole batch (its slot shares f_i and its token count): the gradients of every part of a batch
+// add up to the whole batch's.
+template <typename T>
+void router_backward(T* dlogits, const T* dtopk_w, const T* probs, const T* lse, const int32_t* topk_idx,
+                     const T* topk_w, int N, int E, int K, double aux_coef, double z_coef, double loss_scale,
+                     bool renormalize, const RouterSums& batch);
 
 }  // namespace atl

@@ -1,8 +1,38 @@
 #include "atoll/model/router_topk.h"
 
+#include <cstring>
+#include <string>
+
 #include "atoll/backend/cpu/linear.h"
+#include "atoll/core/check.h"
+#include "atoll/core/collective.h"
 
 namespace atl {
+namespace {
+
+// The group's total of every rank's sums, added in rank order in double on every rank (an
+// all-gather of 2E+2 doubles), so every rank holds the same bits.
+RouterSums sum_over_group(const RouterSums& mine, Collective& group) {
+  const size_t E = mine.slots.size();
+  std::vector<double> flat(mine.slots);
+  flat.insert(flat.end(), mine.prob.begin(), mine.prob.end());
+  flat.push_back(mine.z), flat.push_back(mine.tokens);
+  const std::vector<std::string> all =
+      group.allgather(std::string(reinterpret_cast<const char*>(flat.data()), flat.size() * sizeof(double)));
+  RouterSums total{.slots = std::vector<double>(E, 0.0), .prob = std::vector<double>(E, 0.0), .z = 0.0, .tokens = 0.0};
+  for (const std::string& blob : all) {
+    ATOLL_CHECK_EQ(blob.size(), flat.size() * sizeof(double)) << "router sums of another expert count";
+    std::memcpy(flat.data(), blob.data(), blob.size());
+    const RouterSums part{.slots = std::vector<double>(flat.begin(), flat.begin() + E),
+                          .prob = std::vector<double>(flat.begin() + E, flat.begin() + 2 * E),
+                          .z = flat[2 * E],
+                          .tokens = flat[2 * E + 1]};
+    total.add(part);
+  }
+  return total;
+}
+
+}  // namespace
 
 void router_topk_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(matrix_entry(layer_prefix(layer) + "moe.router", m.n_experts, m.dim, ParamGroup::kRouter, layer));
@@ -32,15 +62,26 @@ RouterLosses RouterTopk<T>::forward(const T* h, const PartContext<T>& c) {
   cpu::linear_forward(sh_->logits.data(), h, c.mm.param(w_), N, C, E_);
   router_forward(probs_.data(), lse_.data(), topk_idx_.data(), topk_w_.data(), sh_->logits.data(), N, E_, K_,
                  renormalize_);
-  return router_losses(probs_.data(), lse_.data(), topk_idx_.data(), N, E_, K_, aux_coef_, z_coef_);
+  if (!c.cp) return router_losses(probs_.data(), lse_.data(), topk_idx_.data(), N, E_, K_, aux_coef_, z_coef_);
+  // Context parallelism: the balancing loss is a product of means over the whole batch, so the
+  // group adds its sums first; each rank reports 1/P of the batch's losses, so the group's
+  // reports add up to them, and its backward takes the batch's shares.
+  batch_ = sum_over_group(router_sums(probs_.data(), lse_.data(), topk_idx_.data(), N, E_, K_), *c.cp);
+  RouterLosses out = router_losses(batch_, K_, aux_coef_, z_coef_);
+  out.aux /= c.cp->size(), out.z /= c.cp->size();
+  return out;
 }
 
 template <typename T>
 void RouterTopk<T>::backward(T* dh, const T* dtopk_w, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::router_dispatch));
   const int N = c.d.N, C = c.d.C;
-  router_backward(sh_->dlogits.data(), dtopk_w, probs_.data(), lse_.data(), topk_idx_.data(), topk_w_.data(), N, E_,
-                  K_, aux_coef_, z_coef_, c.loss_scale, renormalize_);
+  if (c.cp)
+    router_backward(sh_->dlogits.data(), dtopk_w, probs_.data(), lse_.data(), topk_idx_.data(), topk_w_.data(), N,
+                    E_, K_, aux_coef_, z_coef_, c.loss_scale, renormalize_, batch_);
+  else
+    router_backward(sh_->dlogits.data(), dtopk_w, probs_.data(), lse_.data(), topk_idx_.data(), topk_w_.data(), N,
+                    E_, K_, aux_coef_, z_coef_, c.loss_scale, renormalize_);
   cpu::linear_backward(dh, c.grads + w_, sh_->dlogits.data(), h, c.mm.param(w_), N, C, E_);
 }
 

@@ -35,6 +35,7 @@ class RouterTopk final : public RouterPart<T> {
   std::vector<T> probs_, lse_;      // [N,E], [N]
   std::vector<int32_t> topk_idx_;   // [N,K]
   std::vector<T> topk_w_;           // [N,K]
+  RouterSums batch_;                // context parallelism: the group's sums of the last forward
 };
 
 }  // namespace atl

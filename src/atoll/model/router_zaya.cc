@@ -8,6 +8,7 @@
 #include "atoll/layers/moe_dispatch.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/layers/router_zaya.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl {
 namespace {
@@ -170,7 +171,10 @@ void RouterZaya<T>::backward(T* dh, const T* dtopk_w, const T* h, const PartCont
   // The loads for bias balancing: each class's share of this batch's slots, scaled as the loss.
   std::vector<int64_t> counts(E1_);
   zaya_class_counts(counts.data(), choice_.data(), N, E1_, K_);
-  for (int e = 0; e < E1_; ++e) c.grads[at_.biases + e] += T(c.loss_scale * double(counts[e]) / (double(N) * K_));
+  // Under context parallelism shares of the whole sequences' tokens, so the group's loads add up
+  // to its batch's.
+  const double tokens = c.zigzag ? double(c.B) * c.zigzag->T : double(N);
+  for (int e = 0; e < E1_; ++e) c.grads[at_.biases + e] += T(c.loss_scale * double(counts[e]) / (tokens * K_));
 }
 
 template class RouterZaya<float>;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "atoll/config/context_parallel.h"
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
@@ -317,6 +318,7 @@ int launch(const LaunchOptions& o) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
   check_time_budget_placement(cfg.diloco, M);
+  check_context_parallel(cfg, M);  // before any worker starts: P must divide the island's workers
   check_memory_fits(cfg, {.processes = W, .workers_per_island = M});  // every worker on this machine, before the data is prepared
   if (o.resume && o.run_dir.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
   const std::string run_dir = o.run_dir.empty() ? default_run_dir() : o.run_dir;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "atoll/config/context_parallel.h"
 #include "atoll/core/worker_phase.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
@@ -179,6 +180,7 @@ struct Worker {
   std::unique_ptr<Store> store{};
   std::unique_ptr<Membership> membership{};
   std::unique_ptr<ProcessGroup> inner{};
+  std::unique_ptr<ProcessGroup> context{};  // train.context_parallel > 1: this rank's context-parallel group
   std::unique_ptr<ElasticGroup> outer{};
   std::unique_ptr<DilocoSync> diloco{};
   uint64_t checkpoint_bytes = 0;  // sent by checkpoint saves (not training traffic: comm_bytes leaves it out)
@@ -215,6 +217,17 @@ struct Worker {
                              .size = opts.workers_per_island, .epoch = epoch, .hostname = opts.listen_address,
                              .timeout = timeout,
                              .member_name = [I = opts.island](int r) { return worker_name(I, r); }});
+    // Context parallelism: ranks g·P .. g·P+P-1 of the island are data-parallel group g, each
+    // holding its zigzag rows of the group's sequences (docs/long_context.md).
+    const int P = cfg.train.context_parallel;
+    if (P == 1) return;
+    const int g = opts.rank / P;
+    context = std::make_unique<ProcessGroup>(
+        *store, GroupOptions{.name = "island" + std::to_string(opts.island) + "-cp" + std::to_string(g),
+                             .rank = opts.rank % P, .size = P, .epoch = epoch, .hostname = opts.listen_address,
+                             .timeout = timeout,
+                             .member_name = [I = opts.island, g, P](int r) { return worker_name(I, g * P + r); }});
+    loop.set_context_parallel(context.get());
   }
 
   // The island's NCCL communicator, on the GPU with M > 1 (check_island_device on every rank
@@ -425,8 +438,11 @@ struct Worker {
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
-  const int N = opts.islands, M = opts.workers_per_island, W = N * M;
+  const int N = opts.islands, M = opts.workers_per_island;
   check_time_budget_placement(cfg.diloco, M);
+  check_context_parallel(cfg, M);
+  // The data-parallel workers: each context-parallel group of P ranks reads one data slice.
+  const int P = cfg.train.context_parallel, D = M / P, data_workers = N * D;
   // Before any thread starts, so that every thread leaves the signals to it (stop_signals.h).
   std::unique_ptr<StopSignals> signals;
   if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
@@ -465,8 +481,10 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
 
   // train.device = cuda: the step runs on GPU `rank` (modulo the devices); the engine's host
   // copies serve initialisation, DiLoCo's outer step and checkpoints.
+  const int data_slice = opts.island * D + opts.rank / P;
   Loop loop(cfg, data.dir,
-            {.worker = w, .n_workers = W, .device_index = opts.rank, .island_rank = opts.rank, .island_size = M});
+            {.worker = data_slice, .n_workers = data_workers, .device_index = opts.rank, .island_rank = opts.rank,
+             .island_size = M});
   Engine& engine = *loop.engine;
   engine.init_params(uint64_t(cfg.model.init_seed));
   nlohmann::json init_event;  // every worker of a fresh start reads the same weights: the same θ
@@ -519,7 +537,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     events.write(event_row("resume", {{"step", loop.step}, {"checkpoint", opts.resume_from}}));
   if (!opts.quiet)
     log_info(who + ": " + std::to_string(engine.layout().n_params()) + " parameters, data slice " +
-             std::to_string(w) + " of " + std::to_string(W) + ", " + std::to_string(diloco.fragments()) +
+             std::to_string(data_slice) + " of " + std::to_string(data_workers) +
+             (P > 1 ? ", context-parallel rank " + std::to_string(opts.rank % P) + " of " + std::to_string(P) : "") +
+             ", " + std::to_string(diloco.fragments()) +
              " fragment(s)" + (resume ? ", resumed at step " + std::to_string(loop.step) : ""));
 
   IslandHooks hooks(cfg,
@@ -534,7 +554,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
   try {
     r = run_steps(loop, hooks,
                   {.who = who,
-                   .workers = W,
+                   .workers = data_workers,
                    .peak_gflops = peak.gflops,
                    .evaluates = [&] { return outer.leads(); },
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },

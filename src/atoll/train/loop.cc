@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "atoll/core/check.h"
+#include "atoll/core/collective.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl {
 
@@ -43,6 +47,35 @@ void check_val_lengths(const Config& c, const MixtureLoader& data) {
                         " tokens; fix: a shorter model.seq_len for that phase, or a larger validation split");
   }
 }
+
+// The group's sum of each rank's loss parts, added in rank order in double (every rank the same bits).
+LossParts sum_over_group(const LossParts& mine, Collective& group) {
+  const double mine3[3] = {mine.ce, mine.aux, mine.z};
+  LossParts sum;
+  for (const std::string& blob : group.allgather(std::string(reinterpret_cast<const char*>(mine3), sizeof mine3))) {
+    ATOLL_CHECK_EQ(blob.size(), sizeof mine3);
+    double p[3];
+    std::memcpy(p, blob.data(), sizeof p);
+    sum.ce += p[0], sum.aux += p[1], sum.z += p[2];
+  }
+  return sum;
+}
+
+// Validation and task scores run on whole sequences on the worker that evaluates alone (its
+// group's other ranks are not in the call): context parallelism is off for the scope.
+class WholeSequences {
+ public:
+  explicit WholeSequences(Loop& loop) : loop_(loop), cp_(loop.cp) {
+    if (cp_) loop_.engine->set_context_parallel(nullptr);
+  }
+  ~WholeSequences() {
+    if (cp_) loop_.engine->set_context_parallel(cp_);
+  }
+
+ private:
+  Loop& loop_;
+  Collective* cp_;
+};
 
 }  // namespace
 
@@ -110,6 +143,7 @@ void Loop::enter_phase() {
     engine->set_sequence(cfg.model.seq_len, cfg.model.rope_theta, micro_batch(cfg.train));
     in.assign(size_t(micro_batch(cfg.train)) * cfg.model.seq_len, 0);
     tg.assign(in.size(), 0);
+    if (cp) set_context_parallel(cp);  // this rank's rows at the new length and batch
     if (new_length) open_val_data();
   }
   if (started < 0 || !on_data_phase) return;
@@ -141,10 +175,26 @@ LossParts Loop::gradients(int batch) {
   LossParts loss;
   for (int i = 0; i < n_micro; ++i) {
     train_data.next_batch(mb, in.data(), tg.data());
-    LossParts part = engine->forward_backward(in.data(), tg.data(), mb, 1.0 / n_micro);
+    const int32_t *x = in.data(), *y = tg.data();
+    double scale = 1.0 / n_micro;
+    if (cp) {  // this rank's rows; its share of the group's gradient times P (loop.h)
+      const ZigzagLayout z{.T = cfg.model.seq_len, .P = cp->size()};
+      zigzag_take(cp_in.data(), in.data(), mb, 1, z, cp->rank());
+      zigzag_take(cp_tg.data(), tg.data(), mb, 1, z, cp->rank());
+      x = cp_in.data(), y = cp_tg.data(), scale *= cp->size();
+    }
+    LossParts part = engine->forward_backward(x, y, mb, scale);
     loss.ce += part.ce / n_micro, loss.aux += part.aux / n_micro, loss.z += part.z / n_micro;
   }
-  return loss;
+  return cp ? sum_over_group(loss, *cp) : loss;
+}
+
+void Loop::set_context_parallel(Collective* group) {
+  engine->set_context_parallel(group);
+  cp = group;
+  const int Tr = group ? ZigzagLayout{.T = cfg.model.seq_len, .P = group->size()}.local_len(group->rank()) : 0;
+  cp_in.assign(size_t(micro_batch(cfg.train)) * Tr, 0);
+  cp_tg.assign(size_t(micro_batch(cfg.train)) * Tr, 0);
 }
 
 bool Loop::has_val() const {
@@ -152,6 +202,7 @@ bool Loop::has_val() const {
 }
 
 double Loop::validate() {
+  const WholeSequences whole(*this);
   const int mb = micro_batch(cfg.train), T = cfg.model.seq_len;
   std::vector<int32_t> x(size_t(mb) * T), y(size_t(mb) * T);
   // One dataset's mean loss over its first eval_batches micro-batches.
@@ -184,6 +235,7 @@ double Loop::validate() {
 }
 
 std::vector<TaskScores> Loop::score_tasks() {
+  const WholeSequences whole(*this);
   std::vector<TaskScores> scores;
   const auto losses = [&](const int32_t* x, const int32_t* y, int B, float* l) { engine->forward(x, y, B, l); };
   for (const TaskSet& set : tasks) scores.push_back(score_task(set, losses, cfg.model.seq_len, micro_batch(cfg.train)));

@@ -45,6 +45,8 @@ struct Loop {
   std::unique_ptr<Engine> engine;
   int64_t step = 0, tokens = 0;
   std::vector<int32_t> in, tg;  // [micro_batch, T] inputs and targets
+  Collective* cp = nullptr;     // the context-parallel group, or null
+  std::vector<int32_t> cp_in, cp_tg;  // [micro_batch, T_r] this rank's rows of in and tg
 
   // The phase change hook, before each step's batch: enters the data phase `tokens` have
   // reached, and when its settings differ from those in force (a phase that starts now, or the
@@ -54,7 +56,15 @@ struct Loop {
   void enter_phase();
   // zero grads, then forward/backward over batch / micro_batch micro-batches of the next
   // `batch` training windows: the gradients hold the batch mean. Returns the mean loss.
+  // Under context parallelism this rank's gradients are its share of the group's batch times P
+  // (so that the island's mean over M = P·D workers is the mean over the D groups' batches),
+  // and the loss returned is the group's: the same figure on every rank of it.
   LossParts gradients(int batch);
+  // Context parallelism (train.context_parallel, docs/long_context.md): every rank of `group`
+  // reads the same windows (the caller gives them one data slice) and trains on its zigzag
+  // rows of them (model/ring_attention.h). Validation and task scores stay on whole sequences
+  // on the one worker that evaluates. Null: whole sequences.
+  void set_context_parallel(Collective* group);
   bool has_val() const;
   // Throws DataError naming a shard of the training or validation data that failed its
   // meta.json checksum; with `wait`, once every shard has been checked (data/shard_verifier.h).

@@ -3,8 +3,9 @@
 // `atoll train --resume` and `atoll launch --resume` continue a run with its own config.toml;
 // `--set` (or a `--config` file) may change the keys of kResumeSafeKeys: how long the run goes,
 // how often it evaluates (and on which task files), logs and checkpoints, how many checkpoints it keeps, its threads, its
-// timeout and whether an island shards its optimizer state (optim.zero1: the same state, held in
-// shards; a checkpoint's content does not depend on it). These steer the run without changing
+// timeout, whether an island shards its optimizer state (optim.zero1: the same state, held in
+// shards; a checkpoint's content does not depend on it) and how many of its workers split each
+// sequence (train.context_parallel: the same computation; checkpoints hold whole tensors). These steer the run without changing
 // what a step computes (train.steps does move the learning-rate schedule's end, which is what
 // extending a run means; ZeRO-1 rounds differently with 3 or more workers per island). Every other key (the
 // optimizer, the data, the batch, DiLoCo...) would make the resumed run another run than the one
@@ -25,10 +26,11 @@
 namespace atl {
 
 // The one list of keys a --resume may change without --allow-config-change (docs: docs/checkpoints.md).
-inline constexpr std::array<std::string_view, 12> kResumeSafeKeys = {
+inline constexpr std::array<std::string_view, 13> kResumeSafeKeys = {
     "train.steps",     "train.eval_every", "train.eval_batches", "train.eval_tasks", "train.log_every",   "train.threads",
     "train.peak_gflops",
-    "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1"};
+    "checkpoint.every", "checkpoint.keep", "checkpoint.grace_s", "fault.timeout_s",  "optim.zero1",
+    "train.context_parallel"};
 
 // The [model] keys a --resume may change, logged: a longer (or other) context and its RoPE base.
 inline constexpr std::array<std::string_view, 2> kResumeContextKeys = {"model.seq_len", "model.rope_theta"};

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "atoll/backend/cpu/gemm.h"
+#include "atoll/config/context_parallel.h"
 #include "atoll/core/file_writer.h"
 #include "atoll/core/log.h"
 #include "atoll/core/timer.h"
@@ -84,6 +85,7 @@ std::string summarize(const TrainResult& r, int64_t start_step, int64_t start_to
 TrainResult train(const Config& cfg, const TrainOptions& opts) {
   parse_precision(cfg.train.precision);  // fp32 | bf16 (model.h); anything else is a ConfigError
   wants_gpu(cfg.train);                   // cuda without a CUDA build is a ConfigError (engine.h)
+  check_context_parallel(cfg, 1);         // one worker: train.context_parallel = 1 (launch splits sequences)
   check_memory_fits(cfg);                 // before the data is prepared or anything allocated
   const double t_start = now_s();
   TrainResult result;

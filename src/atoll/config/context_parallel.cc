@@ -1,0 +1,55 @@
+#include "atoll/config/context_parallel.h"
+
+#include <utility>
+#include <vector>
+
+#include "atoll/core/errors.h"
+#include "atoll/model/part_kinds.h"
+
+namespace atl {
+
+std::string context_parallel_problem(const Config& cfg) {
+  const int P = cfg.train.context_parallel, T = cfg.model.seq_len;
+  if (P == 1) return "";
+  const std::string key = "train.context_parallel = " + std::to_string(P);
+  if (cfg.train.device != "cpu")
+    return key + " runs on the CPU only (the ring's GPU mirror is not built yet); fix: train.device = \"cpu\", "
+           "or train.context_parallel = 1";
+  if (cfg.train.precision != "fp32")
+    return key + " runs fp32 products (ring attention has no bf16 path yet); fix: train.precision = \"fp32\", "
+           "or train.context_parallel = 1";
+  // Each rank holds chunks r and 2P-1-r of 2P; the shortest chunk has ⌊T/2P⌋ tokens, at every
+  // length a phase of data.phases trains at (the shortest phase is the first: phases never shrink).
+  const int boundary = boundary_tokens(cfg.model);
+  std::vector<std::pair<int, std::string>> lengths = {{T, "model.seq_len"}};
+  const std::vector<DataPhase> phases = data_phases(cfg.data);
+  for (size_t p = 0; p < phases.size(); ++p)
+    if (phases[p].seq_len > 0)
+      lengths.push_back({phases[p].seq_len, "data.phases[" + std::to_string(p) + "].model.seq_len"});
+  for (const auto& [len, name] : lengths)
+    if (len / (2 * P) < boundary)
+      return key + " cuts " + name + " = " + std::to_string(len) + " into chunks of " + std::to_string(len / (2 * P)) +
+             " tokens, fewer than the " + std::to_string(boundary) +
+             " tokens of the previous chunk the model reads (CCA's convolution window); fix: raise " + name +
+             " to at least " + std::to_string(2 * P * boundary) + " or lower train.context_parallel";
+  if (boundary > 0)
+    return key + " with model.attention = \"cca\" (or CCA layers in model.attention_layers) is not built yet: CCA's "
+           "convolutions need the previous chunk's last tokens, whose exchange between ranks does not exist; fix: "
+           "train.context_parallel = 1, or GQA attention";
+  return "";
+}
+
+void check_context_parallel(const Config& cfg, int workers_per_island) {
+  const int P = cfg.train.context_parallel;
+  if (workers_per_island % P == 0) return;
+  if (workers_per_island == 1)
+    throw ConfigError("train.context_parallel = " + std::to_string(P) + " splits each sequence over " +
+                      std::to_string(P) + " workers of an island, and `atoll train` runs one; fix: `atoll launch "
+                      "--islands 1 --workers-per-island " + std::to_string(P) + "`, or train.context_parallel = 1");
+  throw ConfigError("train.context_parallel = " + std::to_string(P) + " must divide --workers-per-island (" +
+                    std::to_string(workers_per_island) + "): an island is D data-parallel groups of P ranks; fix: "
+                    "--workers-per-island " + std::to_string(P * ((workers_per_island + P - 1) / P)) +
+                    ", or a train.context_parallel that divides " + std::to_string(workers_per_island));
+}
+
+}  // namespace atl
