@@ -5,12 +5,14 @@
 // two sum the same terms in other orders), P in {1, 2, 3}, T not divisible by P, GQA, dense,
 // MoE with the Switch balancing loss and the z-loss (the group adds its routing sums before the
 // product of means, layers/router.h RouterSums), and the zaya router (its balancing loads are
-// shares of the whole sequences' tokens, so the group's add up).
+// shares of the whole sequences' tokens, so the group's add up; compared in fp64 to 1e-10, see
+// the test).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,29 +48,42 @@ std::vector<int32_t> tokens(int B, int T, int V, int salt) {
   return t;
 }
 
-// "loss_diff grad_diff": this group's summed loss and gradients against one model's.
+// x[n] <- the sum over the group's ranks, in rank order (an all-gather: float or double alike).
+template <typename T>
+void sum_over(ProcessGroup& g, T* x, size_t n) {
+  const std::vector<std::string> all = g.allgather(std::string(reinterpret_cast<const char*>(x), n * sizeof(T)));
+  std::vector<T> part(n);
+  std::fill(x, x + n, T(0));
+  for (const std::string& blob : all) {
+    std::memcpy(part.data(), blob.data(), n * sizeof(T));
+    for (size_t i = 0; i < n; ++i) x[i] += part[i];
+  }
+}
+
+// "loss_diff grad_diff where": this group's summed loss and gradients against one model's, in T.
+template <typename T>
 std::string compare(ProcessGroup& g, const ModelConfig& m) {
-  const int B = 2, T = m.seq_len;
-  const auto in = tokens(B, T, m.vocab_size, 1), tgt = tokens(B, T, m.vocab_size, 2);
-  Model<float> whole(m, B);
+  const int B = 2, seq = m.seq_len;
+  const auto in = tokens(B, seq, m.vocab_size, 1), tgt = tokens(B, seq, m.vocab_size, 2);
+  Model<T> whole(m, B);
   whole.init_params(m.init_seed);
   whole.zero_grads();
   const double want = whole.forward_backward(in.data(), tgt.data(), B).total();
 
-  Model<float> part(m, B);
+  Model<T> part(m, B);
   part.init_params(m.init_seed);
   part.zero_grads();
   part.set_context_parallel(&g);
-  const ZigzagLayout z{.T = T, .P = g.size()};
+  const ZigzagLayout z{.T = seq, .P = g.size()};
   const int Tr = part.local_seq_len();
   if (Tr != z.local_len(g.rank())) return "local_seq_len " + std::to_string(Tr);
   std::vector<int32_t> lin(size_t(B) * Tr), ltgt(size_t(B) * Tr);
   zigzag_take(lin.data(), in.data(), B, 1, z, g.rank());
   zigzag_take(ltgt.data(), tgt.data(), B, 1, z, g.rank());
-  float loss = float(part.forward_backward(lin.data(), ltgt.data(), B).total());
-  g.allreduce_sum(&loss, 1);
-  std::vector<float>& grads = part.grads();
-  g.allreduce_sum(grads.data(), grads.size());
+  double loss = part.forward_backward(lin.data(), ltgt.data(), B).total();
+  sum_over(g, &loss, 1);
+  std::vector<T>& grads = part.grads();
+  sum_over(g, grads.data(), grads.size());
   double worst = 0;
   std::string where;
   for (const ParamEntry& e : part.layout().entries()) {
@@ -90,21 +105,27 @@ TEST_F(ContextParallel, GroupSumsToOneModelOverWholeSequences) {
       const std::string kind = k;
       const std::string run = "cpm-" + kind + std::to_string(P);
       const ModelConfig m = small_model(kind);
+      // The zaya router's gate (GELU MLP, depth average, top-k over its biased scores) turns
+      // fp32 rounding of the attention's summation order into gradient differences of ~1e-4 of
+      // its largest entry even at P = 1 (the ring against the local kernel): it is compared in
+      // fp64, where the only difference is that order's rounding, to 1e-10.
+      const bool fp64 = kind == "zaya";
+      const double bound = fp64 ? 1e-10 : 1e-5;
       const auto out = run_processes(P, [&](int rank) -> std::string {
         // One thread per process: P processes share the cores, and OpenMP threads spinning at
         // the end of a parallel region would starve the peer each collective waits for.
         omp_set_num_threads(1);
         Store store(store_options(run));
         ProcessGroup g(store, GroupOptions{.name = "cp", .rank = rank, .size = P});
-        return compare(g, m);
+        return fp64 ? compare<double>(g, m) : compare<float>(g, m);
       });
       for (int r = 0; r < P; ++r) {
         std::istringstream in(out[r]);
         double loss_diff = 1, grad_diff = 1;
         std::string where;
         ASSERT_TRUE(in >> loss_diff >> grad_diff >> where) << "P=" << P << " rank " << r << ": " << out[r];
-        EXPECT_LE(loss_diff, 1e-5) << "loss, P=" << P << " rank " << r << " " << kind;
-        EXPECT_LE(grad_diff, 1e-5) << where << ", P=" << P << " rank " << r << " " << kind;
+        EXPECT_LE(loss_diff, bound) << "loss, P=" << P << " rank " << r << " " << kind;
+        EXPECT_LE(grad_diff, bound) << where << ", P=" << P << " rank " << r << " " << kind;
       }
     }
 }
