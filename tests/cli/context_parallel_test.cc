@@ -36,7 +36,8 @@ class ContextParallel : public CliTest {
     std::vector<std::string> a;
     for (const std::string& kv : {"train.steps=" + std::to_string(steps), std::string("train.eval_every=10"),
                                  std::string("checkpoint.every=10"), std::string("checkpoint.keep=5"),
-                                 std::string("model.seq_len=29"), std::string("model.z_loss_coef=0.01")})
+                                 std::string("model.seq_len=29"), std::string("model.z_loss_coef=0.01"),
+                                 std::string("train.peak_gflops=1000")})
       a.insert(a.end(), {"--set", kv});
     return a;
   }
@@ -76,6 +77,11 @@ TEST_F(ContextParallel, TwoRanksLogTheLossesOfOneProcessAndResumeEitherWay) {
     // cancellation (measured up to 1.3e-4 by step 20); a wrong scale would be off by P.
     EXPECT_LE(rel(y["grad_norm"], x["grad_norm"]), kGradNormRelative) << "grad_norm, step " << step;
     EXPECT_EQ(y1["loss"], y["loss"]) << "rank 1 logs its group's loss, step " << step;
+    // MFU per device: mfu / tokens_per_s is flops_per_token / (devices x peak), and the group's
+    // tokens are computed on 2 devices.
+    const double per_token_one = x["mfu"].get<double>() / x["tokens_per_s"].get<double>(),
+                 per_token_cp2 = y["mfu"].get<double>() / y["tokens_per_s"].get<double>();
+    EXPECT_NEAR(per_token_cp2 / per_token_one, 0.5, 1e-3) << "mfu, step " << step;
     ++compared;
     // A launched run's last step is also an outer step (one island's: θ moves by the outer
     // optimizer), which comes before that step's validation: compared where none came.

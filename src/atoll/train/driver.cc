@@ -66,7 +66,8 @@ DriverResult run_steps(Loop& loop, StepHooks& hooks, const DriverOptions& opts) 
     if (!row) continue;  // rolled back: the batch is skipped
     hooks.after_inner_step(loop, *row, state.clocks);
     row->tokens_per_s = double(row->batch_size) * cfg.model.seq_len * opts.workers / (now_s() - t0);
-    if (opts.peak_gflops > 0) row->mfu = mfu_of(cfg.model, row->tokens_per_s, opts.workers, opts.peak_gflops);
+    if (opts.peak_gflops > 0)
+      row->mfu = mfu_of(cfg.model, row->tokens_per_s, opts.devices > 0 ? opts.devices : opts.workers, opts.peak_gflops);
     if (opts.evaluates() && loop.has_val() && cadence.evaluates(loop.step))
       result.final_val_loss = validate_into(*row, loop, opts.progress);
     if (opts.evaluates() && !loop.tasks.empty() && cadence.evaluates(loop.step)) score_tasks_into(*row, loop, opts.progress);

@@ -105,6 +105,9 @@ class HookList final : public StepHooks {
 struct DriverOptions {
   std::string who{};          // "island I rank R" in a multi-process run: prefixes errors
   int workers = 1;            // W: the workers whose batches make one global step
+  // The devices computing it, MFU's denominator: 0 = workers; W·P when P ranks split each
+  // worker's sequences (train.context_parallel).
+  int devices = 0;
   double peak_gflops = 0;     // > 0: each row's mfu against W devices of this peak (bench.h mfu_peak)
   // Whether this process runs validation now (in a multi-process run, the lowest live island's rank 0).
   std::function<bool()> evaluates = [] { return true; };

@@ -555,6 +555,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     r = run_steps(loop, hooks,
                   {.who = who,
                    .workers = data_workers,
+                   .devices = N * M,
                    .peak_gflops = peak.gflops,
                    .evaluates = [&] { return outer.leads(); },
                    .write_row = [&](const nlohmann::json& row) { rows.write(row); },
