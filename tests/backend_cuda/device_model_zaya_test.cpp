@@ -82,8 +82,8 @@ TEST(CudaDeviceModelZaya, LossAndEveryGradientMatchCpu) {
 }
 
 // A softmax top-k router on the first layer, zaya routers after it: layer 1 averages over no
-// depth (its predecessor is no zaya router), layer 2 over layer 1's; and the top-k layer's choice
-// counts (the loads of the metrics) equal the CPU's.
+// depth (its predecessor is no zaya router), layer 2 over layer 1's; and the choice counts of
+// every layer (the top-k layer's loads of the metrics, the outer step's expert weights) equal the CPU's.
 TEST(CudaDeviceModelZaya, MixedRoutersMatchCpu) {
   ATOLL_SKIP_WITHOUT_GPU();
   ModelConfig m = zaya_config();
@@ -106,8 +106,8 @@ TEST(CudaDeviceModelZaya, MixedRoutersMatchCpu) {
   const std::vector<double> want = cpu.topk_choice_counts(), got = dev.topk_choice_counts();
   ASSERT_EQ(got.size(), want.size());
   double routed = 0;
-  for (size_t i = 0; i < want.size(); ++i) routed += want[i];
-  EXPECT_EQ(routed, 2.0 * test::kMaxBatch * m.seq_len * m.top_k);  // layer 0's slots only
+  for (size_t i = 0; i < size_t(m.n_experts); ++i) routed += want[i];
+  EXPECT_EQ(routed, 2.0 * test::kMaxBatch * m.seq_len * m.top_k);  // layer 0's (top-k: no skipped slot)
   // Integer counts of the same choices: equal unless a near-tie of probabilities broke the
   // other way (one slot moves between two experts); allow that for two slots.
   double off = 0;

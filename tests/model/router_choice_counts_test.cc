@@ -1,6 +1,7 @@
-// Model::topk_choice_counts, what the load metrics of a softmax top-k router are computed from:
-// every slot the training passes since zero_grads() gave an expert, per layer; nothing from a
-// loss-only forward (validation); nothing for a zaya router's layer (it counts its own).
+// Model::topk_choice_counts, what the load metrics of a softmax top-k router and the outer
+// step's per-expert weights (diloco.expert_merge) are computed from: every slot the training
+// passes since zero_grads() gave an expert, per layer; nothing from a loss-only forward
+// (validation); a zaya router's skipped slots go to no expert.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -21,6 +22,14 @@ ModelConfig mixed_routers() {
   return m;
 }
 
+// N + 1 tokens: inputs [0, N), targets [1, N].
+std::vector<int32_t> random_tokens(const ModelConfig& m, int N) {
+  Rng rng(9);
+  std::vector<int32_t> tokens(size_t(N) + 1);
+  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  return tokens;
+}
+
 double layer_sum(const std::vector<double>& counts, int layer, int E) {
   return std::accumulate(counts.begin() + layer * E, counts.begin() + (layer + 1) * E, 0.0);
 }
@@ -30,9 +39,7 @@ TEST(RouterChoiceCounts, CountEverySlotOfTheTrainingPassesOnly) {
   const int B = 2, N = B * m.seq_len, E = m.n_experts;
   Model<float> model(m, B);
   model.init_params(3);
-  Rng rng(9);
-  std::vector<int32_t> tokens(size_t(N) + 1);
-  for (auto& t : tokens) t = int32_t(rng.below(m.vocab_size));
+  const std::vector<int32_t> tokens = random_tokens(m, N);
 
   model.zero_grads();
   model.forward_backward(tokens.data(), tokens.data() + 1, B, 0.5);
@@ -40,7 +47,7 @@ TEST(RouterChoiceCounts, CountEverySlotOfTheTrainingPassesOnly) {
   const std::vector<double> trained = model.topk_choice_counts();
   ASSERT_EQ(trained.size(), size_t(m.n_layers) * E);
   EXPECT_EQ(layer_sum(trained, 0, E), 2.0 * N * m.top_k);
-  EXPECT_EQ(layer_sum(trained, 1, E), 0.0) << "the zaya router's layer is counted by its balancing row";
+  EXPECT_EQ(layer_sum(trained, 1, E), 2.0 * N * m.top_k) << "the zaya router: its skip bias (-1) keeps the skip class below every expert";
   EXPECT_EQ(layer_sum(trained, 2, E), 2.0 * N * m.top_k);
   // Top-2 of 5 never picks one expert twice for a token: no expert exceeds one slot per token.
   for (int e = 0; e < E; ++e) EXPECT_LE(trained[e], 2.0 * N);
@@ -51,6 +58,22 @@ TEST(RouterChoiceCounts, CountEverySlotOfTheTrainingPassesOnly) {
   model.zero_grads();
   const std::vector<double> cleared = model.topk_choice_counts();
   EXPECT_EQ(std::accumulate(cleared.begin(), cleared.end(), 0.0), 0.0);
+}
+
+// A skip class whose bias dwarfs every probability takes one of each token's K = 2 slots: the
+// zaya layer counts the other slot only.
+TEST(RouterChoiceCounts, AZayaRoutersSkippedSlotsGoToNoExpert) {
+  ModelConfig m = mixed_routers();
+  m.router_skip_bias = 1e4;
+  const int B = 2, N = B * m.seq_len, E = m.n_experts;
+  Model<float> model(m, B);
+  model.init_params(3);
+  const std::vector<int32_t> tokens = random_tokens(m, N);
+  model.zero_grads();
+  model.forward_backward(tokens.data(), tokens.data() + 1, B);
+  const std::vector<double> trained = model.topk_choice_counts();
+  EXPECT_EQ(layer_sum(trained, 1, E), double(N));
+  EXPECT_EQ(layer_sum(trained, 0, E), double(N) * m.top_k);  // the top-k layers have no skip class
 }
 
 }  // namespace

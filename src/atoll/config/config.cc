@@ -194,6 +194,7 @@ void visit_config(Config& c, V&& v) {
   v.num("diloco.connections", g.connections, "TCP streams per peer for the outer all-reduce", closed(1, 64));
   v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", closed(4, 1 << 20));
   v.num("diloco.sync_seconds", g.sync_seconds, "islands sync on a time budget: a round ends after the inner step during which this many seconds passed (at most diloco.inner_steps steps), and the mean weights each island's pseudo-gradient by the tokens it trained (0 = every diloco.inner_steps steps)", closed(0.0, 1e6));
+  v.str("diloco.expert_merge", g.expert_merge, "outer mean of the experts' pseudo-gradients: mean (every island alike, as the dense parameters) or tokens (each island weighted by the tokens it routed to that expert in the round; an expert no island used keeps its parameters)", {"mean", "tokens"});
   v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", closed(0, kInt64Max));
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));

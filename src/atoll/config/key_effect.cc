@@ -158,6 +158,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"diloco.connections", kOuter, outer_steps},
       {"diloco.chunk_kb", kOuter, outer_steps},
       {"diloco.sync_seconds", kOuter, outer_steps},
+      {"diloco.expert_merge", kOuter, outer_steps},
       {"diloco.dp_warmup_steps", kIslands, islands},
 
       {"checkpoint.every", "always", always},

@@ -6,12 +6,33 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "atoll/core/check.h"
 #include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
 
 namespace atl {
+namespace {
+
+// The island's counts: every rank's, summed (exact: integers in doubles, as text).
+std::vector<double> island_sum(ProcessGroup& island, const std::vector<double>& mine) {
+  std::string text;
+  for (double c : mine) text += std::to_string(int64_t(c)) + " ";
+  std::vector<double> sum(mine.size(), 0.0);
+  for (const std::string& blob : island.allgather(text)) {
+    std::istringstream in(blob);
+    for (double& s : sum) {
+      int64_t c = 0;
+      in >> c;
+      ATOLL_CHECK(!in.fail()) << "an island rank's expert counts";
+      s += double(c);
+    }
+  }
+  return sum;
+}
+
+}  // namespace
 
 DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const DilocoOptions& opts, FragmentPlan plan,
                        ProcessGroup* island)
@@ -35,7 +56,29 @@ DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const
   outer_steps_.assign(size_t(P), 0);
   guarded_.assign(size_t(P), GuardResult{});
   sent_before_.resize(size_t(P));
+  if (merges_experts()) {
+    counts_.assign(size_t(P), std::vector<double>(opts_.expert_slots, 0.0));
+    sending_ = counts_;
+    for (int f = 0; f < P; ++f) {
+      const auto [lo, hi] = shard(f);
+      shard_spans_.push_back(fragment_expert_spans(opts_.experts, plan_, f, lo, hi));
+    }
+  }
 }
+
+void DilocoSync::add_expert_counts(const double* counts) {
+  for (std::vector<double>& c : counts_)
+    for (size_t s = 0; s < c.size(); ++s) c[s] += counts[s];
+}
+
+void DilocoSync::set_expert_counts(const std::vector<std::vector<double>>& counts) {
+  ATOLL_CHECK(counts.size() == counts_.size()) << "expert counts of " << counts.size() << " fragments, not "
+                                               << counts_.size();
+  for (size_t f = 0; f < counts.size(); ++f) ATOLL_CHECK_EQ(counts[f].size(), opts_.expert_slots);
+  counts_ = counts;
+}
+
+
 
 DilocoSync::~DilocoSync() = default;
 
@@ -91,6 +134,15 @@ void DilocoSync::snapshot(int f, const float* theta_local) {
   float* d = delta_[size_t(f)].data();
   for (const ElementRange& r : plan_.ranges[size_t(f)])
     for (size_t i = r.begin; i < r.end; ++i) *d++ = theta_[i] - theta_local[i];
+  if (!merges_experts()) return;
+  sending_[size_t(f)] = island_ != nullptr ? island_sum(*island_, counts_[size_t(f)]) : counts_[size_t(f)];
+  std::fill(counts_[size_t(f)].begin(), counts_[size_t(f)].end(), 0.0);
+}
+
+bool DilocoSync::in_fragment(int f, const ExpertSpan& s) const {
+  for (const ElementRange& r : plan_.ranges[size_t(f)])
+    if (s.begin >= r.begin && s.end <= r.end) return true;
+  return false;
 }
 
 std::pair<size_t, size_t> DilocoSync::shard(int f) const {
@@ -137,7 +189,10 @@ double DilocoSync::exchange(int f) {
   UpdateTag tag{.outer_step = outer_step() + 1, .theta_hash = fragment_hash(f)};
   corrupt_for_fault(f, mean_.data(), lo, hi, tag);
   // Both throw before anything of ours changed (mean_ is scratch: Δ_f stays for a retry).
-  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard, round_);
+  const ExpertWork experts{.counts = merges_experts() ? sending_[size_t(f)] : std::vector<double>{},
+                           .spans = merges_experts() ? shard_spans_[size_t(f)] : std::vector<ExpertSpan>{}};
+  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard, round_,
+                                     merges_experts() ? &experts : nullptr);
   ring.mean(mean_.data() + lo, hi - lo);
   exchanged_[size_t(f)] = true;
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
@@ -150,6 +205,15 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   exchanged_[size_t(f)] = false;
   const float* d = mean_.data();
   const auto [lo, hi] = shard(f);
+  // Experts no kept island used have no mean: their θ and m are put back after the step below.
+  std::vector<std::pair<ExpertSpan, std::vector<float>>> kept_as_is;
+  for (int slot : guarded_[size_t(f)].unused_slots)
+    for (const ExpertSpan& s : opts_.experts)
+      if (s.slot == slot && in_fragment(f, s)) {
+        std::vector<float> was(theta_.begin() + std::ptrdiff_t(s.begin), theta_.begin() + std::ptrdiff_t(s.end));
+        was.insert(was.end(), momentum_.begin() + std::ptrdiff_t(s.begin), momentum_.begin() + std::ptrdiff_t(s.end));
+        kept_as_is.emplace_back(s, std::move(was));
+      }
   size_t k = 0;  // flat position of the range's first element
   for (const ElementRange& r : plan_.ranges[size_t(f)]) {
     const size_t b = std::max(k, lo), e = std::min(k + r.size(), hi);
@@ -157,6 +221,11 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
       outer_nesterov_step(theta_.data() + r.begin + (b - k), momentum_.data() + r.begin + (b - k), d + b, e - b,
                           opts_.outer_lr, opts_.outer_momentum);
     k += r.size();
+  }
+  for (const auto& [s, was] : kept_as_is) {
+    std::copy_n(was.begin(), s.end - s.begin, theta_.begin() + std::ptrdiff_t(s.begin));
+    std::copy_n(was.begin() + std::ptrdiff_t(s.end - s.begin), s.end - s.begin,
+                momentum_.begin() + std::ptrdiff_t(s.begin));
   }
   if (island_ != nullptr) share_shards(f);
   const float a = float(mixing), b = float(1.0 - mixing);

@@ -49,6 +49,11 @@
 // a round left out of its contribution to the mean is owed to the mean, whatever the next
 // round's weight, so the sum of what an island sent stays the sum of what it meant to send.
 //
+// Experts (diloco.expert_merge = "tokens", expert_merge.h): the caller adds each inner step's
+// per-expert token counts (add_expert_counts); each fragment's snapshot takes the counts since its
+// last one (summed over the island's ranks when sharded), the guard's all-gather carries them,
+// and each expert's Δ is weighted by them; an expert no kept island used keeps θ and m.
+//
 // Elastic runs (elastic_group.h): an exchange leaves θ, m, θ_local and Δ_f as they were (the
 // mean goes to its own buffer), so an outer step that is not committed is simply not applied:
 // discard() takes back the residual the ring moved on, and the same Δ_f is exchanged again
@@ -63,6 +68,7 @@
 #include <utility>
 #include <vector>
 
+#include "atoll/dist/expert_merge.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/ring_allreduce.h"
@@ -75,6 +81,10 @@ struct DilocoOptions {
   double outer_momentum = 0.9;
   RingOptions ring{};
   GuardOptions guard{};
+  // Per-expert token weighting (expert_merge.h): θ's expert spans (ascending) and the number of
+  // slots; 0 slots: the flat mean.
+  std::vector<ExpertSpan> experts{};
+  size_t expert_slots = 0;
 };
 
 struct SyncResult {
@@ -118,6 +128,13 @@ class DilocoSync {
   // This island's round for the exchanges that follow (time budget; zeros otherwise).
   void set_round(const RoundWork& work) { round_ = work; }
   const GuardResult& guarded(int f) const { return guarded_[size_t(f)]; }  // fragment f's last exchange
+  // Experts: this worker's tokens per expert slot in the inner step just taken, counts[slots],
+  // added to every fragment's round; and each fragment's counts since its last snapshot (the
+  // state registry saves them per worker, so a resumed round weighs as the uninterrupted one).
+  bool merges_experts() const { return opts_.expert_slots > 0; }
+  void add_expert_counts(const double* counts);
+  const std::vector<std::vector<double>>& expert_counts() const { return counts_; }
+  void set_expert_counts(const std::vector<std::vector<double>>& counts);
   // Lets go of the outer group (the rings and their connections), keeping the residuals; and
   // takes a new group (rings over it, the residuals carried over). Between the two no
   // exchange may run.
@@ -150,6 +167,7 @@ class DilocoSync {
   std::string ranges_hash(const std::vector<float>& x, int f) const;
   // This rank's shard [lo, hi) of fragment f's flattened elements (even_part).
   std::pair<size_t, size_t> shard(int f) const;
+  bool in_fragment(int f, const ExpertSpan& s) const;  // s lies in fragment f (whole tensors: in or out)
   // The fault injection's bad Δ (core/fault_injection.h) on this rank's input flat[lo, hi).
   void corrupt_for_fault(int f, float* flat, size_t lo, size_t hi, UpdateTag& tag);
   // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
@@ -176,6 +194,10 @@ class DilocoSync {
   std::vector<int64_t> outer_steps_;       // per fragment
   std::vector<GuardResult> guarded_;       // per fragment: the guard's verdict on its last exchange
   RoundWork round_{};                      // this island's round (set_round)
+  // Experts: per fragment, the counts since its last snapshot, those its snapshot took (the
+  // island's), and the expert spans of this rank's shard of its flattened Δ.
+  std::vector<std::vector<double>> counts_, sending_;
+  std::vector<std::vector<ExpertSpan>> shard_spans_;
   // Fault injection only (a replayed Δ): per fragment, the input and tag of its last exchange.
   std::vector<std::pair<std::vector<float>, UpdateTag>> sent_before_;
 };

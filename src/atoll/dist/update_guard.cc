@@ -22,6 +22,7 @@ struct Report {
   UpdateTag tag;
   RoundWork work;
   std::vector<double> sketch;  // kSketch buckets
+  std::vector<double> counts;  // expert counts per slot (ExpertWork), if any
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -49,7 +50,7 @@ double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 1.0;
 }
 
-// "finite norm outer_step theta_hash step tokens sketch..." (hexfloats: exact)
+// "finite norm outer_step theta_hash step tokens sketch... [E counts...]" (hexfloats: exact)
 std::string encode(const Report& r) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "%d %a %" PRId64 " %s %" PRId64 " %" PRId64, r.finite ? 1 : 0, r.norm,
@@ -57,6 +58,8 @@ std::string encode(const Report& r) {
                 r.work.tokens);
   std::string out = buf;
   for (double v : r.sketch) std::snprintf(buf, sizeof buf, " %a", v), out += buf;
+  if (!r.counts.empty()) out += " E";
+  for (double v : r.counts) std::snprintf(buf, sizeof buf, " %a", v), out += buf;
   return out;
 }
 
@@ -70,18 +73,30 @@ Report decode(const std::string& s) {
   r.finite = finite != 0;
   r.norm = std::strtod(norm.c_str(), nullptr);
   r.tag.theta_hash = hash == "-" ? "" : hash;
-  for (std::string v; in >> v;) r.sketch.push_back(std::strtod(v.c_str(), nullptr));
+  std::string v;
+  while (r.sketch.size() < kSketch && in >> v) r.sketch.push_back(std::strtod(v.c_str(), nullptr));
   ATOLL_CHECK_EQ(r.sketch.size(), size_t(kSketch));
+  if (in >> v) {
+    ATOLL_CHECK_EQ(v, "E") << "update report '" << s.substr(0, 100) << "'";
+    while (in >> v) r.counts.push_back(std::strtod(v.c_str(), nullptr));
+  }
   return r;
 }
 
 std::string tag_text(const UpdateTag& t) { return "outer step " + std::to_string(t.outer_step) + " (θ " + t.theta_hash + ")"; }
 
+// x[lo, hi) *= s in doubles, as the whole-Δ scaling below does (1: untouched).
+void scale_range(float* x, size_t lo, size_t hi, double s) {
+  if (s != 1.0)
+    for (size_t i = lo; i < hi; ++i) x[i] = float(double(x[i]) * s);
+}
+
 }  // namespace
 
 GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts,
-                         const RoundWork& work) {
-  Report mine{.finite = true, .norm = 0, .tag = tag, .work = work, .sketch = {}};
+                         const RoundWork& work, const ExpertWork* experts) {
+  Report mine{.finite = true, .norm = 0, .tag = tag, .work = work, .sketch = {},
+              .counts = experts ? experts->counts : std::vector<double>{}};
   double ss = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) mine.finite = false;
@@ -167,6 +182,11 @@ GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTa
     res.tokens += w.tokens;
     if (kept[size_t(m)]) kept_tokens += w.tokens;
   }
+  std::vector<std::vector<double>> counts;  // per member, with expert counts (step 6)
+  if (experts) {
+    for (const Report& r : all) counts.push_back(r.counts);
+    res.unused_slots = unused_slots(counts, kept);
+  }
   if (!kept[size_t(me)]) {
     res.weight = 0;
     std::fill(x, x + n, 0.0f);
@@ -178,8 +198,21 @@ GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTa
     res.weight = double(res.contributors) * double(all[size_t(me)].work.tokens) / double(kept_tokens);
   // The ring divides by P: scaling the kept ones by P/K makes it the mean over the K.
   const double s = scale[size_t(me)] * double(P) / double(res.contributors) * res.weight;
-  if (s != 1.0)
-    for (size_t i = 0; i < n; ++i) x[i] = float(double(x[i]) * s);
+  if (!experts) {
+    scale_range(x, 0, n, s);
+    return res;
+  }
+  // Experts: each slot's elements by its own factor (expert_merge.h), the dense ones between by s.
+  const std::vector<double> factor = expert_factors(counts, kept, me, scale[size_t(me)]);
+  size_t at = 0;
+  for (const ExpertSpan& span : experts->spans) {
+    ATOLL_CHECK(span.begin >= at && span.end <= n && span.slot >= 0 && size_t(span.slot) < factor.size())
+        << "expert span [" << span.begin << ", " << span.end << ") slot " << span.slot;
+    scale_range(x, at, span.begin, s);
+    scale_range(x, span.begin, span.end, factor[size_t(span.slot)]);
+    at = span.end;
+  }
+  scale_range(x, at, n, s);
   return res;
 }
 

@@ -19,6 +19,11 @@
 //      Δ is weighted by the tokens nᵢ its island trained in the round: scaled by K·nᵢ/Σn (Σ over
 //      the kept), so the ring's mean is Σ nᵢΔᵢ / Σ nᵢ. The decisions above read the unweighted Δ.
 //      Equal counts give a weight of exactly 1 (K·n / (K·n) in doubles), so today's mean.
+//   6. with expert counts (diloco.expert_merge = "tokens", expert_merge.h), the elements of each
+//      expert are weighted by the tokens each kept member's island routed to that expert in the
+//      round instead: scaled by P·clip·cᵢₑ/Σc (0 for an expert no kept member used, which the
+//      result lists). The counts travel in the same all-gather. The decisions above read the
+//      unweighted Δ, so the guard applies before any weighting.
 // Every member sees the same gathered figures, so every member reaches the same verdict, and the
 // ring result stays bit-identical everywhere. The tag catches a stale Δ: one computed from an
 // older θ (a confused or replaying island); it cannot catch a member that lies about its tag,
@@ -35,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "atoll/dist/expert_merge.h"
 #include "atoll/dist/group.h"
 
 namespace atl {
@@ -66,18 +72,25 @@ struct GuardOptions {
   bool weight_by_tokens = false;  // weight each kept Δ by its RoundWork::tokens (step 5 above)
 };
 
+// This member's expert counts for the round and where its x holds each slot (step 6 above).
+struct ExpertWork {
+  std::vector<double> counts;      // per slot (layer·E + e): tokens routed to it in the round
+  std::vector<ExpertSpan> spans;   // x's elements of each slot, relative to x, ascending
+};
+
 struct GuardResult {
   int contributors = 0;  // K
   std::vector<UpdateIncident> incidents;  // every member's drop or clip, in member order
   int64_t furthest_step = 0;  // the largest RoundWork::step of the round's members
   int64_t tokens = 0;         // Σ RoundWork::tokens over every member, dropped ones included (they trained)
   double weight = 1.0;        // this member's token weight K·nᵢ/Σn (0 when dropped; 1 without weighting)
+  std::vector<int> unused_slots;  // with expert counts: the slots no kept member routed a token to
 };
 
 // In place on this member's x[n] (zeros when dropped, scaled when clipped or when others were
-// dropped). Every member of `group` calls it with its own Δ and tag; throws Timeout/PeerLost
-// (the group's) with x unchanged.
+// dropped; per expert slot with `experts`, which every member passes or none). Every member of
+// `group` calls it with its own Δ and tag; throws Timeout/PeerLost (the group's) with x unchanged.
 GuardResult guard_update(ProcessGroup& group, float* x, size_t n, const UpdateTag& tag, const GuardOptions& opts,
-                         const RoundWork& work = {});
+                         const RoundWork& work = {}, const ExpertWork* experts = nullptr);
 
 }  // namespace atl

@@ -103,7 +103,7 @@ LossParts DeviceModel::Impl::run(const int32_t* inputs, const int32_t* targets, 
   d.input_merge->forward(d.x[0], d.x[0], nullptr, c);
   for (int l = 0; l < L; ++l) {
     d.blocks[l]->forward(d.x[l + 1], d.x[l], d.losses + 2 * l, c);
-    if (backward && cfg.router_at(l) == "topk")  // the loads of the metrics, as Model::count_choices
+    if (backward)  // as Model::count_choices (the kernel counts no skipped slot: kNoExpert is no expert)
       router_choice_counts(d.choice_counts + size_t(l) * cfg.n_experts, d.blocks[l]->router_choice(), N,
                            cfg.n_experts, cfg.top_k);
   }

@@ -64,8 +64,7 @@ class DeviceModel {
   void zero_grads();
 
   // As Model::topk_choice_counts: slots each expert took in the training passes since
-  // zero_grads(), [L*E], for the softmax top-k layers (a zaya router leaves its loads in its
-  // balancing row's gradient slots instead); counted on the device, read back here.
+  // zero_grads(), [L*E], every layer's; counted on the device, read back here.
   std::vector<double> topk_choice_counts() const;
 
   // As Model<float>::forward_backward: inputs, targets [B,T] in host memory (ids checked on the

@@ -167,7 +167,8 @@ void Model<T>::count_choices(int l, int N) {
   const size_t E = cfg_.n_experts;
   const int32_t* idx = s_->blocks[l].router_choice();
   double* counts = choice_counts_.data() + size_t(l) * E;
-  for (size_t i = 0; i < size_t(N) * cfg_.top_k; ++i) counts[idx[i]] += 1;
+  for (size_t i = 0; i < size_t(N) * cfg_.top_k; ++i)
+    if (idx[i] >= 0) counts[idx[i]] += 1;  // a zaya router's skipped slots (kNoExpert) go to no expert
 }
 
 template <typename T>
@@ -194,7 +195,7 @@ LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bo
     const RouterLosses r = S.blocks[l].forward(S.x[l + 1].data(), S.x[l].data(), c);
     loss.aux += r.aux;
     loss.z += r.z;
-    if (backward && cfg_.router_at(l) == "topk") count_choices(l, N);
+    if (backward) count_choices(l, N);
   }
   loss.ce = head_and_loss(targets, B, backward, loss_scale, position_losses) / (double(B) * cfg_.seq_len);
   if (!backward) return loss;

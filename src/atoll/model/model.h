@@ -47,9 +47,10 @@ class Model {
   // Rng(seed), norm gains 1, buffers 0.
   void init_params(uint64_t seed);
   void zero_grads();
-  // Slots each expert took in the training passes since zero_grads(), [L*E], for the layers
-  // with the softmax top-k router (the zaya router counts its own, in its balancing row's
-  // gradient slot: optim/bias_balance.h); other layers' entries stay 0. For the load metrics.
+  // Slots each expert took in the training passes since zero_grads(), [L*E], every layer's (a
+  // zaya router's skipped slots count for no expert). For the load metrics of the softmax top-k
+  // layers (a zaya router's come from its balancing row: optim/bias_balance.h) and the outer
+  // step's per-expert weights (diloco.expert_merge).
   const std::vector<double>& topk_choice_counts() const { return choice_counts_; }
 
   // inputs, targets [B,T] (B <= max_batch). Gradients of loss_scale * (ce + aux + z) are

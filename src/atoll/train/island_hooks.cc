@@ -129,6 +129,11 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     streaming_.count_step(tokens * place_.workers_per_island);
     round_counted_ += tokens * place_.workers_per_island * place_.islands;  // what the driver added to loop.tokens
   }
+  if (diloco_.merges_experts()) {  // this worker's slots per expert in the step (the island's are summed at the sync)
+    const std::vector<double> counts = engine.topk_choice_counts();
+    ATOLL_CHECK(!counts.empty()) << place_.who << ": diloco.expert_merge = \"tokens\" needs the engine's expert counts";
+    diloco_.add_expert_counts(counts.data());
+  }
   const bool theta_on_host = inner_step >= diloco_steps_ || streaming_.in_flight() ||
                              streaming_.due(inner_step, diloco_steps_) >= 0;
   if (theta_on_host) enter_phase(WorkerPhase::kExchanging), engine.to_host(kParams);

@@ -15,6 +15,7 @@
 //                   to the round; at a commit the island adopts the round's furthest step (the
 //                   step counter and the optimizer's, so the schedule, checkpoints and the run's
 //                   end agree) and its tokens in all; steps_agreed only right after a commit.
+//                   diloco.expert_merge = "tokens": each step's tokens per expert to the round.
 //   ElasticHook     before_step: the joiners a committed outer step admitted receive the run's
 //                   state before anyone takes the next step (state_transfer.h);
 //                   after_inner_step: after a committed outer step, this worker's membership
@@ -95,10 +96,11 @@ class WarmStartHook final : public StepHooks {
 
 class DilocoHook final : public StepHooks {
  public:
-  DilocoHook(const Config& cfg, const IslandPlace& place, ElasticGroup& outer, StreamingDiloco& streaming,
-             JsonlWriter* incidents)
-      : place_(place), outer_(outer), streaming_(streaming), incidents_(incidents), dp_warmup_(dp_warmup_steps(cfg)),
-        diloco_steps_(cfg.train.steps - dp_warmup_), budget_(cfg.diloco.sync_seconds > 0) {}
+  DilocoHook(const Config& cfg, const IslandPlace& place, ElasticGroup& outer, DilocoSync& diloco,
+             StreamingDiloco& streaming, JsonlWriter* incidents)
+      : place_(place), outer_(outer), diloco_(diloco), streaming_(streaming), incidents_(incidents),
+        dp_warmup_(dp_warmup_steps(cfg)), diloco_steps_(cfg.train.steps - dp_warmup_),
+        budget_(cfg.diloco.sync_seconds > 0) {}
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
   bool can_checkpoint() override { return !streaming_.in_flight() && agreed_; }
   bool steps_agreed() override { return agreed_; }
@@ -113,6 +115,7 @@ class DilocoHook final : public StepHooks {
 
   IslandPlace place_;
   ElasticGroup& outer_;
+  DilocoSync& diloco_;
   StreamingDiloco& streaming_;
   JsonlWriter* incidents_;
   int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
@@ -144,7 +147,7 @@ class IslandHooks final : public StepHooks {
               JsonlWriter* incidents)
       : mean_(cfg, place, inner, outer),
         warm_(cfg, place, inner, outer, diloco, events),
-        diloco_(cfg, place, outer, streaming, incidents),
+        diloco_(cfg, place, outer, diloco, streaming, incidents),
         elastic_(cfg, outer, streaming, state),
         rollback_(cfg,
                   {.island = place.island, .rank = place.rank, .workers_per_island = place.workers_per_island,

@@ -151,7 +151,23 @@ std::string shared_config_toml(const Config& cfg) {
 
 namespace {
 
-DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeout) {
+// diloco.expert_merge = "tokens": where each expert of each layer lies in θ (an expert tensor
+// [E, out, in] holds expert e's matrix at its e-th E-th), slot layer·E + e (dist/expert_merge.h).
+std::vector<ExpertSpan> expert_spans(const ParamLayout& layout, const ModelConfig& m) {
+  std::vector<ExpertSpan> spans;
+  for (const ParamEntry& e : layout.entries()) {
+    if (e.group != ParamGroup::kExpert || e.layer < 0 || e.shape.size() != 3 || e.shape[0] != m.n_experts) continue;
+    const size_t per = e.numel / size_t(m.n_experts);
+    for (int x = 0; x < m.n_experts; ++x)
+      spans.push_back({.begin = e.offset + size_t(x) * per, .end = e.offset + size_t(x + 1) * per,
+                       .slot = e.layer * m.n_experts + x});
+  }
+  std::sort(spans.begin(), spans.end(), [](const ExpertSpan& a, const ExpertSpan& b) { return a.begin < b.begin; });
+  return spans;
+}
+
+DilocoOptions diloco_options(const Config& cfg, const ParamLayout& layout, std::chrono::milliseconds timeout) {
+  const bool experts = cfg.diloco.expert_merge == "tokens";
   return {.outer_lr = cfg.diloco.outer_lr,
           .outer_momentum = cfg.diloco.outer_momentum,
           .ring = {.codec = parse_codec(cfg.diloco.codec),
@@ -161,7 +177,9 @@ DilocoOptions diloco_options(const Config& cfg, std::chrono::milliseconds timeou
                    .compress = cfg.diloco.compress == "zstd"},
           .guard = {.clip_factor = cfg.fault.clip_factor,
                     .min_cosine = cfg.fault.min_cosine,
-                    .weight_by_tokens = cfg.diloco.sync_seconds > 0}};
+                    .weight_by_tokens = cfg.diloco.sync_seconds > 0},
+          .experts = experts ? expert_spans(layout, cfg.model) : std::vector<ExpertSpan>{},
+          .expert_slots = experts ? size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts) : 0};
 }
 
 // One worker of the run: what it holds of the run, in the order it builds it (and tears it down
@@ -255,7 +273,7 @@ struct Worker {
   void make_diloco() {
     Engine& engine = *loop.engine;
     diloco = std::make_unique<DilocoSync>(outer->group(), engine.host().params, engine.layout().total(),
-                                          diloco_options(cfg, timeout),
+                                          diloco_options(cfg, engine.layout(), timeout),
                                           model_fragments(engine.layout(), cfg.diloco.fragments), inner.get());
     state.diloco = diloco.get();
   }

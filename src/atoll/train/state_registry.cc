@@ -89,6 +89,22 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                  .read = [s](float* out) { s->diloco->residual(out); },
                  .write = [s](const float* in) { s->diloco->set_residual(in); },
                  .if_absent = "the quantization residual starts from zero"});
+  if (cfg.diloco.expert_merge == "tokens")
+    r.push_back({.name = "diloco_expert_counts", .type = J, .owner = "diloco", .division = D::kPerWorker,
+                 .what = "this worker's tokens per expert since each fragment's last outer step (diloco.expert_merge)",
+                 .get = [s] { return json(s->diloco->expert_counts()); },
+                 .set = [s](const json& v) { s->diloco->set_expert_counts(v.get<std::vector<std::vector<double>>>()); },
+                 .check = [&cfg](const json& v) -> std::string {
+                   const size_t slots = size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts);
+                   if (!v.is_array() || int(v.size()) != cfg.diloco.fragments) return "is not a list per fragment";
+                   for (const json& f : v) {
+                     if (!f.is_array() || f.size() != slots) return "does not hold a count per expert of each layer";
+                     for (const json& c : f)
+                       if (!c.is_number() || c.get<double>() < 0) return "holds " + c.dump() + ", not a count";
+                   }
+                   return "";
+                 },
+                 .if_absent = "the expert counts of the round in progress start from zero"});
   r.push_back({.name = "fragment_outer_steps", .type = J, .owner = "diloco", .division = D::kRun,
                .what = "outer steps done per fragment",
                .get = [s] { return json(s->diloco->fragment_outer_steps()); },

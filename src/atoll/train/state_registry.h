@@ -13,6 +13,7 @@
 //   diloco_theta                 tensor  diloco  run                   θ (DiLoCo runs)
 //   diloco_momentum              tensor  diloco  run                   outer momentum
 //   diloco_residual              tensor  diloco  sharded_in_island     error feedback (if on)
+//   diloco_expert_counts         json    diloco  per_worker            tokens per expert (expert_merge)
 //   fragment_outer_steps         json    diloco  run                   outer steps per fragment
 //   outer_step                   json    diloco  run                   their sum (saved for readers)
 //
