@@ -78,8 +78,6 @@ void DilocoSync::set_expert_counts(const std::vector<std::vector<double>>& count
   counts_ = counts;
 }
 
-
-
 DilocoSync::~DilocoSync() = default;
 
 void DilocoSync::make_rings(ProcessGroup& outer) {
