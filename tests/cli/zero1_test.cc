@@ -100,10 +100,13 @@ TEST_F(Zero1, TwoWorkersMatchTheUnshardedRunBitForBit) {
 }
 
 // Two islands of two, through the data-parallel warm start (each rank averages its shard across
-// islands) and the outer steps: still the unsharded run, losses and θ bit for bit.
+// islands) and the outer steps, with each expert's Δ weighted by its islands' tokens
+// (diloco.expert_merge: each rank's counts, summed over the island): still the unsharded run,
+// losses and θ bit for bit.
 TEST_F(Zero1, TwoIslandsWithAWarmStartMatchTheUnshardedRun) {
   base_run();
-  const std::vector<std::string> extra = {"--set", "diloco.dp_warmup_steps=2", "--set", "diloco.inner_steps=2"};
+  const std::vector<std::string> extra = {"--set", "diloco.dp_warmup_steps=2", "--set", "diloco.inner_steps=2",
+                                          "--set", "diloco.expert_merge=tokens"};
   const auto [ra, rb] = both(dir("plain"), dir("zero"), 2, extra, 2);
   ASSERT_FALSE(HasFailure());
   for (const auto& [key, v] : ra) EXPECT_EQ(rb.at(key).first, v.first) << "worker " << key.first << " step " << key.second;
