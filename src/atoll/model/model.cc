@@ -19,8 +19,10 @@ template <typename T>
 struct Model<T>::State {
   static constexpr int kHeadChunk = 256;  // rows of logits alive at once
 
-  State(const ModelConfig& m, const ParamLayout& layout, int max_batch, Precision p)
-      : sizes{max_batch, max_batch * m.seq_len, p}, buf(m, sizes.max_tokens),
+  // seq_tokens: the tokens of each sequence the model holds (model.seq_len, or a context-parallel
+  // rank's share: its activations are sized for that, so they fall about as 1/P).
+  State(const ModelConfig& m, const ParamLayout& layout, int max_batch, Precision p, int seq_tokens)
+      : sizes{max_batch, max_batch * seq_tokens, p}, buf(m, sizes.max_tokens),
         input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes) {
     const size_t N = sizes.max_tokens, C = m.dim;
     x.assign(m.n_layers + 1, std::vector<T>(N * C));
@@ -67,7 +69,8 @@ Model<T>::Model(const ModelConfig& cfg, int max_batch, Precision precision)
   params_.assign(layout_.total(), T(0));
   grads_.assign(layout_.total(), T(0));
   choice_counts_.assign(size_t(cfg_.n_layers) * cfg_.n_experts, 0.0);
-  s_ = std::make_unique<State>(cfg_, layout_, max_batch, precision);
+  // The activations come at the first pass (run), when the tokens held are known: a
+  // context-parallel rank never allocates (nor touches) the whole sequences' buffers.
 }
 
 template <typename T>
@@ -115,17 +118,19 @@ void Model<T>::set_sequence(int seq_len, double rope_theta, int max_batch) {
   cfg_.seq_len = seq_len, cfg_.rope_theta = rope_theta, max_batch_ = max_batch;
   ATOLL_CHECK_EQ(ParamLayout::build(cfg_).total(), layout_.total()) << "the parameters do not depend on the length";
   s_.reset();  // the old buffers go before the new ones are allocated: the peak is the larger, not both
-  s_ = std::make_unique<State>(cfg_, layout_, max_batch_, precision_);
-  set_context_parallel(cp_);  // the zigzag rows of the new length
+  set_context_parallel(cp_);  // the buffers (and zigzag rows) of the new length
 }
 
 template <typename T>
 void Model<T>::set_context_parallel(Collective* group) {
   cp_ = group;
   zigzag_.reset();
-  if (!group) return;
-  ATOLL_CHECK(precision_ == Precision::kFp32) << "context parallelism runs fp32 products";
-  zigzag_ = std::make_unique<ZigzagLayout>(ZigzagLayout{.T = cfg_.seq_len, .P = group->size()});
+  if (group) {
+    ATOLL_CHECK(precision_ == Precision::kFp32) << "context parallelism runs fp32 products";
+    zigzag_ = std::make_unique<ZigzagLayout>(ZigzagLayout{.T = cfg_.seq_len, .P = group->size()});
+  }
+  // The activations are for the tokens held: freed when that changes, made again by the next pass.
+  if (s_ && s_->sizes.max_tokens != max_batch_ * local_seq_len()) s_.reset();
 }
 
 template <typename T>
@@ -175,6 +180,7 @@ template <typename T>
 LossParts Model<T>::run(const int32_t* inputs, const int32_t* targets, int B, bool backward, double loss_scale,
                         float* position_losses) {
   ATOLL_CHECK(B >= 1 && B <= max_batch_) << "batch of " << B << " sequences, model sized for " << max_batch_;
+  if (!s_) s_ = std::make_unique<State>(cfg_, layout_, max_batch_, precision_, local_seq_len());
   State& S = *s_;
   const int N = B * local_seq_len(), C = cfg_.dim;
   std::memcpy(S.tokens.data(), inputs, sizeof(int32_t) * N);

@@ -75,7 +75,8 @@ class Model {
   // are those rows [B, T_r], attention runs round the group's ring, and the cross-entropy is
   // normalised by the whole sequences' B·T tokens, so the losses and gradients of the group's
   // ranks sum to those of one model over whole sequences. The group must outlive the model's
-  // calls; null goes back to whole sequences. fp32 products only.
+  // calls; null goes back to whole sequences. fp32 products only. The activation buffers are
+  // made at the first pass for the tokens held (B·T_r), and made again when that changes.
   void set_context_parallel(Collective* group);
   // Tokens of each sequence this model holds: seq_len, or its share under context parallelism.
   int local_seq_len() const;
