@@ -137,6 +137,8 @@ const std::vector<Bad> kBad = {
     {"fault.spike_window=2", "out of range"},  // a median of fewer than 3 is no median
     {"fault.step_timeout_s=-1", "out of range"},
     {"fault.step_timeout_s=inf", "finite"},
+    {"fault.rejoin_timeout_s=-1", "out of range"},
+    {"fault.rejoin_timeout_s=nan", "finite"},
 };
 
 TEST(ConfigRanges, EveryKeyRefusesWhatItCannotMean) {

@@ -20,6 +20,7 @@
 #include "atoll/supervise/run_secrets.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/resume_config.h"
+#include "atoll/train/self_rejoin.h"
 
 namespace atl::cli {
 
@@ -119,7 +120,7 @@ int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlags
     if (!f->quiet)  // a worker `atoll launch` started: the launcher warned already
       warn_idle_keys(cfg, config.given,
                      {.islands = true, .n_islands = f->islands, .workers_per_island = f->workers_per_island});
-    r = run_worker(cfg, *f);
+    r = run_worker_rejoining(cfg, *f);  // one started by hand rejoins by itself (fault.rejoin_timeout_s)
   } catch (const LeftRun& e) {  // the launcher restarts it with --join
     std::fprintf(stderr, "atoll: error: %s; fix: restart this worker with --join (atoll launch does)\n", e.what());
     return kWorkerRejoinExit;

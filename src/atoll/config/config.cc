@@ -223,6 +223,9 @@ void visit_config(Config& c, V&& v) {
   // Generous: above any legitimate pause inside a step (an outer step that loses a peer waits up
   // to 2 x fault.timeout_s: the exchange, then re-forming; an evaluation; a checkpoint's wait).
   v.num("fault.step_timeout_s", c.fault.step_timeout_s, "`atoll launch` kills and restarts a worker that has not begun a step for this many seconds since its previous one (its heartbeat may go on); keep it above 2 x fault.timeout_s and the longest evaluation (0 = no watchdog)", closed(0.0, 1e6));
+  // Long by default: a worker started by hand or by a scheduler has nobody to restart it, and a
+  // cut cable or a rebooted router is often back within minutes; it exits 75 when this runs out.
+  v.num("fault.rejoin_timeout_s", c.fault.rejoin_timeout_s, "a worker started without `atoll launch` (by hand, srun, a Kubernetes pod) that the others dropped (its link cut past fault.heartbeat_ttl_s, a stop, a late round) rejoins by itself: it retries the store and the join for up to this many seconds, then exits 75 (0 = exit 75 at once, as under a launcher that restarts it)", closed(0.0, 1e6));
 }
 
 std::pair<std::string, std::string> split_key(const std::string& key) {

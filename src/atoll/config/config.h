@@ -135,6 +135,7 @@ struct FaultConfig {
   double spike_factor = 0.0;       // a loss above this x the running median rolls the island back (0 = off)
   int spike_window = 32;           // losses in that running median
   double step_timeout_s = 600.0;   // `atoll launch` kills and restarts a worker whose step hangs this long (0 = off)
+  double rejoin_timeout_s = 600.0; // a worker without a launcher, dropped by the others, retries rejoining this long (0 = exit 75 at once)
 };
 
 struct Config {

@@ -179,6 +179,8 @@ const std::vector<KeyEffect>& key_effects() {
       {"fault.spike_window", "only with fault.spike_factor > 0, across islands",
        [](C c, S s) { return s.islands && c.fault.spike_factor > 0; }},
       {"fault.step_timeout_s", kSupervised, supervised},
+      {"fault.rejoin_timeout_s", "only to workers started without `atoll launch` (`atoll worker` by hand or by a scheduler; the launcher restarts its own)",
+       [](C, S s) { return s.islands && !s.supervised; }},
   };
   return table;
 }

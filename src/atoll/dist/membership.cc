@@ -528,7 +528,7 @@ void Membership::withdraw_join() {
   store_.erase_if_equal(key("join/" + me_), token_);
 }
 
-std::optional<View> Membership::wait_admission() {
+std::optional<View> Membership::wait_admission(Clock::time_point until) {
   const auto epoch_now = [&]() -> std::optional<uint64_t> {
     const auto e = store_.get(key("epoch"));
     if (!e) return std::nullopt;
@@ -554,6 +554,9 @@ std::optional<View> Membership::wait_admission() {
       const std::vector<bool> a = latest ? alive(*latest) : std::vector<bool>{};
       if (std::any_of(a.begin(), a.end(), [](bool x) { return x; })) lonely_since = Clock::now();
     }
+    if (Clock::now() >= until)
+      throw Timeout("worker " + me_ + ": not admitted to the run before fault.rejoin_timeout_s ran out (no committed "
+                    "outer step admitted it: its island's other ranks may be missing)");
     if (Clock::now() - lonely_since > opts_.timeout)
       throw Error("worker " + me_ + ": no island of the run has been alive for " + seconds_text(opts_.timeout) +
                   ", so there is nothing to rejoin; fix: resume the run from its newest checkpoint "

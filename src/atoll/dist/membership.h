@@ -223,9 +223,11 @@ class Membership {
 
   // A restarted worker: asks to rejoin, then waits for a view that admits it (nullopt: the run
   // finished first; each view is returned once). Throws Error when no island of the newest view is alive for longer than
-  // the timeout (nothing left to rejoin).
+  // the timeout (nothing left to rejoin), Timeout when `until` passes first (a worker that
+  // rejoins by itself within fault.rejoin_timeout_s).
   void request_join();
-  std::optional<View> wait_admission();
+  std::optional<View> wait_admission(
+      std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
   // Once admitted: the request is withdrawn, so that this process, if it is later lost and let
   // go (SIGCONT) with its heartbeat back, is not admitted again on it while it leaves the run.
   void withdraw_join();

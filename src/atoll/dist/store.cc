@@ -145,15 +145,18 @@ class BoundedRedisStore final : public gloo::rendezvous::RedisStore {
           return r;
         }
         const bool timed_out = redis_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+        // Either way the connection is done with: hiredis refuses every later command on a
+        // context with an error, and a late answer would be read as the next command's. The next
+        // command connects again (a link cut for longer than the timeout, then restored).
+        broken_ = true;
         if (timed_out)
           throw Timeout(url_ + ": store " + args[0] + " failed: " + redis_->errstr + " (no answer within " +
                         seconds_text(timeout_) + ")");
-        broken_ = true;
         lost_why = redis_->errstr;
       }
       if (!lost_since) lost_since = Clock::now();
       if (Clock::now() - *lost_since >= timeout_)
-        throw IoError(url_ + ": store " + args[0] + " failed: connection lost (" + lost_why + ") and not back within " +
+        throw StoreLost(url_ + ": store " + args[0] + " failed: connection lost (" + lost_why + ") and not back within " +
                       seconds_text(timeout_) + "; fix: check the redis-server given to --store");
       std::this_thread::sleep_for(pause);  // the server may be restarting
       pause = std::min(pause * 2, Ms(200));

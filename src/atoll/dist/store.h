@@ -12,7 +12,7 @@
 //
 // Errors: unreachable at construction -> Timeout ("redis://127.0.0.1:6399: store unreachable
 // after 5 s (Connection refused); fix: start redis-server or pass --store"); a wait that runs out
-// -> Timeout naming the keys; the connection lost later -> IoError.
+// -> Timeout naming the keys; the connection lost later -> StoreLost (an IoError).
 //
 // Passwords (Redis `requirepass`): given as redis://:PASSWORD@HOST:PORT or in
 // StoreOptions::password; every connection sends AUTH first. A password the store refuses, or
@@ -21,10 +21,11 @@
 //
 // Restarts (a redis-server that dies and comes back on the same address, empty): a command
 // whose connection is lost (EOF, reset, refused) reconnects with backoff (10 ms doubling to
-// 200 ms) and is sent again, until StoreOptions::timeout has passed since the loss; then IoError.
+// 200 ms) and is sent again, until StoreOptions::timeout has passed since the loss; then StoreLost.
 // Only a lost connection is retried: a refused password on reconnecting is still a ConfigError at
 // once, a Redis error reply an IoError at once, a command with no answer within the timeout a
-// Timeout. What the run needs from the store must be written again after a restart: each process
+// Timeout, after which the connection is made again for the next command (a late answer must
+// not be read as another command's). What the run needs from the store must be written again after a restart: each process
 // keeps its own such keys (keep()), and every reconnection writes them back with SETNX (what a
 // peer wrote meanwhile stands). reconnections() counts them, so that callers who judge liveness
 // from the store can let the peers' heartbeats come back first (membership.h).
@@ -37,11 +38,20 @@
 #include <string>
 #include <vector>
 
+#include "atoll/core/errors.h"
+
 namespace gloo::rendezvous {
 class Store;
 }
 
 namespace atl {
+
+// The store's connection was lost and did not come back within the store's timeout (a cut
+// link, a dead server). A worker without a launcher then waits to rejoin (train/self_rejoin.h).
+class StoreLost : public IoError {
+ public:
+  using IoError::IoError;
+};
 
 struct StoreAddress {
   std::string host = "127.0.0.1";

@@ -354,7 +354,7 @@ struct Worker {
     membership->request_join();
     if (!opts.quiet) log_info(who + ": waiting to rejoin the run at its next outer step");
     const auto asked = std::chrono::steady_clock::now();
-    const std::optional<View> admitted = membership->wait_admission();
+    const std::optional<View> admitted = membership->wait_admission(opts.rejoin_by);
     const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
     if (!admitted) {
       if (!opts.quiet) log_info(who + ": the run finished before this island could rejoin");
@@ -383,6 +383,15 @@ struct Worker {
       if (!opts.quiet)
         log_info(who + ": rejoined at step " + std::to_string(loop.step) + " from island " + std::to_string(got.source) +
                  " (" + outer->view().describe() + ")");
+      if (opts.dropped_at > 0) {  // by itself, without a launcher (train/self_rejoin.h)
+        const auto now = std::chrono::system_clock::now().time_since_epoch();
+        const double after_s = std::chrono::duration<double>(now).count() - opts.dropped_at;
+        stamp("rejoined", {{"epoch", outer->view().epoch}, {"step", loop.step}, {"outer_step", diloco->outer_step()},
+                           {"dropped_s", after_s}, {"why_dropped", opts.dropped_why}});
+        char after[32];
+        std::snprintf(after, sizeof after, "%.1f", after_s);
+        if (!opts.quiet) log_info(who + ": back in the run by itself, " + after + " s after it was dropped");
+      }
     } catch (const PeerLost& e) {
       throw LeftRun(who + ": lost the run while rejoining: " + e.what());
     } catch (const Timeout& e) {
@@ -533,6 +542,7 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
     nothing.finished_before_admission = true;
     return nothing;
   }
+  if (opts.became_member) *opts.became_member = true;
   ProcessGroup& inner = *wk.inner;
   ElasticGroup& outer = *wk.outer;
   DilocoSync& diloco = *wk.diloco;

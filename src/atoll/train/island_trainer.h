@@ -50,6 +50,7 @@
 // then starts from θ = its parameters). After start-up the workers compare the hash of the state they must share.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -80,6 +81,14 @@ struct WorkerOptions {
   // passed it: the islands drift apart by at most diloco.inner_steps + diloco.overlap_steps);
   // each stops there, the run's checkpoint of that step written, and returns with `stopped`.
   bool stop_on_signal = false;
+  // A worker that rejoins by itself (train/self_rejoin.h): when it was dropped (Unix seconds; 0:
+  // it was not) and why, for its `rejoined` event; and set once it trains as a member of the run
+  // (after the start-up checks or its admission), so that a start-up error is not retried.
+  double dropped_at = 0;
+  std::string dropped_why;
+  // ... and the end of its wait: its admission must come before it (else Timeout).
+  std::chrono::steady_clock::time_point rejoin_by = std::chrono::steady_clock::time_point::max();
+  bool* became_member = nullptr;
 };
 
 // The exit status of `atoll worker` when the worker left the run but can rejoin it (LeftRun: its
