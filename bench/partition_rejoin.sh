@@ -3,7 +3,7 @@
 # store on host 0, one island per host started by hand (`atoll worker`, no launcher). Host 2's
 # link is cut (down at the router) for CUT_S seconds, then restored; host 2 rejoins by itself
 # (fault.rejoin_timeout_s). Per try it measures
-#   cut -> next commit:  from the cut to the next outer step islands 0 and 1 commit without it
+#   cut -> next commit:  from the cut to the first outer step islands 0 and 1 commit without it
 #   restore -> rejoin:   from the restored link to host 2's `rejoined` event
 # and prints the medians over the tries. Needs root (network namespaces).
 #
@@ -48,11 +48,12 @@ for t in $(seq 1 "$tries"); do
   for _ in $(seq 1200); do [ "$(outer_rows "$d/run2")" -ge 3 ] && break; sleep 0.1; done
   before=$(outer_rows "$d/run0")
   $hosts cut $name 2; cut=$(now)
-  next=""
+  seen=$before
+  : >"$d/run0_times.txt"  # "OUTER_STEP UNIX_TIME": when island 0 logged each outer step
   while :; do
-    [ -z "$next" ] && [ "$(outer_rows "$d/run0")" -gt "$before" ] && next=$(now)
-    [ "$(echo "$(now) - $cut >= $CUT_S" | bc)" = 1 ] && [ -n "$next" ] && break
-    [ "$(echo "$(now) - $cut >= 120" | bc)" = 1 ] && break
+    n=$(outer_rows "$d/run0")
+    [ "$n" -gt "$seen" ] && { echo "$n $(now)" >>"$d/run0_times.txt"; seen=$n; }
+    [ "$(echo "$(now) - $cut >= $CUT_S" | bc)" = 1 ] && break
     sleep 0.02
   done
   $hosts restore $name 2; restored=$(now)
@@ -61,9 +62,14 @@ for t in $(seq 1 "$tries"); do
     for _ in $(seq 3000); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$p" 2>/dev/null; then kill -9 "$p"; rcs+=(hang); else wait "$p" && rcs+=(0) || rcs+=($?); fi
   done
-  python3 - "$d" "$cut" "${next:-nan}" "$restored" "${rcs[*]}" <<'PY'
+  python3 - "$d" "$cut" "$restored" "${rcs[*]}" <<'PY'
 import json, sys
-d, cut, nxt, restored, rcs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+d, cut, restored, rcs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+# The next commit: the first outer step island 0 logged after the cut that host 2 never logged
+# (one decided before the cut and logged after it does not count).
+host2 = {json.loads(l)["outer_step"] for l in open(f"{d}/run2/metrics.jsonl") if '"theta_hash"' in l}
+times = [tuple(map(float, l.split())) for l in open(f"{d}/run0_times.txt")]
+nxt = next((t for s, t in times if int(s) not in host2), float("nan"))
 rejoined = [json.loads(l) for l in open(f"{d}/run2/events.jsonl") if '"rejoined"' in l]
 back = rejoined[0]["time"] - restored if rejoined else float("nan")
 json.dump({"cut_to_commit_s": nxt - cut, "restore_to_rejoin_s": back, "exit_codes": rcs}, open(f"{d}/result.json", "w"))
