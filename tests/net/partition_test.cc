@@ -171,7 +171,7 @@ TEST_F(Partition, AHostCutPastTheTtlRejoinsByItselfOnceItsLinkIsBack) {
                                  "--run-id",  "part",
                                  "--config",  world().config(),
                                  "--run-dir", run(i),
-                                 "--set",     "train.steps=600",
+                                 "--set",     "train.steps=1000",
                                  "--set",     "diloco.inner_steps=5",
                                  "--set",     "train.batch_size=16",
                                  "--set",     "train.eval_every=0",
