@@ -255,6 +255,24 @@ TEST(StoreRestart, AStoreThatStaysAwayFailsWithinTheTimeout) {
   EXPECT_LT(Clock::now() - t0, milliseconds(3000));
 }
 
+// A cut link that comes back (here: the server stopped, SIGSTOP, then let go): a command with no
+// answer is a Timeout, and the next command reconnects and reads its own answer. Before, the
+// connection kept hiredis's error and every later command failed, or read the late answer of
+// the one that timed out.
+TEST(StoreRestart, ACommandThatTimedOutLeavesTheNextOneItsOwnAnswer) {
+  RedisServer server;
+  Store store(StoreOptions{.url = server.url(), .run_id = "cut", .timeout = milliseconds(300)});
+  store.set("atoll/cut/a", "A");
+  store.set("atoll/cut/b", "B");
+  ASSERT_GT(server.pid(), 0);
+  ASSERT_EQ(::kill(server.pid(), SIGSTOP), 0);
+  EXPECT_THROW(store.get("atoll/cut/a"), Timeout);
+  ASSERT_EQ(::kill(server.pid(), SIGCONT), 0);
+  EXPECT_EQ(store.get("atoll/cut/b").value(), "B") << "the answer of another command";
+  EXPECT_EQ(store.get("atoll/cut/a").value(), "A");
+  EXPECT_EQ(store.reconnections(), 1u);
+}
+
 TEST(StoreRestart, AServerBackWithAnotherPasswordIsRefusedAtOnce) {
   auto server = std::make_unique<RedisServer>(RedisServerOptions{.password = "first"});
   const int port = server->port();
