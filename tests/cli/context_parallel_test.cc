@@ -9,6 +9,8 @@
 //   - With data.phases doubling the length mid-run (context extension), the same.
 //   - Two DiLoCo islands of a 2-way group each: the θ hashes agree across islands at every
 //     outer step, and the losses are those of two islands of one worker (P = 1) within 1e-5.
+//   - zaya1-tiny's kinds (CCA attention, the zaya router, residual scaling, tied embeddings) at
+//     P = 2: the CCA boundary exchange in a real run logs `atoll train`'s losses too.
 //   - Bad placements are refused before any worker starts, naming the key and the fix.
 // The tolerance: P = 2 adds the same terms in other orders (attention's log-sum-exp merge, the
 // gradients' sum over the group), float rounding compounding over 20 AdamW steps (measured
@@ -162,6 +164,30 @@ TEST_F(ContextParallel, TwoIslandsOfTwoWayGroupsAgreeOnTheta) {
   EXPECT_EQ(hashes, 2);  // after steps 3 and 6
 }
 
+// CCA reads 2 tokens back at its default kernels (cca_time0 = cca_time1 = 2) and its value shift
+// 1: chunks of T = 29 over 2P = 4 hold 7 or 8 tokens, so each rank's convolutions take their
+// boundary rows from the other rank (and rank 1's second chunk from its own first).
+TEST_F(ContextParallel, ZayaKindsWithCcaLogTheLossesOfOneProcess) {
+  base_run();
+  std::vector<std::string> zaya;
+  for (const std::string kv : {"model.attention=\"cca\"", "model.router=\"zaya\"", "model.router_hidden_size=8",
+                               "model.top_k=1", "model.residual_scaling=true", "model.tie_embeddings=true",
+                               "model.seq_len=29", "train.steps=6", "train.eval_every=0"})
+    zaya.insert(zaya.end(), {"--set", kv});
+  const std::string one = dir("one"), cp2 = dir("cp2");
+  const RunResult a = world().train(one, zaya);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  const RunResult b = launch(cp2, 1, 2, 2, zaya);
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  EXPECT_NE(read_file(cp2 + "/config.toml").find("attention = \"cca\""), std::string::npos);
+  const auto ra = rows(one), rb = rows(cp2);
+  for (int64_t step = 1; step <= 6; ++step) {
+    EXPECT_LE(rel(rb.at({0, step})["loss"], ra.at({0, step})["loss"]), kRelative)
+        << "step " << step << ": " << rb.at({0, step})["loss"] << " vs " << ra.at({0, step})["loss"];
+    EXPECT_EQ(rb.at({1, step})["loss"], rb.at({0, step})["loss"]) << "step " << step;
+  }
+}
+
 TEST_F(ContextParallel, BadPlacementsAreRefusedBeforeAnyWorkerStarts) {
   base_run();
   const RunResult odd = launch(dir("odd"), 1, 3, 2, {"--set", "train.steps=1"});
@@ -171,9 +197,13 @@ TEST_F(ContextParallel, BadPlacementsAreRefusedBeforeAnyWorkerStarts) {
   const RunResult single = world().train(dir("single"), {"--set", "train.context_parallel=2"});
   EXPECT_NE(single.exit_code, 0);
   EXPECT_NE(single.err.find("atoll launch"), std::string::npos) << single.err;
-  const RunResult cca = launch(dir("cca"), 1, 2, 2, {"--set", "model.attention=\"cca\""});
+  // CCA's chunks must hold its window (cca_time0-1 + cca_time1-1 = 4 here): ⌊13/4⌋ = 3 do not.
+  const RunResult cca = launch(dir("cca"), 1, 2, 2,
+                               {"--set", "model.attention=\"cca\"", "--set", "model.cca_time0=3", "--set",
+                                "model.cca_time1=3", "--set", "model.seq_len=13"});
   EXPECT_NE(cca.exit_code, 0);
-  EXPECT_NE(cca.err.find("not built yet"), std::string::npos) << cca.err;
+  EXPECT_NE(cca.err.find("chunks of 3 tokens, fewer than the 4 tokens"), std::string::npos) << cca.err;
+  EXPECT_FALSE(fs::exists(dir("cca") + "/metrics.jsonl")) << "refused before any worker wrote";
 }
 
 }  // namespace

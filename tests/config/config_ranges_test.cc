@@ -223,7 +223,7 @@ TEST(ConfigRanges, ShippedConfigsStillLoad) {
 // train.context_parallel's refusals (config/context_parallel.h), each naming the key, the reason
 // and the fix: a P that does not divide the island's workers (or any P > 1 for `atoll train`'s
 // one worker), chunks of ⌊T/2P⌋ tokens shorter than the previous-chunk window the model reads,
-// CCA (whose boundary exchange is not built), bf16 products. What is supported loads.
+// bf16 products. What is supported loads: GQA, and CCA whose chunks hold its window.
 // check_context_parallel's error for `workers` workers per island ("" when it passes).
 std::string placement_error(int P, int workers) {
   Config c;
@@ -254,12 +254,13 @@ TEST(ContextParallelConfig, AChunkShorterThanTheModelsBoundaryIsRefused) {
   const std::vector<std::string> cca = {"model.attention=\"cca\"", "model.cca_time0=2", "model.cca_time1=3",
                                         "model.seq_len=20", "train.context_parallel=4"};
   expect_names(error_of(cca), {"train.context_parallel = 4", "chunks of 2", "3 tokens", "fix:"});
+  // One token more per chunk is the window exactly: it loads (model/chunk_boundary.h).
+  std::vector<std::string> fits = cca;
+  fits[3] = "model.seq_len=24";
+  EXPECT_EQ(error_of(fits), "");
 }
 
 TEST(ContextParallelConfig, WhatIsNotBuiltYetIsRefusedNotRunWrong) {
-  // CCA with chunks long enough: its boundary exchange does not exist yet.
-  expect_names(error_of({"model.attention=\"cca\"", "model.seq_len=64", "train.context_parallel=2"}),
-               {"train.context_parallel = 2", "cca", "not built", "fix:"});
   expect_names(error_of({"train.precision=\"bf16\"", "train.context_parallel=2"}),
                {"train.context_parallel = 2", "fp32", "fix:"});
 }

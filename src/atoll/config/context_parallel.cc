@@ -20,6 +20,9 @@ std::string context_parallel_problem(const Config& cfg) {
            "or train.context_parallel = 1";
   // Each rank holds chunks r and 2P-1-r of 2P; the shortest chunk has ⌊T/2P⌋ tokens, at every
   // length a phase of data.phases trains at (the shortest phase is the first: phases never shrink).
+  // A chunk at least as long as the boundary its successor reads (CCA's convolution window and
+  // value shift) makes that boundary the one chunk before's own last rows, which its holder
+  // sends (model/chunk_boundary.h); shorter chunks would need rows of several, so are refused.
   const int boundary = boundary_tokens(cfg.model);
   std::vector<std::pair<int, std::string>> lengths = {{T, "model.seq_len"}};
   const std::vector<DataPhase> phases = data_phases(cfg.data);
@@ -32,10 +35,6 @@ std::string context_parallel_problem(const Config& cfg) {
              " tokens, fewer than the " + std::to_string(boundary) +
              " tokens of the previous chunk the model reads (CCA's convolution window); fix: raise " + name +
              " to at least " + std::to_string(2 * P * boundary) + " or lower train.context_parallel";
-  if (boundary > 0)
-    return key + " with model.attention = \"cca\" (or CCA layers in model.attention_layers) is not built yet: CCA's "
-           "convolutions need the previous chunk's last tokens, whose exchange between ranks does not exist; fix: "
-           "train.context_parallel = 1, or GQA attention";
   return "";
 }
 

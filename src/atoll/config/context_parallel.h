@@ -10,8 +10,8 @@
 namespace atl {
 
 // "" when the config alone allows its context_parallel, else why not (ring attention runs fp32
-// products on the CPU; every chunk of ⌊T/2P⌋ tokens must hold the model's boundary tokens;
-// parts that read the previous chunk's tokens wait for their boundary exchange).
+// products on the CPU; every chunk of ⌊T/2P⌋ tokens must hold the model's boundary tokens, the
+// rows of the chunk before that CCA's convolutions and value shift read).
 std::string context_parallel_problem(const Config& cfg);
 
 // The placement: P must divide the island's workers (workers_per_island; 1 for `atoll train`).

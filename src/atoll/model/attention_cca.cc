@@ -7,6 +7,7 @@
 #include "atoll/backend/cpu/cca_conv.h"
 #include "atoll/core/check.h"
 #include "atoll/model/attention_core.h"
+#include "atoll/model/chunk_boundary.h"
 
 namespace atl {
 
@@ -49,19 +50,34 @@ AttentionCca<T>::AttentionCca(const ModelConfig& m, const ParamLayout& layout, i
         .b1 = at(qkv + "conv_qk_grouped.bias"), .temp = at(pre + "qk_norm.temp"), .wo = at(pre + "o_proj.weight")};
   const CcaDims d = cca_dims(m, s.max_batch, m.seq_len);
   const size_t N = s.max_tokens;
-  x_.resize(N * d.CC()), y_.resize(size_t(s.max_batch) * d.TY() * d.CC());
+  x_.resize(x_rows_max() * d.CC()), y_.resize(y_rows_max() * d.CC());
   q_.resize(N * d.QD()), k_.resize(N * d.KVD()), rq_.resize(N * d.NH), rk_.resize(N * d.NKV);
   qn_.resize(N * d.QD(), s.precision), kn_.resize(N * d.KVD(), s.precision), v_.resize(N * d.KVD(), s.precision);
   att_.resize(N * d.QD(), s.precision);
   lse_.resize(size_t(s.max_batch) * m.n_heads * m.seq_len);
+  const size_t W = size_t(lag()) * d.CC() + d.KVD() / 2;
+  tails_.resize(TokenPositions::kMaxRuns * size_t(s.max_batch) * W);
+  heads_.resize(tails_.size());
+}
+
+// At most two runs of a sequence have their lag boundary rows before them (and t1-1 more y rows
+// each); whole sequences keep [B,T+t1-1,CC] of y, as before.
+template <typename T>
+size_t AttentionCca<T>::x_rows_max() const {
+  return size_t(max_tokens_) + size_t(TokenPositions::kMaxRuns) * max_batch_ * lag();
+}
+template <typename T>
+size_t AttentionCca<T>::y_rows_max() const {
+  return std::max(size_t(max_batch_) * (m_.seq_len + m_.cca_time1 - 1),
+                  x_rows_max() + size_t(TokenPositions::kMaxRuns) * max_batch_ * (m_.cca_time1 - 1));
 }
 
 template <typename T>
 size_t AttentionCca<T>::work_elements() const {
   const CcaDims d = cca_dims(m_, max_batch_, m_.seq_len);
-  // backward's: d(att), dqn, dq [N,QD]; dkn, dv, dk, dvc + dvd [N,KVD]; dz, dx [N,CC]; dy [B,TY,CC]
+  // backward's: d(att), dqn, dq [N,QD]; dkn, dv, dk, dvc + dvd [N,KVD]; dz, dx [x rows,CC]; dy [y rows,CC]
   // (forward needs less: qn, kn, v, z, vc, vd).
-  return size_t(max_tokens_) * (3 * d.QD() + 4 * d.KVD() + 2 * d.CC()) + size_t(max_batch_) * d.TY() * d.CC();
+  return size_t(max_tokens_) * (3 * d.QD() + 4 * d.KVD()) + (2 * x_rows_max() + y_rows_max()) * d.CC();
 }
 
 namespace {
@@ -84,36 +100,157 @@ void unpack_rows(T* a, T* b, const T* in, int N, int A, int Bw) {
   }
 }
 
+// The runs of a call's tokens (TokenPositions) as the convolutions see them: run i of each
+// sequence is its len tokens, with the bnd = lag boundary rows of the chunk before it in x_ when
+// it has one (a run that starts its sequence reads the convolutions' zero padding instead).
+struct CcaRun {
+  int start, len, bnd;
+  int local;            // its first row among a sequence's T local rows
+  size_t x_row, y_row;  // the first row of its block [B, bnd+len, CC] in x_, [B, bnd+len+t1-1, CC] in y_
+  int rows() const { return bnd + len; }
+};
+struct CcaRuns {
+  int n = 0;
+  CcaRun run[TokenPositions::kMaxRuns];
+  size_t x_rows = 0, y_rows = 0;
+};
+
+CcaRuns cca_runs(const TokenPositions& pos, int B, int T, int lag, int t1) {
+  CcaRuns R;
+  R.n = pos.runs;
+  int local = 0;
+  for (int i = 0; i < pos.runs; ++i) {
+    CcaRun& u = R.run[i];
+    u.start = pos.start[i], u.len = pos.len[0] == 0 ? T : pos.len[i], u.bnd = u.start > 0 ? lag : 0;
+    u.local = local, u.x_row = R.x_rows, u.y_row = R.y_rows;
+    local += u.len, R.x_rows += size_t(B) * u.rows(), R.y_rows += size_t(B) * (u.rows() + t1 - 1);
+  }
+  ATOLL_CHECK_EQ(local, T) << "token runs";
+  return R;
+}
+
+// fn(local row, x_ row, len) for each run of each sequence: its rows in the [B,T] layout and in
+// x_'s. Whole sequences are one span (the two layouts agree).
+template <class Fn>
+void for_each_span(const CcaRuns& R, int B, int T, Fn fn) {
+  if (R.n == 1 && R.run[0].bnd == 0) return fn(size_t(0), size_t(0), B * T);
+  for (int i = 0; i < R.n; ++i)
+    for (int b = 0; b < B; ++b) {
+      const CcaRun& u = R.run[i];
+      fn(size_t(b) * T + u.local, u.x_row + size_t(b) * u.rows() + u.bnd, u.len);
+    }
+}
+
 }  // namespace
+
+// Context parallelism, before the convolutions: each run's last lag x rows and delayed value
+// half go to the holder of the chunk after it; the predecessors' arrive as the runs' boundary
+// rows in x_ and in heads_.
+template <typename T>
+void AttentionCca<T>::boundary_forward(const T* vd, const PartContext<T>& c) {
+  const CcaDims d = cca_dims(m_, c.B, c.d.T);
+  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
+  const int L = lag(), CC = d.CC(), half = d.KVD() / 2, B = c.B;
+  const size_t W = size_t(L) * CC + half;
+  ATOLL_CHECK(c.cp && c.zigzag && R.n == 2) << "CCA on chunks of sequences runs in a context-parallel group";
+  for (int i = 0; i < R.n; ++i) {
+    const CcaRun& u = R.run[i];
+    ATOLL_CHECK_GE(u.len, std::max(L, 1)) << "a chunk shorter than CCA's window (config/context_parallel.h refuses it)";
+    for (int b = 0; b < B; ++b) {
+      T* msg = tails_.data() + (size_t(i) * B + b) * W;
+      std::copy_n(x_.data() + (u.x_row + size_t(b) * u.rows() + u.rows() - L) * CC, size_t(L) * CC, msg);
+      std::copy_n(vd + (size_t(b) * d.T + u.local + u.len - 1) * half, half, msg + size_t(L) * CC);
+    }
+  }
+  chunk_tails_forward(heads_.data(), heads_.data() + B * W, tails_.data(), tails_.data() + B * W, B * W, *c.cp);
+  for (int i = 0; i < R.n; ++i)
+    for (int b = 0; b < B && R.run[i].bnd > 0; ++b)
+      std::copy_n(heads_.data() + (size_t(i) * B + b) * W, size_t(L) * CC,
+                  x_.data() + (R.run[i].x_row + size_t(b) * R.run[i].rows()) * CC);
+}
+
+// The value shift at each run's first token: the previous token's delayed half is the
+// predecessor's (heads_), or 0 where the run starts its sequence.
+template <typename T>
+void AttentionCca<T>::boundary_values(T* v, const PartContext<T>& c) const {
+  const CcaDims d = cca_dims(m_, c.B, c.d.T);
+  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
+  const int half = d.KVD() / 2;
+  const size_t W = size_t(lag()) * d.CC() + half;
+  for (int i = 0; i < R.n; ++i)
+    for (int b = 0; b < c.B; ++b) {
+      T* row = v + (size_t(b) * d.T + R.run[i].local) * d.KVD() + half;
+      const T* from = heads_.data() + (size_t(i) * c.B + b) * W + size_t(lag()) * d.CC();
+      if (R.run[i].start > 0)
+        std::copy_n(from, half, row);
+      else
+        std::fill_n(row, half, T(0));
+    }
+}
+
+// Backward, after the convolutions': the gradients of each run's boundary rows (dx's) and of its
+// predecessor's delayed value half (dv's) go back to the holder of the chunk before, which adds
+// them to its tail rows' dx and sets its last token's dvd.
+template <typename T>
+void AttentionCca<T>::boundary_backward(T* dx, T* dvd, const T* dv, const PartContext<T>& c) {
+  const CcaDims d = cca_dims(m_, c.B, c.d.T);
+  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
+  const int L = lag(), CC = d.CC(), KVD = d.KVD(), half = KVD / 2, B = c.B;
+  const size_t W = size_t(L) * CC + half;
+  for (int i = 0; i < R.n; ++i)
+    for (int b = 0; b < B && R.run[i].start > 0; ++b) {
+      const CcaRun& u = R.run[i];
+      T* msg = heads_.data() + (size_t(i) * B + b) * W;
+      std::copy_n(dx + (u.x_row + size_t(b) * u.rows()) * CC, size_t(L) * CC, msg);
+      std::copy_n(dv + (size_t(b) * d.T + u.local) * KVD + half, half, msg + size_t(L) * CC);
+    }
+  chunk_heads_backward(tails_.data(), tails_.data() + B * W, heads_.data(), heads_.data() + B * W, B * W, *c.cp);
+  for (int i = 0; i < R.n; ++i)
+    for (int b = 0; b < B; ++b) {
+      const CcaRun& u = R.run[i];
+      const T* msg = tails_.data() + (size_t(i) * B + b) * W;
+      T* to = dx + (u.x_row + size_t(b) * u.rows() + u.rows() - L) * CC;
+      for (size_t e = 0; e < size_t(L) * CC; ++e) to[e] += msg[e];
+      std::copy_n(msg + size_t(L) * CC, half, dvd + (size_t(b) * d.T + u.local + u.len - 1) * half);
+    }
+}
 
 template <typename T>
 void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
   const CcaDims d = cca_dims(m_, c.B, c.d.T);
   const int N = d.N(), C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC();
-  // A chunk that starts inside its sequence would need the previous chunk's last
-  // boundary_tokens (model/part_kinds.h) for its convolutions and value shift.
-  ATOLL_CHECK(c.pos.runs == 1 && c.pos.start[0] == 0) << "CCA runs on whole sequences only";
+  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
   // qn, kn, v in T for RoPE and attention: in the kept buffers, or (bf16) in work and kept in bf16.
   T* qn = qn_.values(c.work);
   T* kn = kn_.values(c.work + size_t(N) * QD);
   T* v = v_.values(c.work + size_t(N) * (QD + KVD));
-  T* z = c.work + size_t(N) * (QD + 2 * KVD);  // [N,CC]
-  T* vc = z + size_t(N) * CC;                   // [N,KVD/2] x2
+  T* z = c.work + size_t(N) * (QD + 2 * KVD);  // [x rows,CC]
+  T* vc = z + R.x_rows * CC;                    // [N,KVD/2] x2
   T* vd = vc + size_t(N) * KVD / 2;
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   c.mm.forward(q_.data(), in, c.mm.weight(w_.wq), N, C, QD);  // qp and kp, packed into x
   c.mm.forward(k_.data(), in, c.mm.weight(w_.wk), N, C, KVD);
-  pack_rows(x_.data(), q_.data(), k_.data(), N, QD, KVD);
-  cpu::cca_conv_forward(z, y_.data(), x_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0), c.mm.param(w_.w1),
-                   c.mm.param(w_.b1), d);
-  cca_qk_mean_forward(q_.data(), k_.data(), z, x_.data(), d);
+  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+    pack_rows(x_.data() + xr * CC, q_.data() + l * QD, k_.data() + l * KVD, n, QD, KVD);
+  });
+  c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
+  c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, KVD / 2);
+  if (!c.pos.whole()) boundary_forward(vd, c);
+  for (int i = 0; i < R.n; ++i) {  // each run over [boundary | its tokens]
+    const CcaRun& u = R.run[i];
+    cpu::cca_conv_forward(z + u.x_row * CC, y_.data() + u.y_row * CC, x_.data() + u.x_row * CC, c.mm.param(w_.w0),
+                          c.mm.param(w_.b0), c.mm.param(w_.w1), c.mm.param(w_.b1), cca_dims(m_, c.B, u.rows()));
+  }
+  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+    cca_qk_mean_forward(q_.data() + l * QD, k_.data() + l * KVD, z + xr * CC, x_.data() + xr * CC,
+                        cca_dims(m_, 1, n));
+  });
   cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
   rope_at(qn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, false);
   rope_at(kn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, false);
-  c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
-  c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, KVD / 2);
   cca_value_forward(v, vc, vd, d);
+  if (!c.pos.whole()) boundary_values(v, c);
   qn_.keep(qn, size_t(N) * QD), kn_.keep(kn, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
   attention_any(att_, lse_.data(), qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD, c);
   c.mm.forward(out, att_.operand(), c.mm.weight(w_.wo), N, QD, C);
@@ -132,6 +269,7 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   ScopedTimer t(c.timer(&PhaseTimes::attention));
   const CcaDims d = cca_dims(m_, c.B, c.d.T);
   const int N = d.N(), C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC();
+  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
   T* datt = c.work;
   T* dqn = datt + size_t(N) * QD;
   T* dq = dqn + size_t(N) * QD;
@@ -140,9 +278,9 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   T* dk = dv + size_t(N) * KVD;
   T* dvc = dk + size_t(N) * KVD;
   T* dvd = dvc + size_t(N) * KVD / 2;
-  T* dz = dvd + size_t(N) * KVD / 2;
-  T* dx = dz + size_t(N) * CC;
-  T* dy = dx + size_t(N) * CC;  // [B,TY,CC]
+  T* dz = dvd + size_t(N) * KVD / 2;  // [x rows,CC] x2
+  T* dx = dz + R.x_rows * CC;
+  T* dy = dx + R.x_rows * CC;  // [y rows,CC]
   T* g = c.grads;
   bf16* dout16 = sh_->dout16.data();
   std::fill(datt, datt + size_t(N) * QD, T(0));
@@ -154,12 +292,22 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   rope_at(dkn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, true);
   cca_qk_norm_backward(dq, dk, g + w_.temp, dqn, dkn, q_.data(), k_.data(), rq_.data(), rk_.data(),
                        c.mm.param(w_.temp), d);
-  std::fill(dx, dx + size_t(N) * CC, T(0));
-  cca_qk_mean_backward(dz, dx, dq, dk, d);
-  cpu::cca_conv_backward(dx, g + w_.w0, g + w_.b0, g + w_.w1, g + w_.b1, dy, dz, y_.data(), x_.data(),
-                    c.mm.param(w_.w0), c.mm.param(w_.w1), d);
-  unpack_rows(dq, dk, dx, N, QD, KVD);  // d(qp), d(kp)
+  std::fill(dx, dx + R.x_rows * CC, T(0));
+  if (!c.pos.whole()) std::fill(dz, dz + R.x_rows * CC, T(0));  // the boundary rows' outputs are dropped
+  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+    cca_qk_mean_backward(dz + xr * CC, dx + xr * CC, dq + l * QD, dk + l * KVD, cca_dims(m_, 1, n));
+  });
+  for (int i = 0; i < R.n; ++i) {
+    const CcaRun& u = R.run[i];
+    cpu::cca_conv_backward(dx + u.x_row * CC, g + w_.w0, g + w_.b0, g + w_.w1, g + w_.b1, dy + u.y_row * CC,
+                           dz + u.x_row * CC, y_.data() + u.y_row * CC, x_.data() + u.x_row * CC, c.mm.param(w_.w0),
+                           c.mm.param(w_.w1), cca_dims(m_, c.B, u.rows()));
+  }
   cca_value_backward(dvc, dvd, dv, d);
+  if (!c.pos.whole()) boundary_backward(dx, dvd, dv, c);
+  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+    unpack_rows(dq + l * QD, dk + l * KVD, dx + xr * CC, n, QD, KVD);  // d(qp), d(kp)
+  });
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   const struct { const T* d; size_t w; int out; } proj[] = {
       {dq, w_.wq, QD}, {dk, w_.wk, KVD}, {dvc, w_.wvc, KVD / 2}, {dvd, w_.wvd, KVD / 2}};

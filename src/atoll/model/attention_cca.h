@@ -22,6 +22,14 @@
 // is √HD·cos(q, k): what standard attention gives for q and k of unit-variance entries, the
 // regime the rest of the model is initialised for.
 //
+// Context parallelism (PartContext::cp, docs/long_context.md): a rank holds two chunks of each
+// sequence (TokenPositions' runs). The convolutions read the t0-1 + t1-1 pre-convolution rows
+// before a chunk and the value shift the delayed value half of the token before it: the holder
+// of the chunk before sends them (model/chunk_boundary.h), the convolutions run on [boundary |
+// chunk] and their first outputs (those the boundary rows alone feed) are dropped; backward
+// returns the boundary rows' gradients to their holder, who adds them. Attention runs round the
+// ring (attention_any), RoPE at the chunks' positions in the whole sequence.
+//
 // Decoding keeps, per layer: the keys (after norm, temperature and RoPE) and values of every
 // position [len, KVD] each, the last t0-1 + t1-1 pre-convolution [q|k] rows, and the previous
 // token's delayed value half [KVD/2] (what transformers' ZAYA cache keeps as conv_states and
@@ -54,6 +62,13 @@ class AttentionCca final : public AttentionPart<T> {
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
  private:
+  int lag() const { return m_.cca_time0 - 1 + m_.cca_time1 - 1; }  // pre-convolution rows read back
+  size_t x_rows_max() const;
+  size_t y_rows_max() const;
+  void boundary_forward(const T* vd, const PartContext<T>& c);
+  void boundary_values(T* v, const PartContext<T>& c) const;
+  void boundary_backward(T* dx, T* dvd, const T* dv, const PartContext<T>& c);
+
   struct Rows {
     size_t wq, wk, wvc, wvd, w0, b0, w1, b1, temp, wo;
   };
@@ -61,10 +76,18 @@ class AttentionCca final : public AttentionPart<T> {
   int layer_, max_batch_, max_tokens_;
   Rows w_;
   std::shared_ptr<AttentionScratch<T>> sh_;  // shared by the attention layers
-  std::vector<T> x_, y_;            // [N,CC] pre-convolution [q|k]; [B,T+t1-1,CC] depthwise output
+  // The pre-convolution [q|k] rows and the depthwise output, per run of TokenPositions:
+  // x_ [B, lag + len, CC] (lag = t0-1 + t1-1 boundary rows first when the run has a
+  // predecessor), y_ [B, its x rows + t1-1, CC]; whole sequences: [B,T,CC] and [B,T+t1-1,CC].
+  std::vector<T> x_, y_;
   std::vector<T> q_, k_, rq_, rk_;  // before the norm [N,QD], [N,KVD]; 1/‖·‖ [N,NH], [N,NKV]
   Kept<T> qn_, kn_, v_, att_;       // after norm and RoPE [N,QD], [N,KVD]; values [N,KVD]; [N,QD]
   std::vector<T> lse_;              // [B,NH,T]
+  // Context parallelism: the boundary messages of the two runs [2][B, lag·CC + KVD/2], each
+  // sequence's lag pre-convolution rows and one delayed value half: tails_ what this rank's
+  // runs end with, heads_ what its runs' predecessors end with (and backward's gradients of
+  // them, the other way).
+  std::vector<T> tails_, heads_;
   // Decoding: keys and values [max_len, KVD]; the last P = t0-1 + t1-1 pre-convolution rows and
   // the token's own [P+1, CC]; the previous token's delayed value half [KVD/2]; one token's
   // buffers.
