@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -156,10 +157,12 @@ class ElasticLaunch : public CliTest {
 
   // Two workers per island: island 1 loses rank 1; rank 0 fails in the island's gradient mean and
   // leaves too (exit 75), both are restarted, and the island rejoins as a whole (`extra`: more
-  // launch arguments).
-  void lose_a_worker_and_rejoin(const std::string& run, const std::vector<std::string>& extra) {
+  // launch arguments; `steps`: the run's length).
+  void lose_a_worker_and_rejoin(const std::string& run, const std::vector<std::string>& extra,
+                                int64_t steps = kSteps) {
     std::vector<std::string> a = args(run);
     a[2] = "2";  // --islands 2
+    std::replace(a.begin(), a.end(), "train.steps=" + std::to_string(kSteps), "train.steps=" + std::to_string(steps));
     a.insert(a.end(), {"--workers-per-island", "2"});
     a.insert(a.end(), extra.begin(), extra.end());
     child_env().push_back("ATOLL_FAULT=kill:island=1:rank=1:outer_step=2:ring_chunk=1");
@@ -167,7 +170,7 @@ class ElasticLaunch : public CliTest {
     child_env().pop_back();
     ASSERT_EQ(r.exit_code, 0) << r.describe();
     const RunView v = read_run(run);
-    expect_agreement(v);
+    expect_agreement(v, steps / kH);
     std::map<int, std::string> lost;  // rank of island 1 -> status
     for (const auto& e : v.events.at("peer_lost")) {
       EXPECT_EQ(e["island"], 1) << e.dump();
@@ -177,7 +180,7 @@ class ElasticLaunch : public CliTest {
     ASSERT_EQ(v.count("join"), 1u) << r.describe();  // written by the island's rank 0
     EXPECT_EQ(v.events.at("join")[0]["island"], 1);
     EXPECT_FALSE(steps_with(v, 1).empty()) << "outer steps with island 0 alone";
-    EXPECT_EQ(steps_with(v, 2).back(), kSteps / kH) << "whole again at the end";
+    EXPECT_EQ(steps_with(v, 2).back(), steps / kH) << "whole again at the end";
   }
 
   // Every outer step: one θ hash and one momentum hash over the islands that logged it.
