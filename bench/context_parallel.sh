@@ -1,29 +1,51 @@
 #!/usr/bin/env bash
-# Context parallelism (train.context_parallel, docs/long_context.md): tokens/s and peak RSS per
-# worker for configs/tiny.toml at T = 4096, P = 1 (one worker, 1 and 2 threads) against P = 2
-# (one island of 2 workers, 1 thread each: the same 2 cores).
-#   bench/context_parallel.sh [STEPS] [SEQ_LEN]     # defaults 4 steps, 4096 tokens
-# One sequence per step, no evaluation, a checkpoint at the last step only. tokens/s: the last
-# metrics row's (the run's tokens over its time; a P-way group counts its sequence once). Peak
-# RSS: the largest worker's VmHWM (bench/worker_rss.sh).
+# Context parallelism (train.context_parallel, docs/long_context.md): tokens/s, peak RSS per
+# worker and ring attention's time for configs/tiny.toml at each length T given, P = 1 (one
+# worker, 2 threads) against P = 2 and 4 (one island of P workers, 1 thread each: on a 2-core
+# machine P = 4 runs two processes per core).
+#   bench/context_parallel.sh [STEPS] [T...]     # defaults: 2 steps; T = 4096 8192 16384
+#   PS="2 4" bench/context_parallel.sh ...        # only these P (default "1 2 4")
+# One sequence per step, no evaluation, no checkpoint. tokens/s: the last metrics row's (the run's
+# tokens over its time; a P-way group counts its sequence once). Peak RSS: the largest worker's
+# VmHWM (bench/worker_rss.sh). ring compute/wait: seconds in ring attention computing blocks and
+# blocked on ring transfers (metrics ring_compute_s, ring_wait_s), the mean over ranks;
+# busy = compute / (compute + wait). Environment (ATOLL_CP_LAYOUT=plain, ATOLL_RING_OVERLAP=0)
+# passes to the workers: bench/ring_overlap.sh compares them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/worker_rss.sh
-steps=${1:-4} T=${2:-4096} out=/tmp/atoll-context-parallel
+steps=${1:-2}
+shift || true
+lengths=("$@")
+[ ${#lengths[@]} -gt 0 ] || lengths=(4096 8192 16384)
+out=/tmp/atoll-context-parallel
 rm -rf "$out"; mkdir -p "$out"
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; tiny, T = $T, $steps steps"
-printf '%-3s %-8s %-8s %12s %12s\n' P workers threads tokens_per_s max_rss_MiB
-for spec in "1 1 1" "1 1 2" "2 2 1"; do
-  read -r P M threads <<<"$spec"
-  run=$out/p$P-t$threads
-  build/atoll launch --islands 1 --workers-per-island "$M" --config configs/tiny.toml --run-dir "$run" \
-    --set train.context_parallel="$P" --set model.seq_len="$T" --set train.batch_size=1 --set train.steps="$steps" \
-    --set train.eval_every=0 --set train.threads="$threads" --set checkpoint.every=0 \
-    --set diloco.inner_steps="$steps" >"$run.log" 2>&1 &
-  worker_hwm $! || { echo "run P=$P failed: see $run.log"; exit 1; }
-  tps=$(python3 -c "import json,sys
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; tiny, $steps steps; commit $(git rev-parse --short HEAD)"
+printf '%-6s %-2s %-8s %12s %12s %10s %10s %6s\n' T P threads tokens_per_s max_rss_MiB ring_comp ring_wait busy
+for T in "${lengths[@]}"; do
+  for P in ${PS:-1 2 4}; do
+    threads=1
+    [ "$P" = 1 ] && threads=2
+    run=$out/t$T-p$P
+    start=$(date +%s)
+    build/atoll launch --islands 1 --workers-per-island "$P" --config configs/tiny.toml --run-dir "$run" \
+      --set train.context_parallel="$P" --set model.seq_len="$T" --set train.batch_size=1 --set train.steps="$steps" \
+      --set train.eval_every=0 --set train.threads="$threads" --set checkpoint.every=0 \
+      --set diloco.inner_steps="$steps" >"$run.log" 2>&1 &
+    worker_hwm $! || { echo "run T=$T P=$P failed: see $run.log"; exit 1; }
+    read -r tps comp wait busy < <(python3 -c "import json,sys
 rows=[json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
-print(round([r for r in rows if 'tokens_per_s' in r and r.get('rank', 0) == 0][-1]['tokens_per_s']))" "$run/metrics.jsonl")
-  max=$(printf '%s\n' "${HWM_KB[@]}" | sort -n | tail -1)
-  printf '%-3s %-8s %-8s %12s %12.1f\n' "$P" "$M" "$threads" "$tps" "$(echo "$max / 1024" | bc -l)"
+tps=[r for r in rows if 'tokens_per_s' in r and r.get('rank', 0) == 0][-1]['tokens_per_s']
+last={}
+for r in rows:
+    if 'ring_compute_s' in r: last[r['rank']] = r
+if last:
+    c=sum(r['ring_compute_s'] for r in last.values())/len(last); w=sum(r['ring_wait_s'] for r in last.values())/len(last)
+    print(round(tps), '%.2f' % c, '%.2f' % w, '%.2f' % (c/(c+w)))
+else:
+    print(round(tps), '-', '-', '-')" "$run/metrics.jsonl")
+    max=$(printf '%s\n' "${HWM_KB[@]}" | sort -n | tail -1)
+    printf '%-6s %-2s %-8s %12s %12.1f %10s %10s %6s   (%ss)\n' "$T" "$P" "$threads" "$tps" \
+      "$(echo "$max / 1024" | bc -l)" "$comp" "$wait" "$busy" "$(($(date +%s) - start))"
+  done
 done

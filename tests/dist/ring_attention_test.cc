@@ -1,6 +1,7 @@
 // Ring attention (model/ring_attention.h) over P real processes (Gloo over loopback) against
 // causal attention over the whole sequence on one process: output, log-sum-exp, dQ, dK and dV of
-// every rank's rows, P in {1, 2, 3, 4}, T not divisible by P (and T < 2P: empty chunks), GQA.
+// every rank's rows, P in {1, 2, 3, 4}, T not divisible by P (and T < 2P: empty chunks), T of
+// several 64-row tiles per chunk, GQA; the zigzag layout and the plain one (benchmarks).
 // fp32 against the blocked kernel the model uses (backend/cpu/attention.h) within 1e-5
 // relative to the largest value of each tensor: both sum the same terms in other orders, about
 // T·2^-24 apart at worst; fp64 against the plain reference (layers/attention.h) within 1e-12.
@@ -54,9 +55,9 @@ double rel_diff(const std::vector<T>& mine, const std::vector<T>& whole, int B, 
 
 // The ring on every rank against the whole-sequence kernel; returns "out lse dq dk dv" errors.
 template <typename T>
-std::string ring_vs_whole(Collective& g, const Shape& s) {
+std::string ring_vs_whole(Collective& g, const Shape& s, bool contiguous) {
   const int P = g.size(), r = g.rank();
-  const ZigzagLayout z{.T = s.T, .P = P};
+  const ZigzagLayout z{.T = s.T, .P = P, .contiguous = contiguous};
   const size_t QD = size_t(s.NH) * s.HD, KVD = size_t(s.NKV) * s.HD, N = size_t(s.B) * s.T;
   // Scores of order 1..10 so the softmax is far from uniform.
   const auto q = values<T>(1, N * QD, 2.0), k = values<T>(2, N * KVD, 2.0), v = values<T>(3, N * KVD, 1.0);
@@ -92,7 +93,8 @@ std::string ring_vs_whole(Collective& g, const Shape& s) {
 
 template <typename T>
 void expect_ring_matches(const char* run_prefix, const std::vector<Shape>& shapes, double tol,
-                         const std::function<StoreOptions(const std::string&)>& store_options) {
+                         const std::function<StoreOptions(const std::string&)>& store_options,
+                         bool contiguous = false) {
   for (int P = 1; P <= 4; ++P)
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape s = shapes[i];
@@ -103,7 +105,7 @@ void expect_ring_matches(const char* run_prefix, const std::vector<Shape>& shape
         omp_set_num_threads(1);
         Store store(store_options(run));
         ProcessGroup g(store, GroupOptions{.name = "cp", .rank = rank, .size = P});
-        return ring_vs_whole<T>(g, s);
+        return ring_vs_whole<T>(g, s, contiguous);
       });
       for (int r = 0; r < P; ++r) {
         std::istringstream in(out[r]);
@@ -119,7 +121,14 @@ void expect_ring_matches(const char* run_prefix, const std::vector<Shape>& shape
 
 TEST_F(RingAttention, Fp32MatchesOneProcessWithin1e5) {
   // T = 13 is not divisible by 2, 3 or 4; T = 5 leaves chunks empty at P = 3, 4; GQA 4:2 and 3:1.
-  expect_ring_matches<float>("ra32-", {{2, 13, 4, 2, 8}, {1, 5, 3, 1, 4}}, 1e-5, store_options);
+  // T = 301: chunks of 2-3 tiles of 64 rows at P = 1, 2, partial tiles everywhere.
+  expect_ring_matches<float>("ra32-", {{2, 13, 4, 2, 8}, {1, 5, 3, 1, 4}, {1, 301, 2, 1, 8}}, 1e-5, store_options);
+}
+
+// The plain split (rank r holds chunks 2r and 2r+1, ATOLL_CP_LAYOUT=plain for benchmarks) is
+// as exact: the kernel reads which chunks a rank holds from the layout.
+TEST_F(RingAttention, Fp32PlainLayoutMatchesOneProcess) {
+  expect_ring_matches<float>("ra32p-", {{2, 13, 4, 2, 8}, {1, 150, 2, 1, 8}}, 1e-5, store_options, true);
 }
 
 TEST_F(RingAttention, Fp64MatchesThePlainReference) {

@@ -153,6 +153,30 @@ TEST(MemoryEstimate, Zero1ShardsTheMomentsAmongTheIslandsWorkers) {
   }
 }
 
+// train.context_parallel = P: a rank's activations are those of its T_r ≈ T/P tokens (about
+// 1/P of one worker's, plus ring attention's blocks in flight), the state is whole; the worker
+// that validates builds whole-sequence buffers after freeing its own, so it peaks at P = 1's.
+TEST(MemoryEstimate, ContextParallelCountsARanksShareOfEachSequence) {
+  const std::vector<std::string> base = {"model.seq_len=2048", "train.batch_size=2", "train.eval_every=0"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return estimate_memory(config_with(more), 4);
+  };
+  const MemoryEstimate one = with({});
+  for (int P : {2, 4}) {
+    const MemoryEstimate e = with({"train.context_parallel=" + std::to_string(P)});
+    EXPECT_DOUBLE_EQ(e.state, one.state);
+    EXPECT_LT(e.activations, 1.05 * one.activations / P) << "P = " << P << ": the split is counted";
+    EXPECT_GT(e.activations, 0.95 * one.activations / P) << "P = " << P;
+    EXPECT_GT(e.scratch, 0);
+    EXPECT_LT(e.host, one.host) << "P = " << P;
+    EXPECT_DOUBLE_EQ(e.validator_host, e.host) << "no evaluation: every worker holds its share";
+    const MemoryEstimate validating = with({"train.context_parallel=" + std::to_string(P), "train.eval_every=10"});
+    EXPECT_DOUBLE_EQ(validating.host, e.host);
+    EXPECT_DOUBLE_EQ(validating.validator_host, with({"train.eval_every=10"}).host) << "P = " << P;
+  }
+}
+
 TEST(MemoryEstimate, TheGpuHoldsTheStepAndTheHostItsCopies) {
   const MemoryEstimate cpu = estimate_memory(config_with({"train.batch_size=8"}));
   const MemoryEstimate gpu = estimate_memory(config_with({"train.batch_size=8", "train.device=\"cuda\""}));

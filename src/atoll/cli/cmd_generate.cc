@@ -7,7 +7,10 @@
 // --workers P decodes over P processes with tree attention (docs/long_context.md).
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <thread>
 
@@ -25,6 +28,16 @@
 
 namespace atl::cli {
 namespace {
+
+// Bench only (bench/tree_decode.sh): the prompt's and the generated tokens' step times.
+void print_timing(const Generated& g) {
+  const char* on = std::getenv("ATOLL_GENERATE_TIMING");
+  if (!on || std::string(on) != "1") return;
+  std::fprintf(stderr,
+               "timing: prompt %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, at context %d\n",
+               g.prompt_tokens, g.prompt_s, g.decoded_tokens, g.decode_s, g.tail_tokens,
+               g.tail_tokens > 0 ? 1e3 * g.tail_s / g.tail_tokens : 0.0, g.prompt_tokens + g.decoded_tokens);
+}
 
 // More is a typing slip: no model has such a context, and generation stops at the context.
 constexpr int64_t kMaxTokensLimit = 1'000'000;
@@ -102,17 +115,27 @@ Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) 
   Decoder dec(cm.config.model, cm.params.data(), P + n - 1, o.group);
   Rng rng(o.seed);
   const std::vector<float>* logits = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int32_t id : ids) logits = &dec.step(id);
+  const auto t1 = std::chrono::steady_clock::now();
   // Only the tokenizer's ids are drawn: a model's vocabulary may be larger than its tokenizer's.
   const SampleOptions sampling{.temperature = o.temperature, .top_p = o.top_p, .vocab = tok.vocab_size()};
   std::vector<int32_t> out;
   bool ended = false;
+  const int tail_from = std::max(0, n - 1 - 64);  // the steps timed at the end of the context
+  auto tail0 = t1;
   for (int i = 0; i < n; ++i) {
+    if (i == tail_from) tail0 = std::chrono::steady_clock::now();
     const int32_t next = sample_token(*logits, sampling, rng);
     if ((ended = next == tok.eos_id())) break;
     out.push_back(next);
-    if (i + 1 < n) logits = &dec.step(next);
+    if (i + 1 < n) logits = &dec.step(next), ++g.decoded_tokens, g.tail_tokens += i >= tail_from;
   }
+  const auto t2 = std::chrono::steady_clock::now();
+  g.prompt_tokens = P;
+  g.prompt_s = std::chrono::duration<double>(t1 - t0).count();
+  g.decode_s = std::chrono::duration<double>(t2 - t1).count();
+  g.tail_s = std::chrono::duration<double>(t2 - tail0).count();
   const std::string continuation = tok.decode(out);
   g.text = o.prompt + continuation;
   const std::string after = "end-of-text after " + std::to_string(out.size()) + " tokens)";
@@ -182,6 +205,7 @@ Runner add_generate(CLI::App& app) {
       std::printf("%s\n", g.text.c_str());
       std::fflush(stdout);
       if (!g.note.empty()) std::fprintf(stderr, "%s\n", g.note.c_str());
+      print_timing(g);
       return 0;
     }
     // The helpers get this command's flags as given.
@@ -193,6 +217,7 @@ Runner add_generate(CLI::App& app) {
     std::printf("%s\n", g.text.c_str());
     std::fflush(stdout);
     if (!g.note.empty()) std::fprintf(stderr, "%s\n", g.note.c_str());
+    print_timing(g);
     return 0;
   };
 }

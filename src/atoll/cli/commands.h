@@ -69,6 +69,11 @@ struct GenerateOptions {
 };
 struct Generated {
   std::string text, note;
+  // Wall seconds of the prompt's steps, of the generated tokens' steps, and of the last (up to
+  // 64) of those, at the longest context (ATOLL_GENERATE_TIMING=1 prints them on stderr, for
+  // bench/tree_decode.sh).
+  int prompt_tokens = 0, decoded_tokens = 0, tail_tokens = 0;
+  double prompt_s = 0, decode_s = 0, tail_s = 0;
 };
 Generated generate(const std::string& checkpoint_dir, const GenerateOptions& options);
 

@@ -5,6 +5,7 @@
 
 #include "atoll/core/errors.h"
 #include "atoll/model/part_kinds.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl {
 
@@ -24,6 +25,9 @@ std::string context_parallel_problem(const Config& cfg) {
   // value shift) makes that boundary the one chunk before's own last rows, which its holder
   // sends (model/chunk_boundary.h); shorter chunks would need rows of several, so are refused.
   const int boundary = boundary_tokens(cfg.model);
+  if (boundary > 0 && context_layout(T, P).contiguous)
+    return key + " under ATOLL_CP_LAYOUT=plain: the plain split is for benchmarks of GQA only (CCA's boundary "
+           "exchange is between the zigzag layout's neighbours); fix: unset ATOLL_CP_LAYOUT";
   std::vector<std::pair<int, std::string>> lengths = {{T, "model.seq_len"}};
   const std::vector<DataPhase> phases = data_phases(cfg.data);
   for (size_t p = 0; p < phases.size(); ++p)

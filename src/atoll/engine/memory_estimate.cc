@@ -17,6 +17,7 @@
 #include "atoll/model/layout.h"
 #include "atoll/model/part_kinds.h"
 #include "atoll/model/precision.h"
+#include "atoll/model/ring_attention.h"
 #include "atoll/optim/muon.h"
 #include "atoll/optim/zero_shard.h"
 
@@ -32,8 +33,8 @@ constexpr double kExpertChunk = 2048;  // dispatched rows per expert chunk (expe
 struct ModelBytes {
   double activations = 0, scratch = 0;
 };
-ModelBytes model_bytes(const ModelConfig& m, double B, bool bf16) {
-  const double T = m.seq_len, N = B * T, C = m.dim, L = m.n_layers, E = m.n_experts, K = m.top_k,
+ModelBytes model_bytes(const ModelConfig& m, double B, double T, bool bf16) {
+  const double N = B * T, C = m.dim, L = m.n_layers, E = m.n_experts, K = m.top_k,
                H = m.expert_hidden, QD = double(m.n_heads) * m.head_dim, KVD = double(m.n_kv_heads) * m.head_dim,
                R = N * K;
   const double kept = bf16 ? kBf16 : kF32;  // the expert rows
@@ -96,6 +97,26 @@ double muon_scratch(const Config& cfg, const ParamLayout& layout, bool bf16) {
   return threads * kF32 * (3 * n + 2 * mm);
 }
 
+// The tokens of each sequence the largest rank of context parallelism holds (T for P = 1).
+double rank_tokens(int T, int P) {
+  int most = 0;
+  for (int r = 0; r < P; ++r) most = std::max(most, ZigzagLayout{.T = T, .P = P}.local_len(r));
+  return most;
+}
+
+// Ring attention's buffers while a layer's attention runs (model/ring_attention.cc): in the
+// backward, the key/value block in hand and the one arriving, this rank's gradient share of a
+// block, the sums arriving and the sums passed on (five blocks of [k|v] rows) and D; each
+// thread's two score tiles of 64 rows by a chunk.
+double ring_scratch(const Config& cfg, double B, double Tr) {
+  const ModelConfig& m = cfg.model;
+  const int P = cfg.train.context_parallel;
+  if (P <= 1) return 0;
+  const double KVD = double(m.n_kv_heads) * m.head_dim, chunk = std::ceil(double(m.seq_len) / (2.0 * P));
+  const double threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1u, std::thread::hardware_concurrency());
+  return kF32 * (5 * 2 * B * Tr * KVD + B * m.n_heads * Tr + threads * 2 * 64 * chunk);
+}
+
 double read_number(const std::string& path) {
   std::ifstream f(path);
   double x = 0;
@@ -118,19 +139,25 @@ MemoryEstimate estimate_memory(const Config& cfg, int workers_per_island) {
     for (const ZeroShard& s : zero_shards(layout, workers_per_island)) moments = std::max(moments, double(s.size()));
   }
   e.state = 2 * kF32 * e.params + 2 * kF32 * moments;
-  const ModelBytes micro = model_bytes(m, micro_batch(cfg.train), bf16);
+  const double B = micro_batch(cfg.train), Tr = rank_tokens(m.seq_len, cfg.train.context_parallel);
+  const ModelBytes micro = model_bytes(m, B, Tr, bf16);
   e.activations = micro.activations;
-  e.scratch = micro.scratch + muon_scratch(cfg, layout, bf16);
+  e.scratch = micro.scratch + ring_scratch(cfg, B, Tr) + muon_scratch(cfg, layout, bf16);
   if (cfg.train.device != "cuda") {
-    e.host = e.state + e.activations + e.scratch;
+    e.host = e.validator_host = e.state + e.activations + e.scratch;
+    if (cfg.train.context_parallel > 1 && cfg.train.eval_every > 0) {
+      Config whole = cfg;  // the validating worker leaves the ring for whole sequences
+      whole.train.context_parallel = 1;
+      e.validator_host = std::max(e.host, estimate_memory(whole, workers_per_island).host);
+    }
     return e;
   }
   // The GPU holds the working state, the activations and scratch (and under bf16 every
   // parameter rounded once per forward); the host keeps copies of the state and a model of
   // one sequence.
-  const ModelBytes one = model_bytes(m, 1, bf16);
+  const ModelBytes one = model_bytes(m, 1, m.seq_len, bf16);
   e.device = e.state + e.activations + e.scratch + (bf16 ? kBf16 * e.params : 0);
-  e.host = e.state + one.activations + one.scratch;
+  e.host = e.validator_host = e.state + one.activations + one.scratch;
   return e;
 }
 
@@ -186,8 +213,12 @@ namespace {
   const std::string parts =
       "parameters, gradients and optimizer moments " + bytes_text(e.state) + " for " + params +
       " parameters; activations kept for backward " + bytes_text(e.activations) + " for " +
-      std::to_string(micro_batch(cfg.train)) + " sequences of " + std::to_string(cfg.model.seq_len) +
-      " tokens; largest scratch " + bytes_text(e.scratch);
+      std::to_string(micro_batch(cfg.train)) + " sequences of " + std::to_string(cfg.model.seq_len) + " tokens" +
+      (cfg.train.context_parallel > 1
+           ? " (a rank's " + std::to_string(int(rank_tokens(cfg.model.seq_len, cfg.train.context_parallel))) +
+                 " of each under train.context_parallel = " + std::to_string(cfg.train.context_parallel) + ")"
+           : "") +
+      "; largest scratch " + bytes_text(e.scratch);
   const std::string each = processes > 1 ? " for " + std::to_string(processes) + " worker processes" : "";
   const bool state_first = e.state >= e.activations;
   throw ConfigError("the model and batch need about " + bytes_text(need) + " of " + memory + each + " (" + parts +
@@ -204,7 +235,7 @@ Config largest_phase(const Config& cfg, int workers_per_island) {
   for (const DataPhase& p : cfg.data.phases) {
     const Config in = config_in_phase(cfg, p);
     const MemoryEstimate e = estimate_memory(in, workers_per_island);
-    if (std::max(e.host, e.device) > most) largest = in, most = std::max(e.host, e.device);
+    if (std::max(e.validator_host, e.device) > most) largest = in, most = std::max(e.validator_host, e.device);
   }
   return largest;
 }
@@ -216,8 +247,9 @@ void check_memory_fits(const Config& run_cfg, const MemoryCheckOptions& opts) {
   const Config cfg = largest_phase(run_cfg, opts.workers_per_island);
   const MemoryEstimate e = estimate_memory(cfg, opts.workers_per_island);
   const AvailableMemory host = available_host_memory();
-  if (host.bytes > 0 && e.host * opts.processes > host.bytes)
-    too_large(cfg, e, e.host * opts.processes, "host memory", opts.processes, host);
+  // One of the processes may be the worker that validates.
+  const double need = e.host * (opts.processes - 1) + e.validator_host;
+  if (host.bytes > 0 && need > host.bytes) too_large(cfg, e, need, "host memory", opts.processes, host);
   double free_bytes = 0, total_bytes = 0;
   if (e.device > 0 && cuda_device_memory(opts.device_index, &free_bytes, &total_bytes) && e.device > free_bytes)
     too_large(cfg, e, e.device, "GPU memory", 1, {free_bytes, "free on the GPU of " + bytes_text(total_bytes)});

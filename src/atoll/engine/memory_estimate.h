@@ -13,6 +13,11 @@
 // the largest scratch (the head's logits chunk, the parts' shared work buffer, Muon's
 // Newton-Schulz buffers). It mirrors the buffers of model/*.cc and is checked against the
 // resident memory of a real engine by tests/engine/memory_estimate_test.cc.
+//
+// Under train.context_parallel = P a rank's model holds its T_r ≈ T/P tokens of each sequence
+// (the largest rank's share counts), and ring attention's blocks in flight are scratch; the
+// worker that validates (train.eval_every > 0) builds whole-sequence buffers for the pass
+// after freeing its rank's, so its peak is the larger of the two (validator_host).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +35,8 @@ struct MemoryEstimate {
   double scratch = 0;      // the largest scratch buffers
   double host = 0;         // all of it that lives in host memory
   double device = 0;       // all of it that lives on the GPU (train.device = cuda), else 0
+  double validator_host = 0;  // host of the one worker that validates: more than host only when it
+                              // builds whole sequences where the others hold their context share
 };
 MemoryEstimate estimate_memory(const Config& cfg, int workers_per_island = 1);
 
@@ -47,7 +54,7 @@ struct MemoryCheckOptions {
   int device_index = -1;  // the GPU (train.device = cuda), as EngineOptions::device_index
 };
 
-// ConfigError when the estimate (times `processes`) exceeds the memory available, naming the
+// ConfigError when the estimate (`processes` - 1 workers' host and one validator_host) exceeds the memory available, naming the
 // keys that drive it, the estimate, what is available and the fix (train.memory_check = false
 // skips the check, for when the estimate is wrong). Nothing is allocated. With data.phases, the
 // phase that needs the most counts (its model.seq_len and train.batch_size).

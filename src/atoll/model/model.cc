@@ -127,7 +127,7 @@ void Model<T>::set_context_parallel(Collective* group) {
   zigzag_.reset();
   if (group) {
     ATOLL_CHECK(precision_ == Precision::kFp32) << "context parallelism runs fp32 products";
-    zigzag_ = std::make_unique<ZigzagLayout>(ZigzagLayout{.T = cfg_.seq_len, .P = group->size()});
+    zigzag_ = std::make_unique<ZigzagLayout>(context_layout(cfg_.seq_len, group->size()));
   }
   // The activations are for the tokens held: freed when that changes, made again by the next pass.
   if (s_ && s_->sizes.max_tokens != max_batch_ * local_seq_len()) s_.reset();

@@ -8,15 +8,26 @@
 //
 // Forward: the ranks pass their key/value blocks round the ring (rank r sends to r+1 and
 // receives from r-1, P-1 times); while a block moves, each rank attends its queries to the block
-// it holds, streaming over key tiles with a running max and sum per query row (flash attention's
-// online softmax), which merges the blocks' partial outputs by log-sum-exp. A pair of chunks is
-// skipped when the key chunk lies after the query chunk, attended in full when before, and
-// causally when they are the same chunk. No score matrix larger than one row per thread exists.
+// it holds. The work is the single-process blocked kernel's (backend/cpu/attention.h): tiles of
+// 64 query rows of one head against a key chunk of the block, scores and weighted values as
+// BLAS products (backend/cpu/gemm.h), merged into a running max and sum per query row (flash
+// attention's online softmax), which is the log-sum-exp merge of the blocks' partial outputs. A
+// (query chunk, key chunk) pair is skipped when the key chunk lies after the query chunk, taken
+// whole when before, causally when they are the same chunk. No score matrix larger than one
+// [64, chunk] tile per thread exists.
 //
-// Backward: the second ring carries each key/value block together with its gradients dK, dV:
-// every rank adds its queries' contributions to the block it holds and passes it on; after P
-// steps each block is home with the sum over every rank's queries. dQ stays local. Gradients
-// are recomputed from the forward's log-sum-exp, as the blocked kernel (backend/cpu/attention.h).
+// Backward: the second ring carries each block's keys and values, and separately the sums of
+// their gradients dK, dV: every rank computes its queries' contribution to the block it holds
+// (tiles again, recomputed from the forward's log-sum-exp), adds it to the sums that arrived
+// for that block and passes them on, one step behind the keys and values; after P steps each
+// block's sums are home. Both transfers are in flight while the next block is computed. dQ
+// stays local. Every gradient row has one writer (tasks own a key/value head), so the results
+// do not depend on the thread count.
+//
+// Bench-only switches (environment, read once per process; docs/long_context.md):
+// ATOLL_CP_LAYOUT=plain gives rank r the contiguous chunks 2r and 2r+1 instead of the zigzag
+// pair (context_layout), to measure what the zigzag layout buys; ATOLL_RING_OVERLAP=0 waits for
+// each transfer before computing, to measure how long the transfers take (ring_clock).
 //
 // tests/dist/ring_attention_test.cc checks output, log-sum-exp, dQ, dK and dV against the
 // single-process kernel over real processes, P in {1, 2, 3, 4}, T not divisible by P, GQA.
@@ -30,13 +41,15 @@
 
 namespace atl {
 
-// The zigzag split of sequences of T tokens over P ranks.
+// The zigzag split of sequences of T tokens over P ranks (contiguous: the plain split, rank r
+// holding chunks 2r and 2r+1, for benchmarks only).
 struct ZigzagLayout {
   int T = 0, P = 1;
+  bool contiguous = false;
   int chunk_begin(int c) const { return int(int64_t(T) * c / (2 * P)); }
   int chunk_len(int c) const { return chunk_begin(c + 1) - chunk_begin(c); }
-  int first_chunk(int r) const { return r; }
-  int second_chunk(int r) const { return 2 * P - 1 - r; }
+  int first_chunk(int r) const { return contiguous ? 2 * r : r; }
+  int second_chunk(int r) const { return contiguous ? 2 * r + 1 : 2 * P - 1 - r; }
   int local_len(int r) const { return chunk_len(first_chunk(r)) + chunk_len(second_chunk(r)); }
   // Rank r's tokens as the parts see them (PartContext::pos).
   TokenPositions positions(int r) const {
@@ -45,6 +58,19 @@ struct ZigzagLayout {
             .len = {chunk_len(first_chunk(r)), chunk_len(second_chunk(r))}};
   }
 };
+
+// The layout a run uses: zigzag, or plain under ATOLL_CP_LAYOUT=plain (bench only; any other
+// value than "zigzag" or "plain" is a ConfigError naming the variable and the fix).
+ZigzagLayout context_layout(int T, int P);
+
+// This process's time in ring attention so far (forward and backward, cumulative): seconds
+// computing blocks, and seconds blocked waiting for a ring transfer to finish. With the
+// overlap, the wait is the part of the transfers (and of a slower peer's compute) that the
+// computation did not hide; under ATOLL_RING_OVERLAP=0 it is the transfers' whole time.
+struct RingClock {
+  double compute_s = 0, wait_s = 0;
+};
+RingClock ring_clock();
 
 // local[B, T_r, W] (=) rank r's rows of whole[B, T, W], in its chunks' order; and back.
 template <typename X>

@@ -5,6 +5,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/worker_phase.h"
 #include "atoll/core/errors.h"
+#include "atoll/model/ring_attention.h"
 #include "atoll/optim/bias_balance.h"
 #include "atoll/train/metrics.h"
 #include "atoll/train/state_transfer.h"
@@ -74,6 +75,10 @@ void IslandMeanHook::finish_row(StepRow& row, const StepClocks& clocks) {
   row.compute_s = clocks.compute_s;
   row.idle_s = clocks.idle_s;
   if (cfg_.diloco.overlap_steps > 0) row.overlap_comm_s = clocks.overlap_s;
+  if (cfg_.train.context_parallel > 1) {
+    const RingClock ring = ring_clock();
+    row.ring_compute_s = ring.compute_s, row.ring_wait_s = ring.wait_s;
+  }
 }
 
 // The islands' means averaged across islands, so every worker takes the same step. Gloo's ring

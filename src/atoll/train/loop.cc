@@ -178,7 +178,7 @@ LossParts Loop::gradients(int batch) {
     const int32_t *x = in.data(), *y = tg.data();
     double scale = 1.0 / n_micro;
     if (cp) {  // this rank's rows; its share of the group's gradient times P (loop.h)
-      const ZigzagLayout z{.T = cfg.model.seq_len, .P = cp->size()};
+      const ZigzagLayout z = context_layout(cfg.model.seq_len, cp->size());
       zigzag_take(cp_in.data(), in.data(), mb, 1, z, cp->rank());
       zigzag_take(cp_tg.data(), tg.data(), mb, 1, z, cp->rank());
       x = cp_in.data(), y = cp_tg.data(), scale *= cp->size();
@@ -192,7 +192,7 @@ LossParts Loop::gradients(int batch) {
 void Loop::set_context_parallel(Collective* group) {
   engine->set_context_parallel(group);
   cp = group;
-  const int Tr = group ? ZigzagLayout{.T = cfg.model.seq_len, .P = group->size()}.local_len(group->rank()) : 0;
+  const int Tr = group ? context_layout(cfg.model.seq_len, group->size()).local_len(group->rank()) : 0;
   cp_in.assign(size_t(micro_batch(cfg.train)) * Tr, 0);
   cp_tg.assign(size_t(micro_batch(cfg.train)) * Tr, 0);
 }

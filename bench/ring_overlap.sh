@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The share of ring attention's communication hidden behind compute, zigzag layout against the
+# plain split (docs/long_context.md): bench/context_parallel.sh at one length for P = 2 and 4,
+# with the ring's transfers overlapped (as training runs) and with ATOLL_RING_OVERLAP=0 (each
+# transfer waited for before computing: its whole time shows as wait), for ATOLL_CP_LAYOUT =
+# zigzag and plain.
+#   bench/ring_overlap.sh [STEPS] [T]     # defaults 2 steps, T = 8192
+# hidden = 1 - wait(overlapped) / wait(not overlapped), per layout and P; wait is per rank,
+# the mean over ranks, and counts both the transfer and waiting for a slower peer (the plain
+# split's last rank does P times the first's attention work, so the others wait for it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-2} T=${2:-8192} out=/tmp/atoll-ring-overlap
+mkdir -p "$out"
+for layout in zigzag plain; do
+  for overlap in 1 0; do
+    echo "== ATOLL_CP_LAYOUT=$layout ATOLL_RING_OVERLAP=$overlap"
+    ATOLL_CP_LAYOUT=$layout ATOLL_RING_OVERLAP=$overlap PS="2 4" bench/context_parallel.sh "$steps" "$T" |
+      tee "$out/$layout-$overlap.txt"
+  done
+done
+echo "== hidden share of ring communication (T = $T)"
+printf '%-7s %-2s %12s %10s %10s %8s\n' layout P tokens_per_s wait_ov_s wait_ser_s hidden
+for layout in zigzag plain; do
+  for P in 2 4; do
+    read -r tps wov < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $7}' "$out/$layout-1.txt")
+    read -r _ wser < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $7}' "$out/$layout-0.txt")
+    printf '%-7s %-2s %12s %10s %10s %8s\n' "$layout" "$P" "$tps" "$wov" "$wser" \
+      "$(python3 -c "import sys; o,s=map(float,sys.argv[1:]); print('%.2f' % (1 - o / s) if s > 0 else '-')" "$wov" "$wser")"
+  done
+done
