@@ -60,16 +60,15 @@ AttentionCca<T>::AttentionCca(const ModelConfig& m, const ParamLayout& layout, i
   heads_.resize(tails_.size());
 }
 
-// At most two runs of a sequence have their lag boundary rows before them (and t1-1 more y rows
-// each); whole sequences keep [B,T+t1-1,CC] of y, as before.
+// At most two runs of a sequence, each with up to lag boundary rows before it and t1-1 more y
+// rows (model/part_kinds.cc counts the same).
 template <typename T>
 size_t AttentionCca<T>::x_rows_max() const {
   return size_t(max_tokens_) + size_t(TokenPositions::kMaxRuns) * max_batch_ * lag();
 }
 template <typename T>
 size_t AttentionCca<T>::y_rows_max() const {
-  return std::max(size_t(max_batch_) * (m_.seq_len + m_.cca_time1 - 1),
-                  x_rows_max() + size_t(TokenPositions::kMaxRuns) * max_batch_ * (m_.cca_time1 - 1));
+  return x_rows_max() + size_t(TokenPositions::kMaxRuns) * max_batch_ * (m_.cca_time1 - 1);
 }
 
 template <typename T>

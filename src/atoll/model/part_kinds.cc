@@ -56,15 +56,20 @@ KvCacheBytes gqa_cache(const ModelConfig& m) { return {2 * kvd(m) * kF32, 0}; }
 double cca_macs(const ModelConfig& m) {
   return gqa_macs(m) + (qd(m) + kvd(m)) * (m.cca_time0 + double(m.head_dim) * m.cca_time1);
 }
-// Kept beyond GQA's: [q|k] before and after the depthwise convolution ([B, T+t1-1, CC] after),
-// q and k before their norm, and the norms' inverses.
+// The convolutions' rows per sequence (model/attention_cca.h): its T tokens and, for up to two
+// chunks of context parallelism, the chunk before's lag = t0-1 + t1-1 rows each; y holds t1-1
+// more per chunk.
+double cca_x_rows(const ModelConfig& m, CostShape s) { return s.B * (s.T + 2.0 * (m.cca_time0 - 1 + m.cca_time1 - 1)); }
+double cca_y_rows(const ModelConfig& m, CostShape s) { return cca_x_rows(m, s) + s.B * 2.0 * (m.cca_time1 - 1); }
+// Kept beyond GQA's: [q|k] before and after the depthwise convolution (x and y rows), q and k
+// before their norm, and the norms' inverses.
 double cca_kept(const ModelConfig& m, CostShape s) {
-  const double N = s.B * s.T, CC = qd(m) + kvd(m), TY = s.T + m.cca_time1 - 1;
-  return gqa_kept(m, s) + kF32 * (N * CC + s.B * TY * CC + N * CC + N * (m.n_heads + m.n_kv_heads));
+  const double N = s.B * s.T, CC = qd(m) + kvd(m);
+  return gqa_kept(m, s) + kF32 * ((cca_x_rows(m, s) + cca_y_rows(m, s)) * CC + N * CC + N * (m.n_heads + m.n_kv_heads));
 }
 double cca_work(const ModelConfig& m, CostShape s) {
-  const double N = s.B * s.T, CC = qd(m) + kvd(m), TY = s.T + m.cca_time1 - 1;
-  return kF32 * (N * (3 * qd(m) + 4 * kvd(m) + 2 * CC) + s.B * TY * CC);
+  const double N = s.B * s.T, CC = qd(m) + kvd(m);
+  return kF32 * (N * (3 * qd(m) + 4 * kvd(m)) + (2 * cca_x_rows(m, s) + cca_y_rows(m, s)) * CC);
 }
 // Beyond GQA's keys and values: the last t0-1 + t1-1 pre-convolution [q|k] rows and the
 // previous token's delayed value half.
