@@ -152,6 +152,7 @@ void AttentionCca<T>::boundary_forward(const T* vd, const PartContext<T>& c) {
   const int L = lag(), CC = d.CC(), half = d.KVD() / 2, B = c.B;
   const size_t W = size_t(L) * CC + half;
   ATOLL_CHECK(c.cp && c.zigzag && R.n == 2) << "CCA on chunks of sequences runs in a context-parallel group";
+  ATOLL_CHECK(!c.zigzag->contiguous) << "CCA's boundary exchange pairs the zigzag layout's neighbours";
   for (int i = 0; i < R.n; ++i) {
     const CcaRun& u = R.run[i];
     ATOLL_CHECK_GE(u.len, std::max(L, 1)) << "a chunk shorter than CCA's window (config/context_parallel.h refuses it)";
