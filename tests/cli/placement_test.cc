@@ -10,24 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/scoped_child_env.h"
 #include "cli/store_fixture.h"
 
 namespace atl::testing {
 namespace {
 
 constexpr int kConfigExit = 78, kPreemptedExit = 79;  // train/island_trainer.h, documented in docs/cluster.md
-
-// Adds `vars` to every child's environment while it lives.
-class ScopedChildEnv {
- public:
-  explicit ScopedChildEnv(const std::vector<std::string>& vars) : saved_(child_env()) {
-    child_env().insert(child_env().end(), vars.begin(), vars.end());
-  }
-  ~ScopedChildEnv() { child_env() = saved_; }
-
- private:
-  std::vector<std::string> saved_;
-};
 
 class SchedulerPlacement : public CliTestWithStore {
  protected:

@@ -17,100 +17,20 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "net/ns_process.h"
 
 namespace atl::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string script() {
-  const char* src = std::getenv("ATOLL_SOURCE_DIR");
-  return std::string(src && *src ? src : ".") + "/tests/net/emulated_hosts.sh";
-}
-std::string netem() {
-  const char* n = std::getenv("ATOLL_NETEM");
-  return n && *n ? n : "build/tests/atoll_netem";
-}
-
-// A process started in a namespace, its output in a log file; killed (by its pid) if still running
-// at the end.
-class NsProcess {
- public:
-  NsProcess(const std::string& ns, const std::vector<std::string>& argv, const std::string& log) {
-    std::vector<std::string> all = {"/usr/bin/env"};
-    for (const std::string& kv : child_env()) all.push_back(kv);  // the micro world's cache folder
-    for (const std::string& a : {std::string("ip"), std::string("netns"), std::string("exec"), ns}) all.push_back(a);
-    all.insert(all.end(), argv.begin(), argv.end());
-    std::vector<char*> args;
-    for (std::string& a : all) args.push_back(a.data());
-    args.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::runtime_error("cannot open " + log);
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(fd);
-  }
-  ~NsProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  NsProcess(const NsProcess&) = delete;
-  NsProcess& operator=(const NsProcess&) = delete;
-
-  // Its exit code once it ended within `timeout_s` (-1: killed by a signal; -2: still running).
-  int wait(double timeout_s) {
-    const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (pid_ > 0) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        break;
-      }
-      if (Clock::now() >= until) return -2;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return code_;
-  }
-  bool running() { return wait(0) == -2; }
-
- private:
-  pid_t pid_ = -1;
-  int code_ = -2;
-};
-
 // island -> theta_hash, per outer step, over the three hosts' metrics.jsonl.
 using Hashes = std::map<int64_t, std::map<int, std::string>>;
 
-class Partition : public CliTest {
+class Partition : public EmulatedHostsTest {
  protected:
-  void SetUp() override {
-    if (::getuid() != 0) GTEST_SKIP() << "needs root for network namespaces (ip netns)";
-    if (std::system("command -v ip >/dev/null 2>&1 && command -v redis-server >/dev/null 2>&1") != 0)
-      GTEST_SKIP() << "needs iproute2's ip and redis-server";
-    CliTest::SetUp();
-    name_ = "atlp" + std::to_string(::getpid() % 100000);
-  }
-  void TearDown() override {
-    procs_.clear();  // each killed by its pid, then the namespaces go (and anything left in them)
-    if (!name_.empty())
-      std::system(("NETEM=" + netem() + " " + script() + " down " + name_ + " >/dev/null 2>&1").c_str());
-  }
-  std::string host(int i) const { return name_ + "-h" + std::to_string(i); }
+  Partition() : EmulatedHostsTest("atlp") {}
   std::string run(int i) const { return dir("run" + std::to_string(i)); }
-
-  NsProcess& start(int h, const std::vector<std::string>& argv, const std::string& log) {
-    procs_.push_back(std::make_unique<NsProcess>(host(h), argv, dir(log)));
-    return *procs_.back();
-  }
 
   // The newest outer step island i's host logged (0: none yet).
   int64_t newest_outer_step(int i) const {
@@ -132,9 +52,6 @@ class Partition : public CliTest {
       if (row.value("event", "") == event) return true;
     return false;
   }
-
-  std::string name_;
-  std::vector<std::unique_ptr<NsProcess>> procs_;
 };
 
 // Waits up to `timeout_s` for `done()`; false on timeout.

@@ -10,14 +10,11 @@
 
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
+#include "atoll/cli/worker_flags.h"
 #include "atoll/config/key_effect.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/user_path.h"
-#include "atoll/dist/listen_address.h"
-#include "atoll/dist/store.h"
 #include "atoll/supervise/launch.h"
-#include "atoll/supervise/placement.h"
-#include "atoll/supervise/run_secrets.h"
 #include "atoll/train/island_trainer.h"
 #include "atoll/train/resume_config.h"
 #include "atoll/train/self_rejoin.h"
@@ -30,82 +27,28 @@ constexpr int kIntMax = std::numeric_limits<int>::max();
 
 namespace {
 
-// The worker's placement and store flags, to tell given from default (a scheduler fills the others).
-struct WorkerFlagsGiven {
-  CLI::Option *island, *rank, *islands, *workers_per_island, *store, *run_id;
-  const int* first_island;
-};
-
-std::optional<int> given_int(const CLI::Option* o, int value) {
-  return o->count() > 0 ? std::optional<int>(value) : std::nullopt;
-}
-
-// The address to listen on for the peers (dist/listen_address.h): --iface, else Gloo's
-// GLOO_SOCKET_IFNAME (one name), else the interface that routes to the store.
-ListenAddress choose_interface(const std::string& store_url, const std::string& iface) {
-  if (!iface.empty()) return choose_listen_address(store_url, iface, "--iface");
-  const char* gloo = std::getenv("GLOO_SOCKET_IFNAME");
-  if (gloo == nullptr || *gloo == '\0') return choose_listen_address(store_url);
-  if (std::string(gloo).find(',') != std::string::npos)
-    throw ConfigError(std::string("GLOO_SOCKET_IFNAME=") + gloo + " names several interfaces; atoll listens on one; fix: "
-                      "name one interface, or pass --iface NAME");
-  return choose_listen_address(store_url, gloo, "GLOO_SOCKET_IFNAME");
-}
-
-// The placement from the flags, else the scheduler's environment (supervise/placement.h): fills
-// island, rank, islands, workers_per_island, and the store and run id where no flag gave them;
-// then the address to listen on.
-void place_worker(WorkerOptions& f, const WorkerFlagsGiven& given, const std::string& iface) {
-  // A worker placed by its flags (as `atoll launch` starts them, perhaps inside a Slurm job) does
-  // not fail on a scheduler variable it would not use.
-  SchedulerEnv env;
-  try {
-    env = read_scheduler_env([](const char* name) { return std::getenv(name); });
-  } catch (const ConfigError&) {
-    if (given.island->count() == 0 || given.store->count() == 0) throw;
-  }
-  const Placement p = resolve_placement({.island = given_int(given.island, f.island),
-                                         .rank = given_int(given.rank, f.rank),
-                                         .islands = given_int(given.islands, f.islands),
-                                         .workers_per_island = given_int(given.workers_per_island, f.workers_per_island),
-                                         .first_island = *given.first_island},
-                                        env);
-  f.island = p.island, f.rank = p.rank, f.islands = p.islands, f.workers_per_island = p.workers_per_island;
-  if (given.store->count() == 0) {
-    if (env.store_url.empty())
-      throw ConfigError("--store is required" + std::string(env.source.empty() ? "" : " (" + env.source + " names no store)") +
-                        "; fix: pass --store redis://HOST:PORT, or set MASTER_ADDR and MASTER_PORT to the store's host "
-                        "and port");
-    f.store_url = env.store_url;
-  }
-  if (given.run_id->count() == 0 && f.run_id == "atoll" && !env.run_id.empty()) f.run_id = env.run_id;
-  const ListenAddress listen = choose_interface(f.store_url, iface);
+// `atoll worker`'s place in the run (cli/worker_flags.h), printed with the address it listens on.
+void place_worker(WorkerOptions& f, const PlacementFlags& given) {
+  const std::string placement = resolve_worker_placement(f, given);
+  const ListenAddress listen = choose_interface(f.store_url, given.iface);
   f.listen_address = listen.address;
   if (!f.quiet) {
-    std::printf("%s; store %s, run id %s; listening on %s (%s, %s)\n", describe_placement(p, env).c_str(),
-                f.store_url.c_str(), f.run_id.c_str(), listen.address.c_str(),
-                listen.iface.empty() ? "no interface" : listen.iface.c_str(), listen.why.c_str());
+    std::printf("%s; store %s, run id %s; listening on %s (%s, %s)\n", placement.c_str(), f.store_url.c_str(),
+                f.run_id.c_str(), listen.address.c_str(), listen.iface.empty() ? "no interface" : listen.iface.c_str(),
+                listen.why.c_str());
     std::fflush(stdout);
   }
 }
 
-int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const WorkerFlagsGiven& given, const std::string& token_file,
-                       const std::string& iface) {
+int run_worker_command(WorkerOptions& fo, ConfigFlags& config, const PlacementFlags& given) {
   WorkerOptions* f = &fo;
   // Flags that cannot go together are named before any path is looked at.
   if (f->join && !f->resume_from.empty())
     throw ConfigError("--join takes the run's state from a live island, --resume-from from a checkpoint; fix: give one");
   if (!f->run_dir.empty()) check_output_dir(f->run_dir, "--run-dir");
   if (!f->resume_from.empty()) check_input_dir(f->resume_from, "--resume-from", "pass a checkpoint of the run");
-  // A launched run's id is in its folder: `--run-dir` alone joins it.
-  if (given.run_id->count() == 0 && !f->run_dir.empty())
-    if (const std::optional<std::string> id = read_run_id(f->run_dir)) f->run_id = *id;
-  place_worker(*f, given, iface);
-  // Secrets come from a file or the environment, never the command line (`ps` shows it to all).
-  if (!token_file.empty()) f->run_token = read_secret_file(token_file, "--token-file");
-  else if (const char* t = std::getenv("ATOLL_RUN_TOKEN")) f->run_token = t;
-  if (const char* p = std::getenv("ATOLL_STORE_PASSWORD"); p && parse_store_url(f->store_url).password.empty())
-    f->store_password = p;
+  place_worker(*f, given);
+  read_worker_secrets(*f, given.token_file);
   if (f->island >= f->islands)
     throw ConfigError("--island " + std::to_string(f->island) + " is not below --islands " + std::to_string(f->islands) +
                       "; fix: islands are numbered 0..N-1");
@@ -142,48 +85,20 @@ Runner add_worker(CLI::App& app) {
   auto f = std::make_shared<WorkerOptions>();
   auto config = std::make_shared<ConfigFlags>();
   config->add_to(cmd, "default: configs/default.toml");
-  auto* store = cmd->add_option("--store", f->store_url,
-                                "rendezvous store, redis://HOST:PORT or redis://:PASSWORD@HOST:PORT (or the password in "
-                                "ATOLL_STORE_PASSWORD); default under a scheduler: redis://MASTER_ADDR:MASTER_PORT, or "
-                                "port 6379 of Slurm's first host (docs/cluster.md)");
-  auto token_file = std::make_shared<std::string>();
-  cmd->add_option("--token-file", *token_file,
-                  "the run's token (RUN_DIR/run.token, written by `atoll launch`); default: ATOLL_RUN_TOKEN");
-  // Placement: the flags, else a scheduler's environment (supervise/placement.h).
-  auto* island = cmd->add_option("--island", f->island, "this worker's island, 0..N-1 (default: from Slurm, torchrun or "
-                                 "a Kubernetes Indexed Job: docs/cluster.md)")->check(whole_number(0, kIntMax - 1));
-  auto* rank = cmd->add_option("--rank", f->rank, "this worker's rank inside its island, 0..M-1 (default: as --island)")
-                   ->check(whole_number(0, kIntMax - 1));
-  auto* islands = cmd->add_option("--islands", f->islands, "N: islands in the run (default under Slurm or torchrun: "
-                                  "the task count / M)")->check(whole_number(1, kIntMax));
-  auto* per_island = cmd->add_option("--workers-per-island", f->workers_per_island, "M: workers per island")
-                         ->check(whole_number(1, kIntMax));
-  auto iface = std::make_shared<std::string>();
-  cmd->add_option("--iface", *iface, "listen for the peers on this network interface's IPv4 address (default: "
-                  "GLOO_SOCKET_IFNAME, one name, else the interface that routes to the store)");
-  auto first_island = std::make_shared<int>(0);
-  cmd->add_option("--first-island", *first_island, "K: a scheduler's task t is island K + t / M (a site whose "
-                  "scheduler numbers its tasks from 0 while other sites hold islands 0..K-1); default 0")
-      ->check(whole_number(0, kIntMax - 1));
-  auto* run_id = cmd->add_option("--run-id", f->run_id,
-                                 "store key prefix shared by every worker of the run, unique per run; default: "
-                                 "RUN_DIR/run.id (a launched run's) with --run-dir, else slurm-<SLURM_JOB_ID> or "
-                                 "TORCHELASTIC_RUN_ID under a scheduler, else 'atoll'");
-  cmd->add_option("--run-dir", f->run_dir, "run directory (island 0 rank 0 writes checkpoints there)");
+  auto given = std::make_shared<PlacementFlags>();
+  add_placement_flags(cmd, *f, *given);
   cmd->add_option("--metrics-fd", f->metrics_fd, "write metrics rows to this file descriptor (used by `atoll launch`)")
       ->check(whole_number(0, kIntMax));
   cmd->add_flag("--quiet", f->quiet, "no log lines");
   cmd->add_option("--resume-from", f->resume_from, "continue from this checkpoint of the run (used by `atoll launch --resume`)");
   cmd->add_option("--init-from", f->init_from, "a fresh start's weights from this Hugging Face folder (passed by `atoll launch --init-from`)");
   cmd->add_flag("--join", f->join, "rejoin a running run: a restarted worker takes the run's state from a live island at the next outer step");
-  const WorkerFlagsGiven given{.island = island, .rank = rank, .islands = islands, .workers_per_island = per_island,
-                               .store = store, .run_id = run_id, .first_island = first_island.get()};
-  return [cmd, f, config, token_file, first_island, iface, given]() -> int {
+  return [cmd, f, config, given]() -> int {
     if (!cmd->parsed()) return -1;
     // Every error a retry would repeat (a flag, the config, the placement) exits kWorkerConfigExit,
     // so that a scheduler's retry policy tells it from a preemption (docs/cluster.md).
     try {
-      return run_worker_command(*f, *config, given, *token_file, *iface);
+      return run_worker_command(*f, *config, *given);
     } catch (const ConfigError& e) {
       std::fprintf(stderr, "atoll: error: %s\n", e.what());
       return kWorkerConfigExit;

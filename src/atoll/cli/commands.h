@@ -51,6 +51,7 @@ Runner add_data(CLI::App& app);
 Runner add_launch(CLI::App& app);  // cmd_launch.cc
 Runner add_worker(CLI::App& app);  // cmd_launch.cc
 Runner add_report(CLI::App& app);
+Runner add_doctor(CLI::App& app);  // cmd_doctor.cc
 
 // A sample from the model in `checkpoint_dir` (cmd_generate.cc): the prompt and its
 // continuation, and a note saying why it ended before max_tokens ("" when it did not): the

@@ -42,16 +42,18 @@ int main(int argc, char** argv) {
                                            atl::cli::add_eval(app),     atl::cli::add_generate(app),
                                            atl::cli::add_export(app),   atl::cli::add_data(app),
                                            atl::cli::add_launch(app),   atl::cli::add_worker(app),
-                                           atl::cli::add_report(app)};
+                                           atl::cli::add_report(app),   atl::cli::add_doctor(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::fprintf(stderr, "atoll: error: %s\n", parse_error_line(app, e).c_str());
     // A scheduler's retry policy reads `atoll worker`'s status: a mistake on its command line
-    // is a config error, like a bad config (train/island_trainer.h).
+    // is a config error, like a bad config (train/island_trainer.h); `atoll doctor` takes the
+    // same command line and says so the same way.
     const auto subs = app.get_subcommands();
-    if (!subs.empty() && subs.front()->get_name() == "worker") return atl::kWorkerConfigExit;
+    if (!subs.empty() && (subs.front()->get_name() == "worker" || subs.front()->get_name() == "doctor"))
+      return atl::kWorkerConfigExit;
     return e.get_exit_code();
   }
   try {

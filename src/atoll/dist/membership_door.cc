@@ -11,6 +11,7 @@
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
 #include "atoll/dist/membership.h"
+#include "atoll/dist/run_token.h"
 
 namespace atl {
 namespace {
@@ -69,6 +70,22 @@ void publish_run_token(Store& store, const std::string& token) {
   if (!store.set_if_absent(key, token) && !same_secret(store.get(key).value_or(""), token))
     throw ConfigError(store.url() + ": run id '" + store.options().run_id + "' already has another run token; fix: a "
                       "fresh run id per run");
+}
+
+RunTokenVerdict judge_run_token(Store& store, const std::string& token) {
+  using Kind = RunTokenVerdict::Kind;
+  const std::string prefix = store.run_prefix() + "/members/";
+  const auto found = store.get_many({prefix + "run_token", prefix + "epoch"});
+  if (found[0]) {
+    if (token.empty()) return {.kind = Kind::kNoneGiven};
+    return {.kind = same_secret(*found[0], token) ? Kind::kMatches : Kind::kWrong};
+  }
+  if (found[1]) return {.kind = Kind::kRunWithoutToken};
+  if (!token.empty())
+    for (const std::string& other : runs_on_store(store))
+      if (const auto t = store.get("atoll/" + other + "/members/run_token"); t && same_secret(*t, token))
+        return {.kind = Kind::kOtherRuns, .other_run = other};
+  return {.kind = Kind::kNewRun};
 }
 
 void Membership::check_run_token() {

@@ -463,18 +463,23 @@ struct Worker {
 
 }  // namespace
 
-WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
+void check_worker_config(const Config& cfg, int workers_per_island, int rank) {
+  const int M = workers_per_island;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
-  const int N = opts.islands, M = opts.workers_per_island;
   check_time_budget_placement(cfg.diloco, M);
   check_context_parallel(cfg, M);
+  check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
+  check_memory_fits(cfg, {.workers_per_island = M, .device_index = rank});  // before the data or anything is allocated
+}
+
+WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
+  const int N = opts.islands, M = opts.workers_per_island;
+  check_worker_config(cfg, M, opts.rank);
   // The data-parallel workers: each context-parallel group of P ranks reads one data slice.
   const int P = cfg.train.context_parallel, D = M / P, data_workers = N * D;
   // Before any thread starts, so that every thread leaves the signals to it (stop_signals.h).
   std::unique_ptr<StopSignals> signals;
   if (opts.stop_on_signal) signals = std::make_unique<StopSignals>();
-  check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
-  check_memory_fits(cfg, {.workers_per_island = M, .device_index = opts.rank});  // before the data or anything is allocated
   ATOLL_CHECK(N >= 1 && M >= 1 && opts.island >= 0 && opts.island < N && opts.rank >= 0 && opts.rank < M)
       << "island " << opts.island << " of " << N << ", rank " << opts.rank << " of " << M;
   // ATOLL_FAULT is read (and a bad value refused) by every worker, armed in a first start only

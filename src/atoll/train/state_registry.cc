@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "atoll/core/check.h"
+#include "atoll/model/layout.h"
 
 namespace atl {
 namespace {
@@ -134,6 +135,15 @@ json describe_entry(const StateEntry& e, int islands, int workers_per_island) {
           {"owner", e.owner},
           {"division", division_name(e.division)},
           {"copies", copies}};
+}
+
+double checkpoint_bytes_estimate(const Config& cfg, int islands, int workers_per_island) {
+  const double floats = double(ParamLayout::build(cfg.model).total());
+  double bytes = 0;
+  for (const StateEntry& e : state_registry(cfg, /*diloco=*/true, nullptr))
+    if (e.type == StateType::kTensor)
+      bytes += describe_entry(e, islands, workers_per_island)["copies"].get<double>() * floats * sizeof(float);
+  return bytes;
 }
 
 std::string island_kind(int island, const std::string& name) {

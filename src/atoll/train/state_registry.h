@@ -92,6 +92,11 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
 // division and the number of copies saved in a run of this shape.
 nlohmann::json describe_entry(const StateEntry& e, int islands, int workers_per_island);
 
+// Bytes of one checkpoint of a run of N islands x M workers with this config (`atoll doctor`'s
+// disk check): every tensor entry's copies (describe_entry's count) of the layout's floats, saved
+// as F32 (ckpt/checkpoint.h); the JSON values and the manifest are small beside them, left out.
+double checkpoint_bytes_estimate(const Config& cfg, int islands, int workers_per_island);
+
 // Checkpoint kind of island i's copy of a tensor entry saved once per island: "param" for
 // island 0 (what `atoll eval` reads), "island<i>_param" for the others.
 std::string island_kind(int island, const std::string& name);
