@@ -2,9 +2,9 @@
 // against a redis-server on loopback with a password: every check passes on one host, and two
 // doctors placed by Slurm's variables meet through the store and reach each other; a wrong or a
 // missing password, no store, an interface this host lacks, a run token the run does not hold and
-// a run directory on a tiny file system each give a FAIL line with its fix and exit 1; and the
+// a run directory on a tiny file system each give a FAIL line with its fix and exit 1; the
 // doctor leaves the run directory and the run's keys in the store as they were, its own keys
-// expiring.
+// expiring; and the checkpoint size its disk check expects is that of a real checkpoint.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "atoll/config/config.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/redis_server.h"
+#include "atoll/train/state_registry.h"
 #include "ckpt/small_disk.h"
 #include "cli/cli_util.h"
 #include "cli/scoped_child_env.h"
@@ -225,6 +227,24 @@ TEST_F(Doctor, ARunFolderOnATinyFileSystemFailsOrWarns) {
   EXPECT_EQ(l[2], "exit 0") << *got;
   EXPECT_EQ(l[3].rfind("WARN disk: ", 0), 0u) << *got;
   EXPECT_NE(l[3].find("less than twice that is free"), std::string::npos) << *got;
+}
+
+// The disk check's size of a checkpoint (checkpoint_bytes_estimate) against a real one: 2 islands
+// launched for 2 steps of the micro config. The estimate counts the tensors' bytes; the files add
+// their safetensors headers and the manifest, a few KiB.
+TEST_F(Doctor, ItsCheckpointSizeIsThatOfARealCheckpoint) {
+  const std::vector<std::string> sets = {"train.steps=2", "checkpoint.every=2", "diloco.inner_steps=2",
+                                         "train.eval_every=0"};
+  std::vector<std::string> args = {"launch", "--islands", "2", "--config", world().config(), "--run-dir", dir("run")};
+  for (const std::string& kv : sets) args.insert(args.end(), {"--set", kv});
+  const RunResult r = run_atoll(args, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string ckpt = dir("run/checkpoints/" + split_lines(read_file(dir("run/checkpoints/latest"))).at(0));
+  double bytes = 0;
+  for (const auto& f : fs::directory_iterator(ckpt)) bytes += double(f.file_size());
+  const double estimate = checkpoint_bytes_estimate(load_config(world().config(), sets), 2, 1);
+  EXPECT_LE(estimate, bytes) << ckpt;
+  EXPECT_GE(estimate, bytes - 64 * 1024) << ckpt;
 }
 
 }  // namespace
