@@ -15,6 +15,7 @@ packages=(
   python3             # acceptance and benchmark helpers
   python3-sentencepiece python3-numpy   # tests: the exported tokenizer against SentencePiece itself
   chromium            # tests: `atoll report` pages rendered headless (tests/cli/report_test.cc)
+  slurm-wlm munge     # tests: a real one-host Slurm cluster (tests/slurm/one_host_slurm.sh)
 )
 source scripts/install_missing.sh
 install_missing "${packages[@]}"
