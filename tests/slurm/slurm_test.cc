@@ -279,10 +279,11 @@ TEST_F(RealSlurm, AMultiTaskSrunOfIslandsTrains) {
   EXPECT_EQ(thetas[0], thetas[1]) << run.out;
 }
 
-// Each island its own job step of one allocation (`srun --exact` in the batch script, placed by
-// flags: a one-task step cannot say which island of two it is). `scancel JOBID.STEPID` of island
-// 1's step: Slurm kills the step's task (SIGKILL: srun reports "Killed", status 137), a lost
-// task; not SIGTERM, which stops every worker of the run at one agreed step (preemption). The
+// Each island its own one-task job step of one allocation (`srun --exact` in the batch script),
+// placed by Slurm's variables from --first-island I of --islands 2 (a step holds a part of the
+// run, as a site does: docs/cluster.md). `scancel JOBID.STEPID` of island 1's step: Slurm kills
+// the step's task (SIGKILL: srun reports "Killed", status 137), a lost task; not SIGTERM, which
+// stops every worker of the run at one agreed step (preemption). The
 // run survives: island 0 drops island 1 (its `abort_retry` event names island 1 lost), commits
 // outer steps past island 1's last (at least 3), trains to train.steps and exits 0, and the job
 // completes; island 1's step ends with status 137.
@@ -292,8 +293,8 @@ TEST_F(RealSlurm, ScancelOfOneIslandsStepLeavesTheOtherTraining) {
   std::string batch = "#!/bin/bash\n";
   for (int i = 0; i < 2; ++i)
     batch += "( srun --ntasks=1 --exact --job-name=island" + std::to_string(i) + " --output=island" +
-             std::to_string(i) + ".log atoll worker --island " + std::to_string(i) +
-             " --rank 0 --islands 2 --config " + quoted(config()) + " --run-dir run" + std::to_string(i) +
+             std::to_string(i) + ".log atoll worker --islands 2 --first-island " + std::to_string(i) +
+             " --config " + quoted(config()) + " --run-dir run" + std::to_string(i) +
              " --set train.steps=300 --set diloco.inner_steps=5 --set train.eval_every=0 --set checkpoint.every=0"
              " --set fault.heartbeat_s=0.2 --set fault.heartbeat_ttl_s=1 --set fault.timeout_s=3;"
              " echo $? >island" + std::to_string(i) + ".rc ) &\n";
@@ -328,6 +329,12 @@ TEST_F(RealSlurm, ScancelOfOneIslandsStepLeavesTheOtherTraining) {
                           row["lost"] == nlohmann::json::array({1}));
   EXPECT_TRUE(dropped) << "island 0 logged no abort_retry with island 1 lost:\n" << read_file(dir("run0/events.jsonl"));
   EXPECT_NE(log0.find("island 0 rank 0: 300 steps"), std::string::npos) << log0;
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NE(read_file(dir("island" + std::to_string(i) + ".log"))
+                  .find("placement: island " + std::to_string(i) + " rank 0 of 2 island(s) x 1 worker(s) (slurm "
+                        "SLURM_PROCID=0 of SLURM_NTASKS=1, local task "),
+              std::string::npos)
+        << read_file(dir("island" + std::to_string(i) + ".log"));
   const std::set<int64_t> by0 = outer_steps(0), by1 = outer_steps(1);
   ASSERT_FALSE(by1.empty());
   int64_t without_island1 = 0;
@@ -344,7 +351,8 @@ TEST_F(RealSlurm, ATaskCountThatIsNotIslandsTimesWorkersExits78AndWritesNothing)
   EXPECT_EQ(run.code, kConfigExit) << run.out;
   const std::string error =
       "atoll: error: the slurm job has SLURM_NTASKS=3 tasks, but --islands 2 x --workers-per-island 1 = 2; fix: "
-      "start 2 tasks (one per worker), or change --islands/--workers-per-island to match";
+      "start 2 tasks (one per worker), or change --islands/--workers-per-island to match, or pass --first-island K "
+      "when this job holds only islands K.. of the run (one site of several)";
   size_t tasks = 0;
   for (size_t at = run.out.find(error); at != std::string::npos; at = run.out.find(error, at + 1)) ++tasks;
   EXPECT_EQ(tasks, 3u) << "every task says why:\n" << run.out;

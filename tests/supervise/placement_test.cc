@@ -160,6 +160,20 @@ TEST(Placement, ASiteOfLaterIslandsCountsFromFirstIsland) {
   }
 }
 
+TEST(Placement, FirstIslandZeroIsASiteOfTheFirstIslands) {
+  // Site A holds islands 0 and 1 of 4 (one worker each): --first-island 0 says its 2 tasks are a
+  // part of the run; without it they would have to be the whole run.
+  for (int t = 0; t < 2; ++t) {
+    const Placement p = resolve_placement({.islands = 4, .first_island = 0}, slurm(t, 2));
+    EXPECT_EQ(p.island, t);
+    EXPECT_EQ(p.rank, 0);
+    EXPECT_EQ(p.islands, 4);
+  }
+  EXPECT_THROW(resolve_placement({.islands = 4}, slurm(0, 2)), ConfigError);
+  // One island's own job step: `srun --ntasks=1 atoll worker --islands 2 --first-island 1`.
+  EXPECT_EQ(resolve_placement({.islands = 2, .first_island = 1}, slurm(0, 1)).island, 1);
+}
+
 TEST(Placement, MismatchesAreConfigErrors) {
   const std::vector<std::pair<std::pair<PlacementFlags, SchedulerEnv>, std::string>> cases = {
       {{{.islands = 4}, slurm(0, 6)}, "SLURM_NTASKS=6 tasks, but --islands 4 x --workers-per-island 1 = 4"},
@@ -172,6 +186,9 @@ TEST(Placement, MismatchesAreConfigErrors) {
       {{{.first_island = 2}, slurm(0, 2)}, "--first-island 2 needs --islands"},
       {{{.islands = 3, .first_island = 2}, slurm(0, 2)}, "not whole islands of --workers-per-island 1 from --first-island 2"},
       {{{.islands = 4, .workers_per_island = 2, .first_island = 1}, slurm(0, 3)}, "not whole islands"},
+      {{{.islands = 2, .first_island = 0}, slurm(0, 3)}, "3 tasks, which are not whole islands of --workers-per-island 1 "
+                                                         "from --first-island 0 below --islands 2"},
+      {{{.islands = 4}, slurm(0, 2)}, "or pass --first-island K when this job holds only islands K.. of the run"},
       {{{.islands = 3, .first_island = 2}, read_scheduler_env(env_of({{"JOB_COMPLETION_INDEX", "1"}}))},
        "JOB_COMPLETION_INDEX=1 from --first-island 2 is beyond"},
   };

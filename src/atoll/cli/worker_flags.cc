@@ -39,9 +39,10 @@ void add_placement_flags(CLI::App* cmd, WorkerOptions& f, PlacementFlags& flags)
                                  ->check(whole_number(1, kIntMax));
   cmd->add_option("--iface", flags.iface, "listen for the peers on this network interface's IPv4 address (default: "
                   "GLOO_SOCKET_IFNAME, one name, else the interface that routes to the store)");
-  cmd->add_option("--first-island", flags.first_island, "K: a scheduler's task t is island K + t / M (a site whose "
-                  "scheduler numbers its tasks from 0 while other sites hold islands 0..K-1); default 0")
-      ->check(whole_number(0, kIntMax - 1));
+  flags.first_island_option =
+      cmd->add_option("--first-island", flags.first_island, "K: this job holds islands K.. of the run, its scheduler's "
+                      "task t is island K + t / M (a site of several; 0 too); default: the job holds the whole run")
+          ->check(whole_number(0, kIntMax - 1));
   flags.run_id = cmd->add_option("--run-id", f.run_id,
                                  "store key prefix shared by every worker of the run, unique per run; default: "
                                  "RUN_DIR/run.id (a launched run's) with --run-dir, else slurm-<SLURM_JOB_ID> or "
@@ -65,7 +66,7 @@ std::string resolve_worker_placement(WorkerOptions& f, const PlacementFlags& giv
                                          .rank = given_int(given.rank, f.rank),
                                          .islands = given_int(given.islands, f.islands),
                                          .workers_per_island = given_int(given.workers_per_island, f.workers_per_island),
-                                         .first_island = given.first_island},
+                                         .first_island = given_int(given.first_island_option, given.first_island)},
                                         env);
   f.island = p.island, f.rank = p.rank, f.islands = p.islands, f.workers_per_island = p.workers_per_island;
   if (given.store->count() == 0) {

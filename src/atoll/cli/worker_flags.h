@@ -15,7 +15,7 @@ namespace atl::cli {
 struct PlacementFlags {
   // The options, to tell given from default (a scheduler fills the others).
   CLI::Option *island = nullptr, *rank = nullptr, *islands = nullptr, *workers_per_island = nullptr,
-              *store = nullptr, *run_id = nullptr;
+              *store = nullptr, *run_id = nullptr, *first_island_option = nullptr;
   int first_island = 0;
   std::string iface, token_file;
 };

@@ -179,20 +179,23 @@ Placement resolve_placement(const PlacementFlags& f, const SchedulerEnv& env) {
   if (env.tasks < 0 && !f.islands)
     throw ConfigError("--islands is required with " + env.task_var + " (a " + env.source + " task does not say how many "
                       "tasks there are); fix: pass --islands N with N x --workers-per-island = the job's task count");
-  const int K = f.first_island;
-  if (K > 0 && !f.islands)
+  // --first-island K (0 too): the job holds a part of the run, islands K..; without it, all.
+  const bool part = f.first_island.has_value();
+  const int K = f.first_island.value_or(0);
+  if (part && !f.islands)
     throw ConfigError("--first-island " + std::to_string(K) + " needs --islands (the run's island count, over every "
                       "site); fix: pass --islands N");
-  if (K > 0 && env.tasks >= 0 && (env.tasks % M != 0 || K + env.tasks / M > *f.islands))
+  if (part && env.tasks >= 0 && (env.tasks % M != 0 || K + env.tasks / M > *f.islands))
     throw ConfigError("the " + env.source + " job has " + env.tasks_var + "=" + std::to_string(env.tasks) +
                       " tasks, which are not whole islands of --workers-per-island " + std::to_string(M) +
                       " from --first-island " + std::to_string(K) + " below --islands " + std::to_string(*f.islands) +
                       "; fix: start M tasks per island of this site, at most (N - K) x M");
-  if (env.tasks >= 0 && K == 0) {
+  if (env.tasks >= 0 && !part) {
     if (f.islands && int64_t(*f.islands) * M != env.tasks)
       throw ConfigError("the " + env.source + " job has " + env.tasks_var + "=" + std::to_string(env.tasks) +
                         " tasks, but " + shape + "; fix: start " + std::to_string(int64_t(*f.islands) * M) +
-                        " tasks (one per worker), or change --islands/--workers-per-island to match");
+                        " tasks (one per worker), or change --islands/--workers-per-island to match, or pass --first-island K "
+                        "when this job holds only islands K.. of the run (one site of several)");
     if (!f.islands && env.tasks % M != 0)
       throw ConfigError("the " + env.source + " job has " + env.tasks_var + "=" + std::to_string(env.tasks) +
                         " tasks, not a multiple of --workers-per-island " + std::to_string(M) +
@@ -201,7 +204,7 @@ Placement resolve_placement(const PlacementFlags& f, const SchedulerEnv& env) {
   p.islands = f.islands.value_or(env.tasks / M);
   if (int64_t(K) * M + env.task >= int64_t(p.islands) * M)
     throw ConfigError("the environment's " + env.task_var + "=" + std::to_string(env.task) +
-                      (K > 0 ? " from --first-island " + std::to_string(K) : std::string()) + " is beyond the run's " +
+                      (part ? " from --first-island " + std::to_string(K) : std::string()) + " is beyond the run's " +
                       shape + " workers; fix: start exactly that many tasks (a Kubernetes Job's completions and "
                       "parallelism), numbered from 0");
   p.island = K + env.task / M;

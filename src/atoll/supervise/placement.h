@@ -48,12 +48,12 @@ using EnvLookup = std::function<const char*(const char*)>;  // getenv, or a test
 // beyond the count, a bad hostlist) is a ConfigError naming it and its value.
 SchedulerEnv read_scheduler_env(const EnvLookup& env);
 
-// The command line's placement flags; nullopt = not given. first_island: this job's tasks are
-// islands first_island, first_island + 1, ... of the run (a site whose scheduler numbers its
-// own tasks from 0, while other sites hold the lower islands).
+// The command line's placement flags; nullopt = not given. first_island, when given (0 too):
+// this job's tasks are islands first_island, first_island + 1, ... of the run, a part of it (a
+// site whose scheduler numbers its own tasks from 0, while other sites hold the other islands);
+// not given: the job's tasks are the whole run.
 struct PlacementFlags {
-  std::optional<int> island{}, rank{}, islands{}, workers_per_island{};
-  int first_island = 0;
+  std::optional<int> island{}, rank{}, islands{}, workers_per_island{}, first_island{};
 };
 
 struct Placement {
@@ -64,7 +64,7 @@ struct Placement {
 // The worker's placement: --island and --rank when given (both, or neither), else the
 // scheduler's task index (task t: island first_island + t / M, rank t % M). --islands defaults
 // to the scheduler's task count / M. A task count that is not --islands × --workers-per-island
-// (with --first-island K > 0: not a multiple of M, or more than the islands from K on), an index
+// (with --first-island K, 0 too: not a multiple of M, or more than the islands from K on), an index
 // outside the run, or no placement at all is a ConfigError naming the variables and flags and
 // the fix.
 Placement resolve_placement(const PlacementFlags& flags, const SchedulerEnv& env);
