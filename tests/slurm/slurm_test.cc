@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -147,6 +148,14 @@ std::vector<std::string> final_thetas(const std::string& out) {
   return thetas;
 }
 
+// The theta hashes of a run's last outer step in its metrics.jsonl (one per worker that logged it).
+std::set<std::string> last_theta_hashes(const std::string& run) {
+  std::map<int64_t, std::set<std::string>> by_step;
+  for (const auto& row : read_jsonl(run + "/metrics.jsonl"))
+    if (row.contains("theta_hash")) by_step[row["step"].get<int64_t>()].insert(row["theta_hash"].get<std::string>());
+  return by_step.empty() ? std::set<std::string>{} : by_step.rbegin()->second;
+}
+
 // The sbatch script of docs/cluster.md ("Slurm: an sbatch script"): the page's first bash block
 // with #SBATCH lines, byte for byte.
 std::string docs_sbatch_script() {
@@ -205,7 +214,7 @@ TEST_F(RealSlurm, TheSbatchScriptOfTheDocsTrainsToACheckpoint) {
 // 79, the script requeues the job; it comes back with the same job id and run folder (Slurm
 // starts a requeued job once its credentials expired: 11 s here, one_host_slurm.sh), resumes
 // from that checkpoint (`resume` at the same step) and trains to the end: the job COMPLETED
-// after one restart.
+// after one restart, with the θ of the same run uninterrupted (`atoll launch`, 2 x 2 workers).
 TEST_F(RealSlurm, TheSbatchScriptRequeuesAPreemptedJobThatResumesToTheEnd) {
   const std::string script = docs_sbatch_script();
   ASSERT_FALSE(script.empty());
@@ -223,6 +232,10 @@ TEST_F(RealSlurm, TheSbatchScriptRequeuesAPreemptedJobThatResumesToTheEnd) {
   ASSERT_TRUE(within(60, [&] { return newest_step() >= 10; })) << read_file(dir("job.out"));
   const Shell term = in_cluster("scancel --signal=TERM " + id);
   ASSERT_EQ(term.code, 0) << term.out;
+  // The same run uninterrupted, on this machine while Slurm holds the requeued job.
+  Background whole({"launch", "--islands", "2", "--workers-per-island", "2", "--config", config(100), "--set",
+                    "train.threads=1", "--run-dir", dir("uninterrupted")},
+                   dir("uninterrupted"));
   const std::string job = finished_job(id, 120);
   const std::string out = read_file(dir("job.out"));
   EXPECT_NE(job.find("JobState=COMPLETED"), std::string::npos) << job << out;
@@ -251,6 +264,11 @@ TEST_F(RealSlurm, TheSbatchScriptRequeuesAPreemptedJobThatResumesToTheEnd) {
   }
   EXPECT_EQ(stopped, 4u) << out;
   EXPECT_EQ(finished, 4u) << out;
+  const int whole_status = whole.wait();
+  ASSERT_TRUE(WIFEXITED(whole_status) && WEXITSTATUS(whole_status) == 0) << read_file(dir("uninterrupted.err"));
+  const std::set<std::string> preempted = last_theta_hashes(run), uninterrupted = last_theta_hashes(dir("uninterrupted"));
+  EXPECT_EQ(preempted.size(), 1u) << out;
+  EXPECT_EQ(preempted, uninterrupted) << "the preempted and requeued run ends elsewhere than the same run uninterrupted";
 }
 
 TEST_F(RealSlurm, AMultiTaskSrunOfIslandsTrains) {
