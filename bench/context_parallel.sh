@@ -7,7 +7,9 @@
 #   PS="2 4" bench/context_parallel.sh ...        # only these P (default "1 2 4")
 # One sequence per step, no evaluation, no checkpoint. tokens/s: the last metrics row's (the run's
 # tokens over its time; a P-way group counts its sequence once). Peak RSS: the largest worker's
-# VmHWM (bench/worker_rss.sh). ring compute/wait: seconds in ring attention computing blocks and
+# VmHWM (bench/worker_rss.sh). tok_per_cpu_s: the run's tokens over its workers' CPU seconds
+# (start-up included): on a loaded machine, where P processes get another share of the cores
+# than one process of 2 threads, the fairer comparison of the kernels. ring compute/wait: seconds in ring attention computing blocks and
 # blocked on ring transfers (metrics ring_compute_s, ring_wait_s), the mean over ranks;
 # busy = compute / (compute + wait). Environment (ATOLL_CP_LAYOUT=plain, ATOLL_RING_OVERLAP=0)
 # passes to the workers: bench/ring_overlap.sh compares them.
@@ -21,7 +23,8 @@ lengths=("$@")
 out=/tmp/atoll-context-parallel
 rm -rf "$out"; mkdir -p "$out"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; tiny, $steps steps; commit $(git rev-parse --short HEAD)"
-printf '%-6s %-2s %-8s %12s %12s %10s %10s %6s\n' T P threads tokens_per_s max_rss_MiB ring_comp ring_wait busy
+printf '%-6s %-2s %-8s %12s %13s %12s %10s %10s %6s\n' T P threads tokens_per_s tok_per_cpu_s max_rss_MiB \
+  ring_comp ring_wait busy
 for T in "${lengths[@]}"; do
   for P in ${PS:-1 2 4}; do
     threads=1
@@ -45,7 +48,8 @@ if last:
 else:
     print(round(tps), '-', '-', '-')" "$run/metrics.jsonl")
     max=$(printf '%s\n' "${HWM_KB[@]}" | sort -n | tail -1)
-    printf '%-6s %-2s %-8s %12s %12.1f %10s %10s %6s   (%ss)\n' "$T" "$P" "$threads" "$tps" \
-      "$(echo "$max / 1024" | bc -l)" "$comp" "$wait" "$busy" "$(($(date +%s) - start))"
+    printf '%-6s %-2s %-8s %12s %13.0f %12.1f %10s %10s %6s   (%ss)\n' "$T" "$P" "$threads" "$tps" \
+      "$(echo "$steps * $T / $CPU_S" | bc -l)" "$(echo "$max / 1024" | bc -l)" "$comp" "$wait" "$busy" \
+      "$(($(date +%s) - start))"
   done
 done
