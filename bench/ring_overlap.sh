@@ -23,8 +23,8 @@ echo "== hidden share of ring communication (T = $T)"
 printf '%-7s %-2s %12s %10s %10s %8s\n' layout P tokens_per_s wait_ov_s wait_ser_s hidden
 for layout in zigzag plain; do
   for P in 2 4; do
-    read -r tps wov < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $7}' "$out/$layout-1.txt")
-    read -r _ wser < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $7}' "$out/$layout-0.txt")
+    read -r tps wov < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $8}' "$out/$layout-1.txt")
+    read -r _ wser < <(awk -v P="$P" '$2 == P && $1 ~ /^[0-9]+$/ {print $4, $8}' "$out/$layout-0.txt")
     printf '%-7s %-2s %12s %10s %10s %8s\n' "$layout" "$P" "$tps" "$wov" "$wser" \
       "$(python3 -c "import sys; o,s=map(float,sys.argv[1:]); print('%.2f' % (1 - o / s) if s > 0 else '-')" "$wov" "$wser")"
   done
