@@ -10,6 +10,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev libcli11-dev libxxhash-dev libzstd-dev zlib1g-dev nlohmann-json3-dev
   libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libhiredis-dev redis-server   # dist/: collectives, rendezvous store
+  libsodium-dev       # dist/: sealed traffic between islands (dist/seal.h)
   libcpp-httplib-dev  # supervise/: the live view's HTTP server (atoll launch --status-port)
   fortunes            # the built-in default corpus (/usr/share/games/fortunes)
   python3             # acceptance and benchmark helpers

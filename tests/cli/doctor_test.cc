@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "atoll/config/config.h"
+#include "atoll/dist/membership.h"
 #include "atoll/dist/store.h"
 #include "atoll/supervise/redis_server.h"
 #include "atoll/train/state_registry.h"
@@ -172,7 +173,7 @@ TEST_F(Doctor, JudgesTheRunTokenAndLeavesTheRunAsItWas) {
   const std::string run_id = "doctor-run";
   {
     Store s = store(run_id);
-    s.set(s.run_prefix() + "/members/run_token", "the-runs-token");
+    publish_run_token(s, "the-runs-token");  // as the launcher does: the store holds its verifier
     s.set(s.run_prefix() + "/members/epoch", "3");
   }
   fs::create_directories(dir("run/checkpoints"));

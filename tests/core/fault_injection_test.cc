@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "atoll/core/errors.h"
 
@@ -92,8 +93,7 @@ TEST(FaultSpec, MalformedValuesAreConfigErrorsNamingThePart) {
                {"kill:island=1:transfer=1:outer_step=1:ring_chunk=1", "name one point"},
                {"kill:island=1:transfer=1:admission=1", "name one point"},
                {"kill:island=1:admission=0", "admission=0 is not a whole number >= 1"},
-               {"corrupt:island=1:admission=1", "state transfers (transfer=K) and updates"},
-               {"corrupt:island=1:outer_step=1:ring_chunk=1", "state transfers (transfer=K) and updates"},
+               {"corrupt:island=1:admission=1", "state transfers (transfer=K), ring messages"},
                {"corrupt:island=1:outer_step=1:update=zero", "update=zero is not nan, scale, flip or replay"},
                {"kill:island=1:outer_step=1:update=nan", "goes with corrupt"},
                {"corrupt:island=1:update=nan", "takes outer_step=S alone"},
@@ -137,6 +137,20 @@ int in_child(Fn&& fn) {
     ::waitpid(pid, &ignored, 0);
   }
   return status;
+}
+
+// corrupt at a ring message: that message alone, once (the ring flips a byte of it on the wire).
+TEST(FaultInjection, CorruptsTheChosenRingMessageOnce) {
+  ::setenv("ATOLL_FAULT", "corrupt:island=1:outer_step=2:ring_chunk=3", 1);
+  arm_fault_injection(1, 0);
+  fault_outer_step(2);
+  std::vector<bool> fired;
+  for (int i = 0; i < 5; ++i) fired.push_back(fault_ring_message());
+  EXPECT_EQ(fired, (std::vector<bool>{false, false, true, false, false}));
+  fault_outer_step(2);  // the same step retried: fired already
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(fault_ring_message());
+  disarm_fault_injection();
+  ::unsetenv("ATOLL_FAULT");
 }
 
 TEST(FaultInjection, KillsAtTheChosenRingMessageOfTheChosenOuterStep) {

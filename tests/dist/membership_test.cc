@@ -8,6 +8,7 @@
 // it, while a stopped (or dead) one's place is taken within the ttl and not taken back; another
 // run's token, and a joiner of a run that is not on the store, are refused at once.
 #include "atoll/dist/membership.h"
+#include "atoll/dist/seal.h"
 
 #include <gtest/gtest.h>
 
@@ -360,6 +361,8 @@ TEST_F(MembershipTest, AWrongOrMissingRunTokenIsRefusedAndWritesNothing) {
   publish_run_token(store, "right");
   EXPECT_NO_THROW(publish_run_token(store, "right"));  // the same token again: no change
   EXPECT_THROW(publish_run_token(store, "another"), ConfigError);
+  // The store holds the token's verifier, never the token (the sealing keys come from it: seal.h).
+  EXPECT_EQ(store.get(store.run_prefix() + "/members/run_token"), run_token_verifier("right"));
   const auto keys_now = [&] {
     Store s(store_options("token"));
     return s.get_many({s.run_prefix() + "/members/hb/0.0", s.run_prefix() + "/members/e0/ready/0.0",
@@ -382,7 +385,7 @@ TEST_F(MembershipTest, AWrongOrMissingRunTokenIsRefusedAndWritesNothing) {
   }
   const auto after = keys_now();
   EXPECT_FALSE(after[0] || after[1] || after[2]) << "a refused worker wrote to the run";
-  EXPECT_EQ(after[3].value_or(""), "right");
+  EXPECT_EQ(after[3].value_or(""), run_token_verifier("right"));
   MembershipOptions o = options(0, 2);
   o.run_token = "right";
   Membership m(store, o);
@@ -500,7 +503,7 @@ TEST_F(MembershipTest, AnotherRunsTokenAndAJoinerOfNoRunAreRefusedAtOnce) {
   o.run_token = "a-new-runs-own-token";
   Membership founder(elsewhere, o);
   EXPECT_NO_THROW(founder.check_run_token());
-  EXPECT_EQ(elsewhere.get(run_keys[0]), "a-new-runs-own-token");
+  EXPECT_EQ(elsewhere.get(run_keys[0]), run_token_verifier("a-new-runs-own-token"));
 }
 
 }  // namespace

@@ -138,6 +138,11 @@ struct FaultConfig {
   double rejoin_timeout_s = 600.0; // a worker without a launcher, dropped by the others, retries rejoining this long (0 = exit 75 at once)
 };
 
+// Traffic between islands (docs/islands.md "Sealed traffic").
+struct DistConfig {
+  bool seal = true;  // seal the outer group's frames and authenticate the store's records with the run token's keys
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
@@ -146,6 +151,7 @@ struct Config {
   DilocoConfig diloco;
   CheckpointConfig checkpoint;
   FaultConfig fault;
+  DistConfig dist;
 };
 
 // One declared key, for help text and listings.

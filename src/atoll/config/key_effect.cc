@@ -165,6 +165,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"checkpoint.keep", "always (also with checkpoint.every = 0: each run's final checkpoint counts)", always},
       {"checkpoint.grace_s", "always (SIGTERM to `atoll train` too)", always},
 
+      {"dist.seal", "only across islands, with the run's token (`atoll launch` makes one; by hand: --token-file or ATOLL_RUN_TOKEN)", islands},
       {"fault.timeout_s", kIslands, islands},
       {"fault.max_restarts", kSupervised, supervised},
       {"fault.restart_backoff_s", kSupervised, supervised},

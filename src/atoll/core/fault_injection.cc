@@ -37,7 +37,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
                     "delay:island=I[:rank=R]:ckpt=copy[:save=K]:seconds=X, "
                     "stall:island=I:step=K:seconds=X or corrupt:island=I:step=K:loss=nan|spike, "
                     "with ACTION kill, hang, crash or corrupt "
-                    "(corrupt with transfer or update only), several joined by commas, or unset ATOLL_FAULT");
+                    "(corrupt with transfer, ring_chunk or update only), several joined by commas, or unset ATOLL_FAULT");
 }
 
 int64_t positive(const std::string& text, const std::string& key, const std::string& value, int64_t min) {
@@ -179,8 +179,9 @@ FaultSpec parse_fault_spec(const std::string& text) {
   if (ring && (f.ring_chunk < 0 || f.outer_step < 0)) refuse(text, "outer_step and ring_chunk go together");
   if (int(ring) + int(f.transfer > 0) + int(f.admission > 0) + int(!f.ckpt.empty()) != 1)
     refuse(text, "name one point: outer_step=S:ring_chunk=K, transfer=K, admission=K or ckpt=POINT");
-  if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0)
-    refuse(text, "corrupt applies to state transfers (transfer=K) and updates (update=...) only");
+  if (f.action == FaultSpec::Action::kCorrupt && f.transfer <= 0 && !ring)
+    refuse(text, "corrupt applies to state transfers (transfer=K), ring messages (outer_step=S:ring_chunk=K) and "
+                 "updates (update=...) only");
   return f;
 }
 
@@ -226,12 +227,15 @@ bool fault_update_armed() {
   return false;
 }
 
-void fault_ring_message() {
-  if (!g_armed.load(std::memory_order_relaxed)) return;
+bool fault_ring_message() {
+  if (!g_armed.load(std::memory_order_relaxed)) return false;
   const int64_t k = ++g_ring_messages;
+  bool corrupt = false;
   for (auto& a : g_faults)
     if (a->spec.ring_chunk == k && a->spec.outer_step == g_outer_step && a->spec.update == FaultSpec::Update::kNone)
-      fire(*a, "outer step " + std::to_string(a->spec.outer_step) + ", ring message " + std::to_string(k));
+      corrupt = fire(*a, "outer step " + std::to_string(a->spec.outer_step) + ", ring message " + std::to_string(k)) ||
+                corrupt;
+  return corrupt;
 }
 
 bool fault_transfer_tensor() {

@@ -9,7 +9,9 @@
 //                          dies at this point (every worker has SIGKILL as its parent-death signal),
 //                          as a kill -9 of the run would leave it
 //                 corrupt  flip one byte of a state-transfer tensor on the wire (the sender's own copy
-//                          stays intact), so the receiver's hash check must refuse it; or, with
+//                          stays intact), so the receiver's hash check must refuse it; or of a ring
+//                          message (outer_step=S:ring_chunk=K), after it was sealed, as a tampering
+//                          peer or router would (dist/seal.h: the receiver must drop it); or, with
 //                          update=..., send a bad pseudo-gradient Δ at an outer step (below)
 //     island=I    the worker's island (required)
 //     rank=R      its rank in the island (default: any)
@@ -83,10 +85,10 @@ void arm_fault_injection(int island, int rank, bool join = false);
 void disarm_fault_injection();
 
 // The points. fault_outer_step: the outer step this process now attempts (restarts the ring
-// message count). fault_ring_message: one ring message is about to be sent. fault_transfer_tensor:
-// one state-transfer tensor is about to be sent; true when it must go corrupted.
+// message count). fault_ring_message: one ring message is about to be sent; true when it must go
+// corrupted. fault_transfer_tensor: one state-transfer tensor is about to be sent; the same.
 void fault_outer_step(int64_t outer_step);
-void fault_ring_message();
+bool fault_ring_message();
 bool fault_transfer_tensor();
 // fault_admission: this process, a member of the run, is about to form the group of a view that
 // admits joiners (counts them).

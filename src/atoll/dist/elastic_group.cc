@@ -34,7 +34,8 @@ std::unique_ptr<ElasticGroup> ElasticGroup::start(Store& store, Membership& memb
                           .lost_ranks = [owner] {
                             ElasticGroup* g = owner->load();
                             return g ? g->lost_positions() : std::vector<int>{};
-                          }});
+                          },
+                          .sealer = opts.sealer});
   std::unique_ptr<ElasticGroup> elastic(new ElasticGroup(store, membership, std::move(group), opts));
   owner->store(elastic.get());
   return elastic;
@@ -65,7 +66,8 @@ void ElasticGroup::form() {
     group_ = std::make_unique<ProcessGroup>(
         store_, GroupOptions{.name = opts_.name, .rank = view_.position(island()), .size = int(view_.islands.size()),
                              .epoch = view_.epoch, .hostname = opts_.hostname, .connections = opts_.connections, .timeout = opts_.timeout,
-                             .member_name = member_name, .lost_ranks = [this] { return lost_positions(); }});
+                             .member_name = member_name, .lost_ranks = [this] { return lost_positions(); },
+                             .sealer = opts_.sealer});
   } catch (const Timeout& e) {
     formation_error_ = e.what();
   } catch (const PeerLost& e) {

@@ -53,6 +53,8 @@ struct ElasticGroupOptions {
   // fault.outer_deadline_s: how long an outer step waits for the other islands (0 = for every
   // live one: await_round is a no-op).
   std::chrono::milliseconds round_deadline{0};
+  // Seals the group's traffic (GroupOptions::sealer, seal.h); null: unsealed.
+  std::shared_ptr<const Sealer> sealer{};
 };
 
 class ElasticGroup {

@@ -26,6 +26,7 @@
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
+#include "atoll/dist/seal.h"
 
 namespace atl {
 
@@ -117,10 +118,21 @@ void exchange_phase(const ProcessGroup& g, gloo::transport::UnboundBuffer& out, 
 // sizes (8 bytes) first, then the blobs; 2 (P-1) messages per rank and phase. For the few bytes
 // of a barrier or an allgather, on the group's own unbound buffers, whose waits (unlike those of
 // Gloo's collectives) a LivenessWatch can abort.
-std::vector<std::string> exchange_all(ProcessGroup& g, const std::string& mine) {
+// With a sealer (the outer group) each blob travels sealed, bound to its sender and the tag.
+std::vector<std::string> exchange_all(ProcessGroup& g, const std::string& plain) {
   const int P = g.size(), me = g.rank();
   const auto& ctx = g.context(0);
   const uint64_t tag = g.next_tag() & 0xffffff;
+  const Sealer* sealer = g.sealer();
+  auto frame = [&](int sender) {
+    return FrameContext{.group = g.prefix(), .purpose = SealPurpose::kExchange, .sender = sender, .round = tag};
+  };
+  std::string mine = plain;
+  if (sealer) {
+    mine.resize(plain.size() + kSealOverhead);
+    sealer->seal(reinterpret_cast<const uint8_t*>(plain.data()), plain.size(), frame(me),
+                 reinterpret_cast<uint8_t*>(mine.data()));
+  }
   auto slot = [&](uint64_t phase) { return (kExchangeSlotPrefix << 56) | (tag << 32) | phase; };
   const auto deadline = std::chrono::steady_clock::now() + g.timeout();
   const size_t np = static_cast<size_t>(P);
@@ -145,7 +157,18 @@ std::vector<std::string> exchange_all(ProcessGroup& g, const std::string& mine) 
     exchange_phase(g, *out, mine.size(), *in, off, n, slot(1), deadline);
   }
   std::vector<std::string> blobs(np);
-  for (int r = 0; r < P; ++r) blobs[size_t(r)] = r == me ? mine : all.substr(off[size_t(r)], n[size_t(r)]);
+  for (int r = 0; r < P; ++r) {
+    if (r == me) {
+      blobs[size_t(r)] = plain;
+    } else if (!sealer) {
+      blobs[size_t(r)] = all.substr(off[size_t(r)], n[size_t(r)]);
+    } else {
+      const auto* f = reinterpret_cast<const uint8_t*>(all.data()) + off[size_t(r)];
+      std::string& b = blobs[size_t(r)];
+      b.resize(n[size_t(r)] >= kSealOverhead ? n[size_t(r)] - kSealOverhead : 0);
+      b.resize(sealer->open(f, n[size_t(r)], frame(r), reinterpret_cast<uint8_t*>(b.data()), g.member(r)));
+    }
+  }
   return blobs;
 }
 
@@ -522,10 +545,15 @@ void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
   if (size() == 1 || bytes == 0) return;
   const double t0 = now_s();
   const bool is_root = rank() == root;
-  std::vector<uint8_t> copy(is_root ? 0 : bytes);
-  const uint64_t slot = (kBroadcastSlotPrefix << 56) | (uint64_t(next_tag() & 0xffffff) << 32);
+  const Sealer* sealer = opts_.sealer.get();
+  const size_t wire = sealer ? bytes + kSealOverhead : bytes;
+  std::vector<uint8_t> copy(is_root && !sealer ? 0 : wire);
+  const uint64_t tag = next_tag() & 0xffffff;
+  const uint64_t slot = (kBroadcastSlotPrefix << 56) | (tag << 32);
+  const FrameContext frame{.group = prefix_, .purpose = SealPurpose::kBroadcast, .sender = root, .round = tag};
+  if (is_root && sealer) sealer->seal(static_cast<const uint8_t*>(data), bytes, frame, copy.data());
   try {
-    auto ub = contexts_[0]->createUnboundBuffer(is_root ? data : copy.data(), bytes);
+    auto ub = contexts_[0]->createUnboundBuffer(is_root && !sealer ? data : copy.data(), wire);
     LivenessWatch watch(*this, [&](const std::string&) { ub->abortWaitRecv(), ub->abortWaitSend(); });
     if (is_root) {
       for (int r = 0; r < size(); ++r)
@@ -536,11 +564,16 @@ void ProcessGroup::broadcast(void* data, size_t bytes, int root) {
       ub->recv(root, slot);
       if (!ub->waitRecv(opts_.timeout)) watch.stop(), throw_gone(watch, "broadcast");
     }
+    if (!is_root && sealer) {  // opened in place of the copy's plaintext, so a failure leaves data as it was
+      std::vector<uint8_t> plain(bytes);
+      sealer->open(copy.data(), wire, frame, plain.data(), member(root));
+      copy.swap(plain);
+    }
   } catch (...) {
     fail("broadcast");
   }
   if (!is_root) std::memcpy(data, copy.data(), bytes);
-  record(is_root ? bytes * (size() - 1) : 0, now_s() - t0);
+  record(is_root ? wire * (size() - 1) : 0, now_s() - t0);
 }
 
 void ProcessGroup::send(const void* data, size_t bytes, int dst) {
@@ -557,17 +590,26 @@ void ProcessGroup::direct(void* data, size_t bytes, int peer, bool sending) {
   if (bytes == 0) return;
   const double t0 = now_s();
   uint64_t& count = (sending ? sent_to_ : received_from_)[size_t(peer)];
-  const uint64_t slot = (kDirectSlotPrefix << 56) | (count++ & 0xffffffffffffULL);
+  const uint64_t index = count++ & 0xffffffffffffULL;
+  const uint64_t slot = (kDirectSlotPrefix << 56) | index;
   const std::string what = std::string(sending ? "send to " : "receive from ") + member(peer);
+  // Sealed: the frame is bound to the pair (sender, receiver) and the pair's message count.
+  const Sealer* sealer = opts_.sealer.get();
+  const size_t wire = sealer ? bytes + kSealOverhead : bytes;
+  const FrameContext frame{.group = prefix_, .purpose = SealPurpose::kDirect, .sender = sending ? rank() : peer,
+                           .receiver = sending ? peer : rank(), .round = index};
+  std::vector<uint8_t> sealed(sealer ? wire : 0);
+  if (sealer && sending) sealer->seal(static_cast<const uint8_t*>(data), bytes, frame, sealed.data());
   try {
-    auto ub = contexts_[0]->createUnboundBuffer(data, bytes);
+    auto ub = contexts_[0]->createUnboundBuffer(sealer ? sealed.data() : data, wire);
     LivenessWatch watch(*this, [&](const std::string&) { sending ? ub->abortWaitSend() : ub->abortWaitRecv(); });
     sending ? ub->send(peer, slot) : ub->recv(peer, slot);
     if (!(sending ? ub->waitSend(opts_.timeout) : ub->waitRecv(opts_.timeout))) watch.stop(), throw_gone(watch, what);
+    if (sealer && !sending) sealer->open(sealed.data(), wire, frame, static_cast<uint8_t*>(data), member(peer));
   } catch (...) {
     fail(std::string(op) + " of " + std::to_string(bytes) + " bytes (" + what + ")");
   }
-  record(sending ? bytes : 0, now_s() - t0);
+  record(sending ? wire : 0, now_s() - t0);
 }
 
 // A ring step's send and receive in flight at once, on the same slots as direct()'s messages
@@ -578,6 +620,7 @@ class ProcessGroup::DirectExchange final : public Collective::Pending {
   DirectExchange(ProcessGroup& g, const void* sdata, size_t sbytes, int dst, void* rdata, size_t rbytes, int src)
       : g_(g), dst_(dst), src_(src), sbytes_(sbytes), rbytes_(rbytes), t0_(now_s()) {
     g.check_usable("exchange");
+    ATOLL_CHECK(!g.sealer()) << "exchange() on a sealed group (" << g.describe() << "): not sealed; use send and recv";
     ATOLL_CHECK(dst >= 0 && dst < g.size() && dst != g.rank() && src >= 0 && src < g.size() && src != g.rank())
         << "exchange with ranks " << dst << " and " << src << " (" << g.describe() << ")";
     try {
@@ -644,7 +687,7 @@ std::vector<std::string> ProcessGroup::allgather(const std::string& blob) {
   } catch (...) {
     fail("allgather");
   }
-  record((sizeof(uint64_t) + blob.size()) * size_t(size() - 1), now_s() - t0);
+  record((sizeof(uint64_t) + blob.size() + (sealer() ? kSealOverhead : 0)) * size_t(size() - 1), now_s() - t0);
   return out;
 }
 

@@ -64,6 +64,8 @@ class Context;
 
 namespace atl {
 
+class Sealer;  // seal.h
+
 struct GroupOptions {
   std::string name = "world";  // e.g. "island0" (in-island) or "outer-r0" (across islands)
   int rank = 0;
@@ -88,6 +90,12 @@ struct GroupOptions {
   // wait for the others' marks. Called from other threads than the group's caller. A member that is only slow is not in it and is waited for up to
   // the timeout. Empty: none is known gone before the timeout.
   std::function<std::vector<int>()> lost_ranks{};
+  // Seals every message of the group's own collectives (barrier, allgather, broadcast, send/recv)
+  // and of the ring (ring_allreduce.h) with the run's keys (seal.h): the outer group between
+  // islands. Gloo's own collectives (allreduce_sum, gather, allgatherv) and reduce_scatter_sum stay
+  // unsealed (used inside an island, and by the data-parallel warm-up); exchange() is refused.
+  // Null: nothing sealed.
+  std::shared_ptr<const Sealer> sealer{};
 };
 
 // How often the waits that GroupOptions::lost_ranks can end (the rendezvous, a ring mean, the
@@ -189,6 +197,7 @@ class ProcessGroup final : public Collective {
   // none, or without lost_ranks). Thread-safe when lost_ranks is.
   std::string lost_members() const;
   bool watches_liveness() const { return bool(opts_.lost_ranks); }
+  const Sealer* sealer() const { return opts_.sealer.get(); }
 
  private:
   class DirectExchange;  // exchange()'s Pending

@@ -21,9 +21,12 @@
 //                          cursor), which a restarted worker continues from
 //   done                   the run finished its last step
 //   config                 the config the run started with (a joiner must bring the same)
-//   run_token              the run's token (atoll launch writes it before any worker starts)
+//   run_token              the verifier of the run's token (seal.h run_token_verifier: the token
+//                          itself never reaches the store); atoll launch writes it before any worker starts
+// With dist.seal every other key here carries a MAC of the run's key (store.h StoreOptions::records).
 //
-// Trust at the door: a worker presents the run's token (MembershipOptions::run_token) before it
+// Trust at the door: a worker presents the run's token (MembershipOptions::run_token; compared
+// through its verifier) before it
 // writes anything (check_run_token): a wrong or missing one is refused with a ConfigError and
 // the run's keys stay as they were. A run started by hand without a launcher has no token in
 // the store until a worker brings one: the first token written stands, and a run whose workers

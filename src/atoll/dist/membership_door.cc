@@ -12,6 +12,7 @@
 #include "atoll/core/log.h"
 #include "atoll/dist/membership.h"
 #include "atoll/dist/run_token.h"
+#include "atoll/dist/seal.h"
 
 namespace atl {
 namespace {
@@ -64,10 +65,12 @@ std::string describe_process(const std::string& token) {
   return "pid " + digits + ", host " + token.substr(0, pid);
 }
 
+// The store holds the token's verifier (seal.h), never the token: the sealing keys come from it.
 void publish_run_token(Store& store, const std::string& token) {
   ATOLL_CHECK(!token.empty());
   const std::string key = store.run_prefix() + "/members/run_token";
-  if (!store.set_if_absent(key, token) && !same_secret(store.get(key).value_or(""), token))
+  const std::string verifier = run_token_verifier(token);
+  if (!store.set_if_absent(key, verifier) && !same_secret(store.get(key).value_or(""), verifier))
     throw ConfigError(store.url() + ": run id '" + store.options().run_id + "' already has another run token; fix: a "
                       "fresh run id per run");
 }
@@ -76,14 +79,15 @@ RunTokenVerdict judge_run_token(Store& store, const std::string& token) {
   using Kind = RunTokenVerdict::Kind;
   const std::string prefix = store.run_prefix() + "/members/";
   const auto found = store.get_many({prefix + "run_token", prefix + "epoch"});
+  const std::string verifier = token.empty() ? std::string() : run_token_verifier(token);  // what the store holds
   if (found[0]) {
     if (token.empty()) return {.kind = Kind::kNoneGiven};
-    return {.kind = same_secret(*found[0], token) ? Kind::kMatches : Kind::kWrong};
+    return {.kind = same_secret(*found[0], verifier) ? Kind::kMatches : Kind::kWrong};
   }
   if (found[1]) return {.kind = Kind::kRunWithoutToken};
   if (!token.empty())
     for (const std::string& other : runs_on_store(store))
-      if (const auto t = store.get("atoll/" + other + "/members/run_token"); t && same_secret(*t, token))
+      if (const auto t = store.get("atoll/" + other + "/members/run_token"); t && same_secret(*t, verifier))
         return {.kind = Kind::kOtherRuns, .other_run = other};
   return {.kind = Kind::kNewRun};
 }
@@ -92,18 +96,19 @@ void Membership::check_run_token() {
   const std::string k = key("run_token");
   std::optional<std::string> stored = store_.get(k);
   if (!stored && !store_.get(key("epoch"))) check_new_run();
+  const std::string verifier = opts_.run_token.empty() ? std::string() : run_token_verifier(opts_.run_token);
   if (!stored && !opts_.run_token.empty()) {  // a run started by hand: the first token stands
-    store_.set_if_absent(k, opts_.run_token);
+    store_.set_if_absent(k, verifier);
     stored = store_.get(k);
   }
   if (!stored) return;
-  if (same_secret(*stored, opts_.run_token)) store_.keep("run_token", k, opts_.run_token);
+  if (same_secret(*stored, verifier)) store_.keep("run_token", k, verifier);
   const std::string fix = "; nothing in the run was changed; fix: give the run's token with --token-file "
                           "RUN_DIR/run.token (written by `atoll launch`, mode 0600) or ATOLL_RUN_TOKEN";
   if (opts_.run_token.empty())
     throw ConfigError("worker " + me_ + ": refused: run '" + store_.options().run_id + "' requires its run token and none "
                       "was given" + fix);
-  if (!same_secret(*stored, opts_.run_token))
+  if (!same_secret(*stored, verifier))
     throw ConfigError("worker " + me_ + ": refused: the run token given is not the token of run '" +
                       store_.options().run_id + "'" + fix);
 }
@@ -116,9 +121,10 @@ void Membership::check_new_run() {
   const std::string& id = store_.options().run_id;
   const std::vector<std::string> others = runs_on_store(store_);
   if (others.empty()) return;
+  const std::string verifier = opts_.run_token.empty() ? std::string() : run_token_verifier(opts_.run_token);
   for (const std::string& other : others) {
     const std::optional<std::string> token = store_.get("atoll/" + other + "/members/run_token");
-    if (!opts_.run_token.empty() && token && same_secret(*token, opts_.run_token))
+    if (!opts_.run_token.empty() && token && same_secret(*token, verifier))
       throw ConfigError("worker " + me_ + ": refused: run '" + id + "' is not on " + store_.url() +
                         ", and the token given is run '" + other + "''s; nothing in either run was changed; fix: "
                         "join that run with --run-dir RUN_DIR (its id is in RUN_DIR/run.id) or --run-id " + other +

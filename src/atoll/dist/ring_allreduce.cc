@@ -21,6 +21,7 @@
 #include "atoll/core/fault_injection.h"
 #include "atoll/core/timer.h"
 #include "atoll/dist/ring_message.h"
+#include "atoll/dist/seal.h"
 
 namespace atl {
 
@@ -58,6 +59,9 @@ struct RingAllreduce::Conn {
   bool pending[kLanesInFlight][4] = {};
   std::vector<float> decoded;  // scratch for error feedback
   std::vector<uint8_t> plain;  // compress: codec bytes before compression / after decompression
+  // sealed: the message to send before sealing, and each receive buffer's message once opened
+  // (kept for the all-gather's forward at the next step)
+  std::vector<uint8_t> clear, opened[kLanesInFlight][2];
   ZSTD_CCtx* cctx = nullptr;
   ZSTD_DCtx* dctx = nullptr;
   ~Conn() {
@@ -75,6 +79,9 @@ struct RingAllreduce::Run {
   uint32_t tag = 0;
   float* work = nullptr;      // input + residual; ends as the result
   float* residual = nullptr;  // next residual (error feedback) or null
+  const Sealer* sealer = nullptr;  // the group's (seal.h), or null
+  std::string group;               // the group's prefix, bound into sealed frames
+  std::string member_left;         // the left neighbour, named in errors
   std::mutex mu;
   std::exception_ptr error;  // the first real failure
   bool failed = false;
@@ -94,7 +101,8 @@ RingAllreduce::RingAllreduce(ProcessGroup& group, const RingOptions& opts) : gro
   const size_t enc = encoded_bytes(opts_.codec, chunk_);
   // Buffers hold one message: the codec bytes, or with compression a header and at most
   // zstd's bound (a message is sent raw when compression does not shrink it).
-  const size_t wire = opts_.compress ? kRingHeaderBytes + std::max(enc, ZSTD_compressBound(enc)) : enc;
+  const size_t message = opts_.compress ? kRingHeaderBytes + std::max(enc, ZSTD_compressBound(enc)) : enc;
+  const size_t wire = group_.sealer() ? message + kSealOverhead : message;
   const int count = group_.size() > 1 ? opts_.connections : 1;
   for (int c = 0; c < count; ++c) {
     auto conn = std::make_unique<Conn>();
@@ -105,6 +113,11 @@ RingAllreduce::RingAllreduce(ProcessGroup& group, const RingOptions& opts) : gro
         if (conn->context) conn->ub[j][b] = conn->context->createUnboundBuffer(conn->bytes[j][b].data(), wire);
       }
     if (opts_.error_feedback) conn->decoded.resize(chunk_);
+    if (group_.sealer()) {
+      conn->clear.resize(message);
+      for (auto& lane : conn->opened)
+        for (auto& b : lane) b.resize(message);
+    }
     if (opts_.compress) {
       conn->plain.resize(enc);
       conn->cctx = ZSTD_createCCtx();
@@ -128,6 +141,9 @@ void RingAllreduce::mean(float* data, size_t n) {
   run.g = Geometry{run.P, n, chunk_, (n / run.P + (n % run.P ? 1 : 0) + chunk_ - 1) / chunk_};
   run.conns = static_cast<int>(std::min<size_t>(conns_.size(), std::max<size_t>(run.g.lanes, 1)));
   run.tag = group_.next_tag();
+  run.sealer = group_.sealer();
+  run.group = group_.prefix();
+  if (run.P > 1) run.member_left = group_.member(mod(run.rank - 1, run.P));
   ATOLL_CHECK_LT(2 * static_cast<uint64_t>(run.P) * run.g.lanes, uint64_t{1} << 32)
       << "too many chunks: raise chunk_bytes";
   if (n == 0) return;
@@ -230,7 +246,7 @@ class RingAllreduce::LaneStepper {
   // as that data is ready, while the other lanes' transfers are in flight.
   void run_group(const std::vector<size_t>& lanes) {
     if (run_.P == 1) {
-      for (size_t j = 0; j < lanes.size(); ++j) finalize_owned(j, lanes[j], 0);
+      for (size_t j = 0; j < lanes.size(); ++j) finalize_owned(j, lanes[j], conn_.bytes[j][0].data());
       return;
     }
     for (size_t j = 0; j < lanes.size(); ++j) {
@@ -261,7 +277,8 @@ class RingAllreduce::LaneStepper {
     const auto [off, len] = run_.g.piece(recv_seg(t), lane);
     if (len == 0) return;
     ScopedTimer timer(&conn_.codec_seconds);
-    const uint8_t* in = opts_.compress ? unwrap(conn_.bytes[j][t % 2].data(), len) : conn_.bytes[j][t % 2].data();
+    const uint8_t* msg = received(j, lane, t);
+    const uint8_t* in = opts_.compress ? unwrap(msg, len) : msg;
     if (t < run_.P - 1)
       decode_add(opts_.codec, in, len, run_.work + off);
     else
@@ -273,7 +290,8 @@ class RingAllreduce::LaneStepper {
     if (len == 0) return;
     const int b = 2 + t % 2;
     wait(j, b, true);  // the send two steps back used this buffer
-    uint8_t* out = conn_.bytes[j][b].data();
+    const Sealer* sealer = group_sealer();
+    uint8_t* out = sealer ? conn_.clear.data() : conn_.bytes[j][b].data();  // the message, sealed into bytes[j][b]
     size_t bytes = encoded_bytes(opts_.codec, len);
     if (t < run_.P - 1) {
       ScopedTimer timer(&conn_.codec_seconds);
@@ -282,29 +300,30 @@ class RingAllreduce::LaneStepper {
       if (run_.residual) keep_residual(codec_out, off, len, 1.0f);
       if (opts_.compress) bytes = wrap(codec_out, bytes, out);
     } else if (t == run_.P - 1) {
-      bytes = finalize_owned(j, lane, b);
-    } else {  // forward the message received at the previous step, unchanged
-      const uint8_t* in = conn_.bytes[j][(t - 1) % 2].data();
-      if (opts_.compress) bytes = ring_message_size(in, conn_.bytes[j][(t - 1) % 2].size());
+      bytes = finalize_owned(j, lane, out);
+    } else {  // forward the message received at the previous step, unchanged (sealed again for the next hop)
+      const uint8_t* in = sealer ? conn_.opened[j][(t - 1) % 2].data() : conn_.bytes[j][(t - 1) % 2].data();
+      if (opts_.compress) bytes = ring_message_size(in, message_capacity());
       std::memcpy(out, in, bytes);
     }
-    fault_ring_message();
+    if (sealer) bytes = sealer->seal(out, bytes, frame(t, lane, run_.rank, right()), conn_.bytes[j][b].data());
+    if (fault_ring_message()) conn_.bytes[j][b][bytes / 2] ^= 0x5a;  // ATOLL_FAULT corrupt: a byte altered on the wire
     conn_.ub[j][b]->send(right(), run_.slot(t, lane), 0, bytes);
     conn_.pending[j][b] = true;
     conn_.bytes_sent += bytes;
   }
 
-  // The owner's segment (rank+1) holds the full sum: divide by P, encode once into buffer b,
-  // and adopt the decoded value, exactly what every other rank will decode. Returns the
-  // message's size in bytes.
-  size_t finalize_owned(size_t j, size_t lane, int b) {
+  // The owner's segment (rank+1) holds the full sum: divide by P, encode once into out, and
+  // adopt the decoded value, exactly what every other rank will decode. Returns the message's
+  // size in bytes.
+  size_t finalize_owned(size_t j, size_t lane, uint8_t* out) {
     const auto [off, len] = run_.g.piece(mod(run_.rank + 1, run_.P), lane);
     if (len == 0) return 0;
     ScopedTimer timer(&conn_.codec_seconds);
     float* w = run_.work + off;
     const float p = static_cast<float>(run_.P);
     for (size_t i = 0; i < len; ++i) w[i] /= p;
-    uint8_t* out = conn_.bytes[j][b].data();
+    (void)j;
     uint8_t* codec_out = opts_.compress ? conn_.plain.data() : out;
     encode(opts_.codec, w, len, codec_out);
     if (run_.residual) keep_residual(codec_out, off, len, p);
@@ -314,12 +333,34 @@ class RingAllreduce::LaneStepper {
   }
 
   size_t wrap(const uint8_t* codec_bytes, size_t bytes, uint8_t* out) {
-    return wrap_ring_message(conn_.cctx, codec_bytes, bytes, out, conn_.bytes[0][0].size());
+    return wrap_ring_message(conn_.cctx, codec_bytes, bytes, out, message_capacity());
+  }
+
+  // A message's room: the buffers' size less the seal's.
+  size_t message_capacity() const {
+    return conn_.bytes[0][0].size() - (group_sealer() ? kSealOverhead : 0);
+  }
+  const Sealer* group_sealer() const { return run_.sealer; }
+
+  // The frame of lane `lane` at step t from `sender` to `receiver`: bound to the group (run,
+  // epoch), the call's tag and the message's slot, so no frame opens at another place.
+  FrameContext frame(int t, size_t lane, int sender, int receiver) const {
+    return {.group = run_.group, .purpose = SealPurpose::kRing, .sender = sender, .receiver = receiver,
+            .round = run_.tag, .seq = run_.slot(t, lane)};
+  }
+
+  // The message received at step t into lane slot j: the buffer itself, or opened (sealed).
+  const uint8_t* received(size_t j, size_t lane, int t) {
+    const std::vector<uint8_t>& in = conn_.bytes[j][t % 2];
+    if (!group_sealer()) return in.data();
+    uint8_t* plain = conn_.opened[j][t % 2].data();
+    group_sealer()->open(in.data(), in.size(), frame(t, lane, left(), run_.rank), plain, run_.member_left);
+    return plain;
   }
 
   // The codec bytes of a received message of `len` elements (decompressed into conn_.plain).
   const uint8_t* unwrap(const uint8_t* msg, size_t len) {
-    return unwrap_ring_message(conn_.dctx, msg, conn_.bytes[0][0].size(), encoded_bytes(opts_.codec, len), conn_.plain);
+    return unwrap_ring_message(conn_.dctx, msg, message_capacity(), encoded_bytes(opts_.codec, len), conn_.plain);
   }
 
   // residual = scale * (what we meant - what the bytes decode to), in sum units.

@@ -13,9 +13,11 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "atoll/core/errors.h"
+#include "atoll/dist/seal.h"
 
 namespace atl {
 
@@ -350,17 +352,48 @@ std::unique_ptr<gloo::rendezvous::Store> Store::gloo_view(const std::string& pre
   return std::make_unique<gloo::rendezvous::PrefixStore>(prefix, *redis_);
 }
 
-bool Store::set_if_absent(const std::string& key, const std::string& value) {
-  return redis_->command({"SETNX", key, value})->integer == 1;
+bool Store::authenticated(const std::string& key) const {
+  if (!opts_.records) return false;
+  const std::string run = run_prefix();
+  if (key.size() <= run.size() || key.compare(0, run.size(), run) != 0) return false;
+  const std::string_view rest = std::string_view(key).substr(run.size());
+  return (rest.starts_with("/members/") && rest != "/members/run_token") || rest.starts_with("/ckpt/");
 }
 
-void Store::set(const std::string& key, const std::string& value) { redis_->command({"SET", key, value}); }
+std::string Store::sign(const std::string& key, const std::string& value) const {
+  return authenticated(key) ? opts_.records->sign_record(key, value) : value;
+}
 
-std::optional<std::string> Store::get(const std::string& key) {
+std::optional<std::string> Store::open(const std::string& key, std::optional<std::string> stored) const {
+  if (!stored || !authenticated(key)) return stored;
+  return opts_.records->open_record(key, *stored);
+}
+
+std::optional<std::string> Store::get_raw(const std::string& key) {
   Reply r = redis_->command({"GET", key});
   if (r->type != REDIS_REPLY_STRING) return std::nullopt;
   return std::string(r->str, r->len);
 }
+
+// The same script as erase_if_equal's, on the stored bytes themselves (no MAC added).
+constexpr const char* kEraseIfEqual =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+bool Store::clear_forged(const std::string& key) {
+  if (!authenticated(key)) return false;
+  const std::optional<std::string> raw = get_raw(key);
+  return raw && !open(key, raw) && redis_->command({"EVAL", kEraseIfEqual, "1", key, *raw})->integer == 1;
+}
+
+bool Store::set_if_absent(const std::string& key, const std::string& value) {
+  const std::string v = sign(key, value);
+  if (redis_->command({"SETNX", key, v})->integer == 1) return true;
+  return clear_forged(key) && redis_->command({"SETNX", key, v})->integer == 1;
+}
+
+void Store::set(const std::string& key, const std::string& value) { redis_->command({"SET", key, sign(key, value)}); }
+
+std::optional<std::string> Store::get(const std::string& key) { return open(key, get_raw(key)); }
 
 std::vector<bool> Store::exists(const std::vector<std::string>& keys) {
   std::vector<bool> out;
@@ -373,7 +406,7 @@ int64_t Store::increment(const std::string& key, int64_t by) {
 }
 
 void Store::set_with_ttl(const std::string& key, const std::string& value, Ms ttl) {
-  redis_->command({"SET", key, value, "PX", std::to_string(std::max<int64_t>(1, ttl.count()))});
+  redis_->command({"SET", key, sign(key, value), "PX", std::to_string(std::max<int64_t>(1, ttl.count()))});
 }
 
 std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::string>& keys) {
@@ -386,7 +419,7 @@ std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::s
     throw IoError(url() + ": store MGET of " + std::to_string(keys.size()) + " keys: unexpected reply");
   for (size_t i = 0; i < r->elements; ++i) {
     const redisReply* e = r->element[i];
-    if (e->type == REDIS_REPLY_STRING) out.emplace_back(std::string(e->str, e->len));
+    if (e->type == REDIS_REPLY_STRING) out.emplace_back(open(keys[i], std::string(e->str, e->len)));
     else out.emplace_back(std::nullopt);
   }
   return out;
@@ -395,9 +428,7 @@ std::vector<std::optional<std::string>> Store::get_many(const std::vector<std::s
 void Store::erase(const std::string& key) { redis_->command({"DEL", key}); }
 
 bool Store::erase_if_equal(const std::string& key, const std::string& value) {
-  static const std::string kScript =
-      "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
-  return redis_->command({"EVAL", kScript, "1", key, value})->integer == 1;
+  return redis_->command({"EVAL", kEraseIfEqual, "1", key, sign(key, value)})->integer == 1;
 }
 
 bool Store::set_with_ttl_if_free(const std::string& key, const std::string& value, Ms ttl) {
@@ -405,8 +436,9 @@ bool Store::set_with_ttl_if_free(const std::string& key, const std::string& valu
       "local v = redis.call('GET', KEYS[1]) "
       "if v == false or v == ARGV[1] then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
       "return 0";
-  return redis_->command({"EVAL", kScript, "1", key, value, std::to_string(std::max<int64_t>(1, ttl.count()))})
-             ->integer == 1;
+  const std::string v = sign(key, value), px = std::to_string(std::max<int64_t>(1, ttl.count()));
+  if (redis_->command({"EVAL", kScript, "1", key, v, px})->integer == 1) return true;
+  return clear_forged(key) && redis_->command({"EVAL", kScript, "1", key, v, px})->integer == 1;
 }
 
 std::optional<Store::Expiring> Store::get_expiring(const std::string& key) {
@@ -415,7 +447,9 @@ std::optional<Store::Expiring> Store::get_expiring(const std::string& key) {
   Reply r = redis_->command({"EVAL", kScript, "1", key});
   // A missing key's GET is Lua's false, which ends the array: one element or none.
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_STRING) return std::nullopt;
-  return Expiring{.value = std::string(r->element[0]->str, r->element[0]->len), .expires_at_ms = r->element[1]->integer};
+  std::optional<std::string> value = open(key, std::string(r->element[0]->str, r->element[0]->len));
+  if (!value) return std::nullopt;
+  return Expiring{.value = std::move(*value), .expires_at_ms = r->element[1]->integer};
 }
 
 std::vector<std::string> Store::scan(const std::string& pattern) {
@@ -437,7 +471,7 @@ std::vector<std::string> Store::scan(const std::string& pattern) {
 void Store::wait(const std::vector<std::string>& keys, Ms timeout) { redis_->wait(keys, timeout); }
 
 void Store::keep(const std::string& slot, const std::string& key, const std::string& value) {
-  redis_->keep(slot, key, value);
+  redis_->keep(slot, key, sign(key, value));
 }
 
 void Store::forget(const std::string& slot) { redis_->forget(slot); }

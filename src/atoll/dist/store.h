@@ -46,6 +46,8 @@ class Store;
 
 namespace atl {
 
+class Sealer;  // seal.h
+
 // The store's connection was lost and did not come back within the store's timeout (a cut
 // link, a dead server). A worker without a launcher then waits to rejoin (train/self_rejoin.h).
 class StoreLost : public IoError {
@@ -77,6 +79,13 @@ struct StoreOptions {
   std::string password = {};                 // overrides the URL's; "" = the URL's (or none)
   std::string run_id = "run";                // first part of every key; unique per run
   std::chrono::milliseconds timeout{30000};  // connecting, and every wait for a key
+  // Authenticated records (seal.h): with the run's sealer, every value under
+  // "atoll/<run_id>/members/" (but members/run_token, the door's verifier) and "atoll/<run_id>/ckpt/"
+  // is written with a MAC of the run's key, and read back only with a valid one: a record
+  // written without the key (another process on the store, or an attacker with its password) is
+  // reported and read as absent, and one in the way of a write-once or a claim (set_if_absent,
+  // set_with_ttl_if_free) is deleted first. Null: values as they are.
+  std::shared_ptr<const Sealer> records{};
 };
 
 class BoundedRedisStore;  // store.cc
@@ -132,6 +141,8 @@ class Store {
   // Every key that matches the glob `pattern` (SCAN: a cursor over the keyspace, never blocking
   // the server as KEYS would).
   std::vector<std::string> scan(const std::string& pattern);
+  // Whether `key`'s value carries a MAC (StoreOptions::records).
+  bool authenticated(const std::string& key) const;
   // Waits until all keys exist: at most `timeout` (0 = the store's), then Timeout.
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout = {});
 
@@ -148,6 +159,12 @@ class Store {
   uint64_t reconnections() const;
 
  private:
+  std::string sign(const std::string& key, const std::string& value) const;
+  std::optional<std::string> open(const std::string& key, std::optional<std::string> stored) const;
+  std::optional<std::string> get_raw(const std::string& key);
+  // Deletes `key` when it holds a value without a valid MAC; whether it did.
+  bool clear_forged(const std::string& key);
+
   StoreOptions opts_;
   StoreAddress addr_;
   std::unique_ptr<BoundedRedisStore> redis_;

@@ -24,6 +24,7 @@
 #include "atoll/core/timer.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/membership.h"
+#include "atoll/dist/seal.h"
 #include "atoll/dist/store.h"
 #include "atoll/engine/memory_estimate.h"
 #include "atoll/model/layout.h"
@@ -383,7 +384,9 @@ int launch(const LaunchOptions& o) {
   const int threads = cfg.train.threads > 0 ? cfg.train.threads : std::max(1, cores / W);
   const std::string run_id = make_run_id();
   write_run_id(rd.path, run_id);  // where a worker started by hand finds the run (`atoll worker --run-dir`)
-  const StoreOptions store_options{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout};
+  // The live view reads the members' records, authenticated with the run's keys when sealed (dist/seal.h).
+  const StoreOptions store_options{.url = store, .password = store_address.password, .run_id = run_id, .timeout = timeout,
+                                   .records = cfg.dist.seal ? std::make_shared<const Sealer>(run_token) : nullptr};
   live.set_run(run_id, rd.path, store_options);
   {
     Store s(store_options);

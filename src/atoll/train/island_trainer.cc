@@ -26,6 +26,7 @@
 #include "atoll/dist/elastic_group.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/membership.h"
+#include "atoll/dist/seal.h"
 #include "atoll/dist/streaming.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/store.h"
@@ -195,6 +196,7 @@ struct Worker {
   JsonlWriter& events;
   nlohmann::json manifest{};  // of opts.resume_from
   TrainingState state{.loop = loop};
+  std::shared_ptr<Sealer> sealer{};  // before the store and the groups that use it
   std::unique_ptr<Store> store{};
   std::unique_ptr<Membership> membership{};
   std::unique_ptr<ProcessGroup> inner{};
@@ -224,7 +226,25 @@ struct Worker {
               if (diloco) g ? diloco->rebind(*g) : diloco->detach();
             },
             .on_incident = [this](const nlohmann::json& e) { stamp(e.at("event"), e); },
-            .round_deadline = std::chrono::milliseconds(int64_t(cfg.fault.outer_deadline_s * 1000))};
+            .round_deadline = std::chrono::milliseconds(int64_t(cfg.fault.outer_deadline_s * 1000)),
+            .sealer = sealer};
+  }
+
+  // The run's keys (dist/seal.h) when dist.seal and the run has a token; a frame or record that
+  // fails authentication is an incident of this worker (forged_frame names the peer).
+  void make_sealer() {
+    if (!cfg.dist.seal) return;
+    if (opts.run_token.empty()) {
+      if (opts.islands > 1)
+        log_warn(who + ": dist.seal, but this run has no token: traffic between islands goes unsealed; fix: give the "
+                 "run's token (--token-file FILE or ATOLL_RUN_TOKEN; `atoll launch` makes one), or set dist.seal = false");
+      return;
+    }
+    sealer = std::make_shared<Sealer>(opts.run_token);
+    sealer->set_on_forgery([this](const std::string& kind, const std::string& from, const std::string& what) {
+      stamp(kind == "record" ? "forged_record" : "forged_frame",
+            {{kind == "record" ? "key" : "peer", from}, {"why", what}});
+    });
   }
 
   // The group of this island's workers; a restarted island forms it at the epoch it rejoins in.
@@ -283,8 +303,9 @@ struct Worker {
   void connect() {
     const int W = opts.islands * opts.workers_per_island;
     try {
-      store = std::make_unique<Store>(StoreOptions{
-          .url = opts.store_url, .password = opts.store_password, .run_id = opts.run_id, .timeout = timeout});
+      make_sealer();
+      store = std::make_unique<Store>(StoreOptions{.url = opts.store_url, .password = opts.store_password,
+                                                   .run_id = opts.run_id, .timeout = timeout, .records = sealer});
       membership = std::make_unique<Membership>(
           *store, MembershipOptions{.island = opts.island, .rank = opts.rank, .islands = opts.islands,
                                     .workers_per_island = opts.workers_per_island,
@@ -448,7 +469,7 @@ struct Worker {
   // committer through the store; the temporary directory is named after the run id, which every
   // worker of this launch shares.
   void make_checkpointer(const std::string& run_dir) {
-    parts = std::make_unique<StorePartExchange>(opts.store_url, opts.store_password, opts.run_id, timeout);
+    parts = std::make_unique<StorePartExchange>(store->options());
     uint64_t token = 1469598103934665603ull;  // FNV-1a of the run id
     for (unsigned char c : opts.run_id) token = (token ^ c) * 1099511628211ull;
     checkpointer = std::make_unique<Checkpointer>(

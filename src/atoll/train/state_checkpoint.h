@@ -74,9 +74,9 @@ class PartExchange {
 // of its own (the background threads use it while the training thread uses the store too).
 class StorePartExchange final : public PartExchange {
  public:
-  // `password`: the store's ("" = the URL's, or none), as the worker's own connection has it.
-  StorePartExchange(const std::string& url, const std::string& password, const std::string& run_id,
-                    std::chrono::milliseconds timeout);
+  // The store as the worker's own connection has it (its password; its records' sealer, which
+  // authenticates the parts: dist/store.h).
+  explicit StorePartExchange(const StoreOptions& store);
   ~StorePartExchange() override;
   void put(int64_t step, int writer, const nlohmann::json& part) override;
   std::optional<std::vector<nlohmann::json>> collect(int64_t step, const std::vector<int>& writers) override;

@@ -89,10 +89,7 @@ bool env_set(const char* name) {
 
 }  // namespace
 
-StorePartExchange::StorePartExchange(const std::string& url, const std::string& password, const std::string& run_id,
-                                     std::chrono::milliseconds timeout)
-    : store_(std::make_unique<Store>(
-          StoreOptions{.url = url, .password = password, .run_id = run_id, .timeout = timeout})) {}
+StorePartExchange::StorePartExchange(const StoreOptions& store) : store_(std::make_unique<Store>(store)) {}
 
 StorePartExchange::~StorePartExchange() = default;
 
