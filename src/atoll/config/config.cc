@@ -227,8 +227,9 @@ void visit_config(Config& c, V&& v) {
   // cut cable or a rebooted router is often back within minutes; it exits 75 when this runs out.
   v.num("fault.rejoin_timeout_s", c.fault.rejoin_timeout_s, "a worker started without `atoll launch` (by hand, srun, a Kubernetes pod) that the others dropped (its link cut past fault.heartbeat_ttl_s, a stop, a late round) rejoins by itself: it retries the store and the join for up to this many seconds, then exits 75 (0 = exit 75 at once, as under a launcher that restarts it)", closed(0.0, 1e6));
 
-  // On by default: a run with a token (every launched run) seals; the cost is a few percent of a
-  // core per 100 MB/s of outer traffic (docs/benchmarks.md "Sealed traffic").
+  // On by default: a run with a token (every launched run) seals; each island seals what it sends
+  // and opens what it receives at ~1.5 GB/s per core, 0.04% of zaya1-tiny's outer step
+  // (docs/benchmarks.md "Sealed traffic").
   v.flag("dist.seal", c.dist.seal, "seal the traffic between islands (pseudo-gradients, state transfers, the outer group's collectives: XChaCha20-Poly1305) and authenticate the store's membership records and checkpoint parts (a MAC), with keys derived from the run token, which never leaves the workers; a forged or altered frame or record is dropped and logged (event forged_frame / forged_record). Needs the run's token (every launched run has one; by hand: --token-file or ATOLL_RUN_TOKEN); without one nothing is sealed, with a warning");
 }
 
