@@ -246,7 +246,7 @@ class RingAllreduce::LaneStepper {
   // as that data is ready, while the other lanes' transfers are in flight.
   void run_group(const std::vector<size_t>& lanes) {
     if (run_.P == 1) {
-      for (size_t j = 0; j < lanes.size(); ++j) finalize_owned(j, lanes[j], conn_.bytes[j][0].data());
+      for (size_t j = 0; j < lanes.size(); ++j) finalize_owned(lanes[j], conn_.bytes[j][0].data());
       return;
     }
     for (size_t j = 0; j < lanes.size(); ++j) {
@@ -300,7 +300,7 @@ class RingAllreduce::LaneStepper {
       if (run_.residual) keep_residual(codec_out, off, len, 1.0f);
       if (opts_.compress) bytes = wrap(codec_out, bytes, out);
     } else if (t == run_.P - 1) {
-      bytes = finalize_owned(j, lane, out);
+      bytes = finalize_owned(lane, out);
     } else {  // forward the message received at the previous step, unchanged (sealed again for the next hop)
       const uint8_t* in = sealer ? conn_.opened[j][(t - 1) % 2].data() : conn_.bytes[j][(t - 1) % 2].data();
       if (opts_.compress) bytes = ring_message_size(in, message_capacity());
@@ -316,14 +316,13 @@ class RingAllreduce::LaneStepper {
   // The owner's segment (rank+1) holds the full sum: divide by P, encode once into out, and
   // adopt the decoded value, exactly what every other rank will decode. Returns the message's
   // size in bytes.
-  size_t finalize_owned(size_t j, size_t lane, uint8_t* out) {
+  size_t finalize_owned(size_t lane, uint8_t* out) {
     const auto [off, len] = run_.g.piece(mod(run_.rank + 1, run_.P), lane);
     if (len == 0) return 0;
     ScopedTimer timer(&conn_.codec_seconds);
     float* w = run_.work + off;
     const float p = static_cast<float>(run_.P);
     for (size_t i = 0; i < len; ++i) w[i] /= p;
-    (void)j;
     uint8_t* codec_out = opts_.compress ? conn_.plain.data() : out;
     encode(opts_.codec, w, len, codec_out);
     if (run_.residual) keep_residual(codec_out, off, len, p);
