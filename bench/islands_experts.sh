@@ -8,7 +8,9 @@
 #   bench/islands_experts.sh CONFIG STEPS H [--set k=v ...]
 #   ISLANDS=2 bench/islands_experts.sh configs/tiny.toml 150 30
 # An arm whose final checkpoint is already in ATOLL_BENCH_OUT is kept (SKIP_DONE=0: every arm afresh).
-# Settings: ISLANDS (4), CODEC (int8), ARMS ("ddp mean tokens"), ATOLL (build/atoll),
+# An arm is `ddp`, `mean` or `tokens` (diloco.expert_merge), or a name of ARM_SETS, whose settings
+# go after the others: ARM_SETS="topk=diloco.expert_topk=0.25 topk_tokens=diloco.expert_merge=tokens,diloco.expert_topk=0.25"
+# Settings: ISLANDS (4), CODEC (int8), ARMS ("ddp mean tokens"), ARM_SETS, ATOLL (build/atoll),
 # ATOLL_BENCH_OUT (/tmp/atoll-islands-experts), SKIP_DONE (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,15 @@ for arm in ${ARMS:-ddp mean tokens}; do
   if [[ $arm == ddp ]]; then
     args=(--islands 1 --workers-per-island "$islands")
   else
+    merge=mean
+    [[ $arm == tokens ]] && merge=tokens
     args=(--islands "$islands" --set diloco.inner_steps="$h" --set diloco.codec="$codec"
-          --set diloco.expert_merge="$arm")
+          --set diloco.expert_merge="$merge")
+    for spec in ${ARM_SETS:-}; do
+      [[ ${spec%%=*} == "$arm" ]] || continue
+      IFS=, read -ra kvs <<<"${spec#*=}"
+      for kv in "${kvs[@]}"; do args+=(--set "$kv"); done
+    done
   fi
   [[ ${SKIP_DONE:-1} == 1 && -d $out/$arm/checkpoints/$(printf step-%08d "$steps") ]] && continue
   rm -rf "${out:?}/$arm"
