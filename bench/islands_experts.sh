@@ -2,11 +2,14 @@
 # The MoE-aware outer step at equal tokens (docs/islands.md "Experts in the outer step"): data
 # parallel (one island of ISLANDS workers) against DiLoCo with ISLANDS islands of one worker,
 # plain (diloco.expert_merge = mean) and with each expert's Δ weighted by its islands' tokens
-# (diloco.expert_merge = tokens). Same binary, config, seed, data, schedule, steps and tokens.
+# (diloco.expert_merge = tokens), and the sparse expert exchange (arm topkF: diloco.expert_topk = F,
+# each island sends the fraction F of each layer's experts per round, the rest kept in its
+# error-feedback residual). Same binary, config, seed, data, schedule, steps and tokens.
 # Prints one table row per arm: the final model's loss on the whole validation split, its gap to
 # data parallel, and the bytes every worker sent per trained token.
 #   bench/islands_experts.sh CONFIG STEPS H [--set k=v ...]
 #   ISLANDS=2 bench/islands_experts.sh configs/tiny.toml 150 30
+#   ISLANDS=2 ARMS="ddp mean topk0.25" bench/islands_experts.sh configs/zaya1-tiny.toml 120 30
 # An arm whose final checkpoint is already in ATOLL_BENCH_OUT is kept (SKIP_DONE=0: every arm afresh).
 # An arm is `ddp`, `mean` or `tokens` (diloco.expert_merge), or a name of ARM_SETS, whose settings
 # go after the others: ARM_SETS="topk=diloco.expert_topk=0.25 topk_tokens=diloco.expert_merge=tokens,diloco.expert_topk=0.25"
@@ -22,6 +25,9 @@ common=(--config "$config" --set train.steps="$steps" --set checkpoint.every=0 "
 for arm in ${ARMS:-ddp mean tokens}; do
   if [[ $arm == ddp ]]; then
     args=(--islands 1 --workers-per-island "$islands")
+  elif [[ $arm == topk* ]]; then
+    args=(--islands "$islands" --set diloco.inner_steps="$h" --set diloco.codec="$codec"
+          --set diloco.expert_topk="${arm#topk}")
   else
     merge=mean
     [[ $arm == tokens ]] && merge=tokens

@@ -4,7 +4,7 @@
 // hashes as the uninterrupted run, bit for bit (JSON numbers round-trip doubles). Checked from a
 // checkpoint of the uninterrupted run itself (deterministic), across 2 islands x 2 workers, with
 // streaming fragments overlapped, with error feedback, with Muon as the inner optimizer (its
-// momentum travels in adam_m), with per-expert token weights (the round's counts so far), inside and after a data-parallel warm start, and after a real
+// momentum travels in adam_m), with per-expert token weights (the round's counts so far), with the sparse expert exchange (each island's residual of unsent experts), inside and after a data-parallel warm start, and after a real
 // stop (SIGINT to the launcher). A resume on another island shape keeps θ and what fits
 // (state_checkpoint.h). One checkpoint format for every kind of run: a single-process `atoll train` writes the
 // manifest of a run of 1 island x 1 worker, and `atoll train --resume` and `atoll launch --islands 1
@@ -93,7 +93,12 @@ TEST_F(IslandResume, ResumedFromACheckpointLogsTheSameLossesAndHashes) {
       // Per-expert token weights: the cut at step 5 falls inside the round of steps 5-8, whose
       // counts so far (per worker) the checkpoint holds.
       {"expert-merge", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
-                        "diloco.inner_steps=4", "--set", "diloco.expert_merge=tokens"}, 48}};
+                        "diloco.inner_steps=4", "--set", "diloco.expert_merge=tokens"}, 48},
+      // The sparse expert exchange: each island's residual of the experts it did not send at the
+      // outer step of step 4 (sharded over its 2 ranks), beside the ring's for the dense elements.
+      {"expert-topk", {"--islands", "2", "--workers-per-island", "2", "--set", "train.steps=12", "--set",
+                       "diloco.inner_steps=4", "--set", "diloco.expert_topk=0.25", "--set",
+                       "diloco.error_feedback=true"}, 48}};
   for (const Case& c : cases) {
     const std::string full = dir(c.name + "-full"), cut = dir(c.name + "-cut");
     const RunResult a = run_atoll(args(full, c.extra), 120);

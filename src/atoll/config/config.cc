@@ -195,6 +195,7 @@ void visit_config(Config& c, V&& v) {
   v.num("diloco.chunk_kb", g.chunk_kb, "fp32 KiB per pipelined chunk of the outer all-reduce", closed(4, 1 << 20));
   v.num("diloco.sync_seconds", g.sync_seconds, "islands sync on a time budget: a round ends after the inner step during which this many seconds passed (at most diloco.inner_steps steps), and the mean weights each island's pseudo-gradient by the tokens it trained (0 = every diloco.inner_steps steps)", closed(0.0, 1e6));
   v.str("diloco.expert_merge", g.expert_merge, "outer mean of the experts' pseudo-gradients: mean (every island alike, as the dense parameters) or tokens (each island weighted by the tokens it routed to that expert in the round; an expert no island used keeps its parameters)", {"mean", "tokens"});
+  v.num("diloco.expert_topk", g.expert_topk, "sparse expert exchange: the fraction of each layer's experts an island sends per outer step, those whose pseudo-gradient plus error-feedback residual has the largest norm (ceil(fraction x model.n_experts), at least 1); the rest wait in the island's residual (0 or 1 = every expert, the dense exchange)", closed(0.0, 1.0));
   v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", closed(0, kInt64Max));
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
@@ -639,6 +640,20 @@ void validate_config(const Config& c, const std::string& origin) {
     fail("fault.outer_deadline_s (" + fmt_double(c.fault.outer_deadline_s) + ") must exceed diloco.sync_seconds (" +
          fmt_double(c.diloco.sync_seconds) + "), or an island that reaches diloco.inner_steps early leaves out one "
          "still within its budget; fix: raise fault.outer_deadline_s above diloco.sync_seconds (or 0: no deadline)");
+  // The sparse expert exchange keeps an island's unsent progress in its residual: an overlapped
+  // exchange's merge would keep part of it in θ_local too (counted twice), and a model without
+  // experts has nothing to choose among.
+  if (c.diloco.expert_topk > 0 && c.diloco.expert_topk < 1) {
+    if (m.n_experts < 2)
+      fail("diloco.expert_topk = " + fmt_double(c.diloco.expert_topk) + " chooses among each layer's experts, and "
+           "model.n_experts = " + std::to_string(m.n_experts) + " (a dense model) has none to choose; fix: set "
+           "diloco.expert_topk = 0");
+    if (c.diloco.overlap_steps != 0)
+      fail("diloco.expert_topk keeps what an island did not send in its residual, and an overlapped exchange "
+           "(diloco.overlap_steps = " + std::to_string(c.diloco.overlap_steps) + ") keeps part of the same progress "
+           "in the island's local parameters (diloco.mixing), so it would be counted twice; fix: set "
+           "diloco.overlap_steps = 0, or diloco.expert_topk = 0");
+  }
   const auto& f = c.fault;
   if (!(f.heartbeat_ttl_s > f.heartbeat_s))
     fail("fault.heartbeat_ttl_s (" + fmt_double(f.heartbeat_ttl_s) + ") must exceed fault.heartbeat_s (" +

@@ -114,6 +114,7 @@ struct DilocoConfig {
   int64_t dp_warmup_steps = 0;  // first steps in plain data parallel across all islands, then DiLoCo
   double sync_seconds = 0.0;    // > 0: a round ends once this much wall time passed (H its cap); Δ weighted by tokens
   std::string expert_merge = "mean";  // mean | tokens: each expert's Δ weighted by the tokens each island routed to it
+  double expert_topk = 0.0;  // fraction of each layer's experts an island sends per round (0 or 1: all)
 };
 
 struct CheckpointConfig {

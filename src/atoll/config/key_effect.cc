@@ -159,6 +159,8 @@ const std::vector<KeyEffect>& key_effects() {
       {"diloco.chunk_kb", kOuter, outer_steps},
       {"diloco.sync_seconds", kOuter, outer_steps},
       {"diloco.expert_merge", kOuter, outer_steps},
+      {"diloco.expert_topk", "only with model.n_experts > 1, across islands",
+       [](C c, S s) { return outer_steps(c, s) && c.model.n_experts > 1; }},
       {"diloco.dp_warmup_steps", kIslands, islands},
 
       {"checkpoint.every", "always", always},

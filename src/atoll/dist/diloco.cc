@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -27,6 +28,24 @@ std::vector<double> island_sum(ProcessGroup& island, const std::vector<double>& 
       in >> c;
       ATOLL_CHECK(!in.fail()) << "an island rank's expert counts";
       s += double(c);
+    }
+  }
+  return sum;
+}
+
+// Per-slot sums of squares over the island's ranks, added in rank order (the same on every rank).
+std::vector<double> island_sum_squares(ProcessGroup& island, const std::vector<double>& mine) {
+  std::string text;
+  char buf[40];
+  for (double v : mine) std::snprintf(buf, sizeof buf, "%a ", v), text += buf;
+  std::vector<double> sum(mine.size(), 0.0);
+  for (const std::string& blob : island.allgather(text)) {
+    std::istringstream in(blob);
+    for (double& s : sum) {
+      std::string v;
+      in >> v;
+      ATOLL_CHECK(!in.fail()) << "an island rank's expert norms";
+      s += std::strtod(v.c_str(), nullptr);
     }
   }
   return sum;
@@ -56,13 +75,27 @@ DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const
   outer_steps_.assign(size_t(P), 0);
   guarded_.assign(size_t(P), GuardResult{});
   sent_before_.resize(size_t(P));
+  for (int f = 0; f < P && !opts_.experts.empty(); ++f) {
+    const auto [lo, hi] = shard(f);
+    shard_spans_.push_back(fragment_expert_spans(opts_.experts, plan_, f, lo, hi));
+  }
   if (merges_experts()) {
     counts_.assign(size_t(P), std::vector<double>(opts_.expert_slots, 0.0));
     sending_ = counts_;
+  }
+  const int E = opts_.experts_per_layer;
+  if (opts_.expert_topk > 0 && opts_.expert_topk < 1 && !opts_.experts.empty()) {
+    ATOLL_CHECK(E > 0) << "diloco.expert_topk needs the experts per layer";
+    int last = 0;
+    for (const ExpertSpan& s : opts_.experts) last = std::max(last, s.slot);
+    const size_t slots = size_t(last / E + 1) * size_t(E);  // whole layers
     for (int f = 0; f < P; ++f) {
       const auto [lo, hi] = shard(f);
-      shard_spans_.push_back(fragment_expert_spans(opts_.experts, plan_, f, lo, hi));
+      topk_.push_back(std::make_unique<ExpertTopk>(
+          shard_spans_[size_t(f)], hi - lo, slots,
+          TopkOptions{.experts_per_layer = E, .codec = opts_.ring.codec, .compress = opts_.ring.compress}));
     }
+    unsent_.resize(size_t(P));
   }
 }
 
@@ -114,6 +147,7 @@ void DilocoSync::rebind(ProcessGroup& outer) {
 
 void DilocoSync::discard(int f) {
   if (exchanged_[size_t(f)]) ring_of(f).undo_residual();
+  if (exchanged_[size_t(f)] && sends_sparse()) topk_[size_t(f)]->undo();
   exchanged_[size_t(f)] = false;
 }
 
@@ -191,11 +225,34 @@ double DilocoSync::exchange(int f) {
                            .spans = merges_experts() ? shard_spans_[size_t(f)] : std::vector<ExpertSpan>{}};
   guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard, round_,
                                      merges_experts() ? &experts : nullptr);
-  ring.mean(mean_.data() + lo, hi - lo);
+  const uint64_t frames = sends_sparse() ? exchange_sparse(f, ring, mean_.data() + lo) : 0;
+  if (!sends_sparse()) ring.mean(mean_.data() + lo, hi - lo);
   exchanged_[size_t(f)] = true;
-  sent_[size_t(f)] = ring.stats().bytes_sent - sent_before;
+  sent_[size_t(f)] = ring.stats().bytes_sent - sent_before + frames;
   exchange_s_[size_t(f)] = now_s() - t0;
   return exchange_s_[size_t(f)];
+}
+
+uint64_t DilocoSync::exchange_sparse(int f, RingAllreduce& ring, float* x) {
+  ExpertTopk& topk = *topk_[size_t(f)];
+  const GuardResult& guarded = guarded_[size_t(f)];
+  // The island's ranks hold shards of the same experts: they choose from the island's norms.
+  std::vector<double> norms = topk.squared_norms(x);
+  if (island_ != nullptr) norms = island_sum_squares(*island_, norms);
+  std::vector<bool> eligible(norms.size(), true);
+  for (int s : guarded.unused_slots) eligible[size_t(s)] = false;  // expert_merge: no mean to send to
+  bool kept = true;
+  for (const UpdateIncident& i : guarded.incidents) kept = kept && !(i.kind == "dropped_update" && i.member == outer_->rank());
+  const int E = opts_.experts_per_layer;
+  const TopkResult res =
+      topk.exchange(*outer_, x, choose_experts(norms, eligible, E, experts_to_send(opts_.expert_topk, E)), kept);
+  dense_.resize(topk.dense_size());
+  topk.gather_dense(x, dense_.data());
+  ring.mean(dense_.data(), dense_.size());  // throws with the experts' residual not yet committed
+  topk.scatter_dense(dense_.data(), x);
+  topk.commit();
+  unsent_[size_t(f)] = res.unsent;
+  return res.bytes;
 }
 
 SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
@@ -205,7 +262,11 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   const auto [lo, hi] = shard(f);
   // Experts no kept island used have no mean: their θ and m are put back after the step below.
   std::vector<std::pair<ExpertSpan, std::vector<float>>> kept_as_is;
-  for (int slot : guarded_[size_t(f)].unused_slots)
+  std::vector<int> keep = guarded_[size_t(f)].unused_slots;
+  if (sends_sparse()) keep.insert(keep.end(), unsent_[size_t(f)].begin(), unsent_[size_t(f)].end());
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  for (int slot : keep)
     for (const ExpertSpan& s : opts_.experts)
       if (s.slot == slot && in_fragment(f, s)) {
         std::vector<float> was(theta_.begin() + std::ptrdiff_t(s.begin), theta_.begin() + std::ptrdiff_t(s.end));
@@ -301,8 +362,31 @@ void DilocoSync::residual(float* out) const {
     std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
     const std::vector<float>& r =
         rings_.empty() ? parked_[parked_.size() == 1 ? 0 : size_t(f)] : ring(f).residual();
-    if (r.size() == hi - lo) std::copy(r.begin(), r.end(), flat.begin() + std::ptrdiff_t(lo));  // else: none yet
+    if (sends_sparse() && r.size() == topk_[size_t(f)]->dense_size())  // the ring's: the dense elements
+      topk_[size_t(f)]->scatter_dense(r.data(), flat.data() + lo);
+    else if (!sends_sparse() && r.size() == hi - lo)
+      std::copy(r.begin(), r.end(), flat.begin() + std::ptrdiff_t(lo));  // else: none yet
     unpack(f, flat.data(), out);
+  }
+}
+
+void DilocoSync::expert_residual(float* out) const {
+  ATOLL_CHECK(sends_sparse());
+  for (int f = 0; f < fragments(); ++f) {
+    const auto [lo, hi] = shard(f);
+    std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
+    topk_[size_t(f)]->residual(flat.data() + lo);
+    unpack(f, flat.data(), out);
+  }
+}
+
+void DilocoSync::set_expert_residual(const float* in) {
+  ATOLL_CHECK(sends_sparse());
+  for (int f = 0; f < fragments(); ++f) {
+    const auto [lo, hi] = shard(f);
+    float* flat = mean_.data();  // scratch, as in set_residual
+    pack(f, in, flat, lo, hi);
+    topk_[size_t(f)]->set_residual(flat + lo);
   }
 }
 
@@ -314,6 +398,10 @@ void DilocoSync::set_residual(const float* in) {
     pack(f, in, flat, lo, hi);
     if (std::all_of(flat + lo, flat + hi, [](float x) { return x == 0.0f; })) {
       ring_of(f).reset_residual();
+    } else if (sends_sparse()) {  // the ring carries the dense elements only
+      dense_.resize(topk_[size_t(f)]->dense_size());
+      topk_[size_t(f)]->gather_dense(flat + lo, dense_.data());
+      ring_of(f).set_residual(dense_.data(), dense_.size());
     } else {
       ring_of(f).set_residual(flat + lo, hi - lo);
     }

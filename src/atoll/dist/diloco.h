@@ -54,6 +54,12 @@
 // last one (summed over the island's ranks when sharded), the guard's all-gather carries them,
 // and each expert's Δ is weighted by them; an expert no kept island used keeps θ and m.
 //
+// Sparse expert exchange (diloco.expert_topk, expert_topk.h): after the guard, the experts' elements
+// leave the ring; each island sends the top ones of each layer by the norm of Δ + residual, as
+// frames of an all-gather, and keeps the rest in its residual (per fragment, this rank's shard;
+// sharded, the island's ranks choose from norms summed over the island, so they choose alike). The
+// ring carries the dense elements alone. An expert no island sent keeps θ and m.
+//
 // Elastic runs (elastic_group.h): an exchange leaves θ, m, θ_local and Δ_f as they were (the
 // mean goes to its own buffer), so an outer step that is not committed is simply not applied:
 // discard() takes back the residual the ring moved on, and the same Δ_f is exchanged again
@@ -69,6 +75,7 @@
 #include <vector>
 
 #include "atoll/dist/expert_merge.h"
+#include "atoll/dist/expert_topk.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
 #include "atoll/dist/ring_allreduce.h"
@@ -85,6 +92,10 @@ struct DilocoOptions {
   // slots; 0 slots: the flat mean.
   std::vector<ExpertSpan> experts{};
   size_t expert_slots = 0;
+  // Sparse expert exchange (expert_topk.h): the fraction of each layer's E experts an island
+  // sends per round (0 or 1: every expert, the dense ring) over θ's expert spans (`experts`).
+  double expert_topk = 0;
+  int experts_per_layer = 0;
 };
 
 struct SyncResult {
@@ -160,6 +171,11 @@ class DilocoSync {
   // the island is the island's residual), and set_residual takes this rank's shard of `in`.
   void residual(float* out) const;
   void set_residual(const float* in);
+  // Sparse expert exchange: every fragment's expert residual in θ's layout (zeros at the dense
+  // elements), and back; sharded as residual() above.
+  bool sends_sparse() const { return !topk_.empty(); }
+  void expert_residual(float* out) const;
+  void set_expert_residual(const float* in);
 
  private:
   RingAllreduce& ring_of(int f);
@@ -175,6 +191,9 @@ class DilocoSync {
   void unpack(int f, const float* flat, float* x) const;
   // θ_f and m_f: every rank's updated shard to every rank of the island.
   void share_shards(int f);
+  // The exchange of x = this rank's guarded shard of Δ_f with sparse experts (the ring for the
+  // dense elements); returns the bytes the experts' frames took.
+  uint64_t exchange_sparse(int f, RingAllreduce& ring, float* x);
 
   DilocoOptions opts_;
   FragmentPlan plan_;
@@ -198,6 +217,11 @@ class DilocoSync {
   // island's), and the expert spans of this rank's shard of its flattened Δ.
   std::vector<std::vector<double>> counts_, sending_;
   std::vector<std::vector<ExpertSpan>> shard_spans_;
+  // Sparse expert exchange: per fragment, its exchange (this rank's shard) and the slots its last
+  // exchange had no island send; the dense elements' scratch.
+  std::vector<std::unique_ptr<ExpertTopk>> topk_;
+  std::vector<std::vector<int>> unsent_;
+  std::vector<float> dense_;
   // Fault injection only (a replayed Δ): per fragment, the input and tag of its last exchange.
   std::vector<std::pair<std::vector<float>, UpdateTag>> sent_before_;
 };

@@ -169,6 +169,7 @@ std::vector<ExpertSpan> expert_spans(const ParamLayout& layout, const ModelConfi
 
 DilocoOptions diloco_options(const Config& cfg, const ParamLayout& layout, std::chrono::milliseconds timeout) {
   const bool experts = cfg.diloco.expert_merge == "tokens";
+  const bool sparse = cfg.diloco.expert_topk > 0 && cfg.diloco.expert_topk < 1;
   return {.outer_lr = cfg.diloco.outer_lr,
           .outer_momentum = cfg.diloco.outer_momentum,
           .ring = {.codec = parse_codec(cfg.diloco.codec),
@@ -179,8 +180,10 @@ DilocoOptions diloco_options(const Config& cfg, const ParamLayout& layout, std::
           .guard = {.clip_factor = cfg.fault.clip_factor,
                     .min_cosine = cfg.fault.min_cosine,
                     .weight_by_tokens = cfg.diloco.sync_seconds > 0},
-          .experts = experts ? expert_spans(layout, cfg.model) : std::vector<ExpertSpan>{},
-          .expert_slots = experts ? size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts) : 0};
+          .experts = experts || sparse ? expert_spans(layout, cfg.model) : std::vector<ExpertSpan>{},
+          .expert_slots = experts ? size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts) : 0,
+          .expert_topk = sparse ? cfg.diloco.expert_topk : 0.0,
+          .experts_per_layer = cfg.model.n_experts};
 }
 
 // One worker of the run: what it holds of the run, in the order it builds it (and tears it down

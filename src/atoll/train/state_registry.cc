@@ -90,6 +90,12 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                  .read = [s](float* out) { s->diloco->residual(out); },
                  .write = [s](const float* in) { s->diloco->set_residual(in); },
                  .if_absent = "the quantization residual starts from zero"});
+  if (cfg.diloco.expert_topk > 0 && cfg.diloco.expert_topk < 1)
+    r.push_back({.name = "diloco_expert_residual", .type = T, .owner = "diloco", .division = D::kShardedInIsland,
+                 .what = "the island's experts not yet sent, and their quantization error (diloco.expert_topk)",
+                 .read = [s](float* out) { s->diloco->expert_residual(out); },
+                 .write = [s](const float* in) { s->diloco->set_expert_residual(in); },
+                 .if_absent = "the expert residual starts from zero"});
   if (cfg.diloco.expert_merge == "tokens")
     r.push_back({.name = "diloco_expert_counts", .type = J, .owner = "diloco", .division = D::kPerWorker,
                  .what = "this worker's tokens per expert since each fragment's last outer step (diloco.expert_merge)",

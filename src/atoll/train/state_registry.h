@@ -14,6 +14,7 @@
 //   diloco_momentum              tensor  diloco  run                   outer momentum
 //   diloco_residual              tensor  diloco  sharded_in_island     error feedback (if on)
 //   diloco_expert_counts         json    diloco  per_worker            tokens per expert (expert_merge)
+//   diloco_expert_residual       tensor  diloco  sharded_in_island     experts not yet sent (expert_topk)
 //   fragment_outer_steps         json    diloco  run                   outer steps per fragment
 //   outer_step                   json    diloco  run                   their sum (saved for readers)
 //
