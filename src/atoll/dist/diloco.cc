@@ -240,7 +240,8 @@ uint64_t DilocoSync::exchange_sparse(int f, RingAllreduce& ring, float* x) {
   std::vector<double> norms = topk.squared_norms(x);
   if (island_ != nullptr) norms = island_sum_squares(*island_, norms);
   std::vector<bool> eligible(norms.size(), true);
-  for (int s : guarded.unused_slots) eligible[size_t(s)] = false;  // expert_merge: no mean to send to
+  for (int s : guarded.unused_slots)  // expert_merge: no mean to send to (slots of expert-less layers too)
+    if (size_t(s) < eligible.size()) eligible[size_t(s)] = false;
   bool kept = true;
   for (const UpdateIncident& i : guarded.incidents) kept = kept && !(i.kind == "dropped_update" && i.member == outer_->rank());
   const int E = opts_.experts_per_layer;
