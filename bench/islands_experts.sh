@@ -25,7 +25,7 @@ common=(--config "$config" --set train.steps="$steps" --set checkpoint.every=0 "
 for arm in ${ARMS:-ddp mean tokens}; do
   if [[ $arm == ddp ]]; then
     args=(--islands 1 --workers-per-island "$islands")
-  elif [[ $arm == topk* ]]; then
+  elif [[ $arm =~ ^topk[0-9.]+$ ]]; then  # topkF: diloco.expert_topk = F
     args=(--islands "$islands" --set diloco.inner_steps="$h" --set diloco.codec="$codec"
           --set diloco.expert_topk="${arm#topk}")
   else
