@@ -110,14 +110,16 @@ TEST(DataMix, BadValuesAreNamed) {
            {"[model]\nattention = \"cca\"\nseq_len = 64\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], "
             "model.seq_len = 2}]\n",
             "(with the settings of data.phases[0]): model.seq_len = 2 is shorter than the attention's convolution window (3 tokens"},
-           {"[train]\ndevice = \"cuda\"\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], model.seq_len = 64}]\n",
-            "runs on the CPU engine only for now"},
        }) {
     const std::string e = error_of(c.text);
     EXPECT_NE(e.find("mix.toml"), std::string::npos) << c.text << "\n" << e;
     EXPECT_NE(e.find(c.must_contain), std::string::npos) << c.text << "\n" << e;
     EXPECT_NE(e.find("fix"), std::string::npos) << c.text << "\n" << e;
   }
+  // Phase settings run on the GPU too (the CUDA engine's set_sequence): the config takes them.
+  EXPECT_EQ(error_of("[train]\ndevice = \"cuda\"\n[data]\nphases = [{at_tokens = 0, mix = [{dir = \"a\"}], "
+                     "model.seq_len = 64}]\n"),
+            "");
   // From --set, the error names the --set item.
   const std::string e = error_of("", {"data.mix=[{dir = \"a\", weight = 0}]"});
   EXPECT_NE(e.find("--set data.mix="), std::string::npos) << e;

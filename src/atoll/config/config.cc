@@ -704,10 +704,6 @@ void validate_phase_settings(const Config& c, const std::string& origin) {
                         ", or shorten the earlier phase");
     if (in.model.seq_len > longest) longest = in.model.seq_len, longest_at = at;
     if (!p.seq_len && p.rope_theta == 0 && !p.batch_size) continue;
-    if (c.train.device == "cuda")
-      throw ConfigError(origin + ": " + at + " sets " + kPhaseKeysText +
-                        " (context extension), which runs on the CPU engine only for now; fix: set train.device = "
-                        "\"cpu\", or remove the phase's settings");
     in.data.phases.clear();
     validate_config(in, origin + " (with the settings of " + at + ")");
   }

@@ -14,7 +14,8 @@ std::string context_parallel_problem(const Config& cfg) {
   if (P == 1) return "";
   const std::string key = "train.context_parallel = " + std::to_string(P);
   if (cfg.train.device != "cpu")
-    return key + " runs on the CPU only (the ring's GPU mirror is not built yet); fix: train.device = \"cpu\", "
+    return key + " runs on the CPU only (the GPU ring's kernels exist, model/device_ring_attention.h, but the device "
+           "model does not call them yet); fix: train.device = \"cpu\", "
            "or train.context_parallel = 1";
   if (cfg.train.precision != "fp32")
     return key + " runs fp32 products (ring attention has no bf16 path yet); fix: train.precision = \"fp32\", "

@@ -56,9 +56,11 @@ class CudaEngine final : public Engine {
   double clip_grads(double max_norm) override { return opt_.clip_grad_norm(model_.grads(), max_norm); }
   void optimizer_step(double lr) override { opt_.step(model_.params(), model_.grads(), lr); }
   void synchronize() override { gpu::synchronize(); }
-  void set_sequence(int, double, int) override {  // validate_config refuses phase settings on cuda first
-    throw ConfigError("data.phases' model.seq_len, model.rope_theta and train.batch_size run on the CPU engine only "
-                      "for now; fix: set train.device = \"cpu\"");
+  // The device model's arena is made again at the new length; the optimizer's moments (their
+  // own buffers) stay where they are. The host model follows for the config it reports.
+  void set_sequence(int seq_len, double rope_theta, int micro_batch) override {
+    model_.set_sequence(seq_len, rope_theta, micro_batch);
+    host_model_.set_sequence(seq_len, rope_theta, 1);
   }
   int64_t optimizer_steps() const override { return opt_.step_count(); }
   void set_optimizer_steps(int64_t t) override {

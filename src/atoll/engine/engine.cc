@@ -42,8 +42,8 @@ static std::optional<ZeroShard> zero_shard(const std::vector<size_t>& sizes, int
 
 void Engine::set_context_parallel(Collective* group) {
   if (group)
-    throw ConfigError("train.context_parallel > 1 runs on the CPU engine only (the ring's GPU mirror is not built "
-                      "yet); fix: train.device = \"cpu\", or train.context_parallel = 1");
+    throw ConfigError("train.context_parallel > 1 runs on the CPU engine only (the GPU ring's kernels exist, "
+                      "model/device_ring_attention.h, but the device model does not call them yet); fix: train.device = \"cpu\", or train.context_parallel = 1");
 }
 
 Engine::Engine(const Config& cfg, int host_batch, const EngineOptions& opts)

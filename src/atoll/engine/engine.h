@@ -147,8 +147,8 @@ class Engine {
   virtual void synchronize() {}
   // Context extension (a data.phases change): sequences of `seq_len` tokens, RoPE base
   // `rope_theta`, micro-batches of up to `micro_batch` from the next step on; parameters,
-  // gradients and optimizer state are kept (Model::set_sequence). The CPU engine only: the
-  // config refuses phase settings with train.device = cuda before anything runs.
+  // gradients and optimizer state are kept (Model::set_sequence; on the GPU
+  // gpu::DeviceModel::set_sequence, the optimizer's moments staying in device memory).
   virtual void set_sequence(int seq_len, double rope_theta, int micro_batch) = 0;
 
   // The optimizer's step count, wherever it is kept.
@@ -171,7 +171,8 @@ class Engine {
   // Context parallelism (train.context_parallel, docs/long_context.md): from now on the step
   // takes this rank's zigzag rows of each sequence ([B, T_r] inputs and targets) and runs
   // attention round `group`'s ring (Model::set_context_parallel); null: whole sequences again.
-  // ConfigError where the engine has no ring (the GPU's is not built yet).
+  // ConfigError where the engine has no ring (the CUDA engine: its device model does not call the
+  // GPU ring, model/device_ring_attention.h, yet).
   virtual void set_context_parallel(Collective* group);
 
   // Model::topk_choice_counts of this worker's training passes since zero_grads ([L*E]; empty

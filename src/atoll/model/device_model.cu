@@ -48,6 +48,7 @@ struct DeviceModel::Impl {
         layout(ParamLayout::build(m)),
         max_batch(max_batch_),
         head_rows(head_rows_for(m, max_batch_, opts.head_rows)),
+        options(opts),
         precision(opts.precision),
         dt(opts.precision == Precision::kBf16 ? Dtype::kBF16 : Dtype::kF32),
         arena(arena_bytes(m, layout, max_batch_, head_rows, dt == Dtype::kBF16)),
@@ -76,6 +77,7 @@ struct DeviceModel::Impl {
   ModelConfig cfg;
   ParamLayout layout;
   int max_batch, head_rows;
+  DeviceModelOptions options;  // as given (set_sequence builds again with them)
   Precision precision;
   Dtype dt;  // of the products' inputs
   DeviceArena arena;
@@ -206,6 +208,33 @@ LossParts DeviceModel::forward(const int32_t* inputs, const int32_t* targets, in
   if (position_losses)  // run() read them back already
     std::copy(impl_->host_ce.begin(), impl_->host_ce.begin() + size_t(B) * impl_->cfg.seq_len, position_losses);
   return loss;
+}
+
+void DeviceModel::set_sequence(int seq_len, double rope_theta, int max_batch) {
+  ATOLL_CHECK(seq_len >= 1 && max_batch >= 1) << seq_len << " " << max_batch;
+  const ModelConfig was = impl_->cfg;
+  const int was_batch = impl_->max_batch;
+  ModelConfig now = was;
+  now.seq_len = seq_len, now.rope_theta = rope_theta;
+  ATOLL_CHECK_EQ(ParamLayout::build(now).total(), impl_->layout.total()) << "the parameters do not depend on the length";
+  const DeviceModelOptions opts = impl_->options;
+  std::vector<float> params(impl_->layout.total()), grads(params.size());
+  download_params(params.data());
+  download_grads(grads.data());
+  std::vector<double> counts = topk_choice_counts();
+  auto build = [&](const ModelConfig& m, int batch) {
+    impl_.reset();  // the old arena goes first
+    impl_ = std::make_unique<Impl>(m, batch, opts);
+    upload_params(params.data());
+    upload_grads(grads.data());
+    copy_to_device(impl_->d.choice_counts, counts.data(), sizeof(double) * counts.size());
+  };
+  try {
+    build(now, max_batch);
+  } catch (const Error&) {
+    build(was, was_batch);  // the state as it was; the old arena fitted before
+    throw;
+  }
 }
 
 }  // namespace atl::gpu

@@ -75,6 +75,15 @@ class DeviceModel {
   // Model::forward gives it.
   LossParts forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses = nullptr);
 
+  // Context extension (data.phases), as Model::set_sequence: from now on sequences of `seq_len`
+  // tokens with RoPE base `rope_theta`, at most `max_batch` of them. The parameters, gradients
+  // and choice counts are kept (no row depends on the length); the arena (activations,
+  // workspaces, RoPE tables) is made again for the new length. The kept buffers wait in host
+  // memory meanwhile, so the old arena is freed before the new one is taken: the device's peak
+  // is the larger of the two, not both. If the new arena does not fit (GpuError), the model is
+  // rebuilt as it was, with its state, and the error is rethrown.
+  void set_sequence(int seq_len, double rope_theta, int max_batch);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

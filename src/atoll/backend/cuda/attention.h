@@ -6,6 +6,8 @@
 // max m and sum l, the partial output rescaled by exp(m_old − m_new) per tile), so the T×T
 // matrix is never stored; the forward keeps lse = m + log l per row, and the backward
 // recomputes P from it. Written for correctness: no tensor cores, no K/V reuse across rows.
+// The kernels (attention_tiles.cuh) are ring attention's too (ring_attention.h), with every
+// sequence here one chunk.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        int NKV, int HD, cudaStream_t stream = nullptr);
 
 // dq[B,T,NH,HD], dk/dv[B,T,NKV,HD] (all =). scratch: attention_scratch_floats(B, T, NH) floats
-// (D_t = dout_t · out_t per query row). Two kernels, neither with atomics: one block per query
-// row for dq, one per key row for dk and dv (over the key head's NH/NKV query heads), so the
-// result is deterministic.
+// (D_t = dout_t · out_t per query row, its own kernel first). Then two kernels, neither with
+// atomics: one block per query row for dq, one per key row for dk and dv (over the key head's
+// NH/NKV query heads), so the result is deterministic.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const float* q, const float* k, const float* v, int B, int T_, int NH, int NKV, int HD,
                         float* scratch, cudaStream_t stream = nullptr);
