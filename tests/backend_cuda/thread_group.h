@@ -3,7 +3,8 @@
 // messages go through one mailbox per (sender, receiver) pair, matched in the order sent, as the
 // interface asks. A send never blocks (the bytes are copied into the mailbox), so an exchange is
 // a send now and a receive at wait(). A receive waits at most 60 s (Timeout), so a broken ring
-// fails instead of hanging. The ring needs no collective: allreduce and allgather refuse.
+// fails instead of hanging. allgather (the routers' sums under context parallelism) sends the
+// blob to every rank through mailboxes of its own; the all-reduces refuse (nothing here uses them).
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,30 +33,20 @@ class ThreadGroup final : public Collective {
   struct Hub {
     std::mutex mu;
     std::condition_variable cv;
-    std::map<std::pair<int, int>, std::deque<std::string>> boxes;  // (from, to) -> messages in order
+    // (from, to, channel) -> messages in order; channel 0: point to point, 1: allgather
+    std::map<std::tuple<int, int, int>, std::deque<std::string>> boxes;
   };
   ThreadGroup(std::shared_ptr<Hub> hub, int rank, int size) : hub_(std::move(hub)), rank_(rank), size_(size) {}
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void send(const void* data, size_t bytes, int dst) override {
-    ATOLL_CHECK(dst >= 0 && dst < size_) << "send to rank " << dst << " of " << size_;
-    std::string msg(static_cast<const char*>(data), bytes);
-    {
-      std::lock_guard<std::mutex> lock(hub_->mu);
-      hub_->boxes[{rank_, dst}].push_back(std::move(msg));
-    }
-    hub_->cv.notify_all();
+    post(std::string(static_cast<const char*>(data), bytes), dst, 0);
   }
   void recv(void* data, size_t bytes, int src) override {
-    ATOLL_CHECK(src >= 0 && src < size_) << "recv from rank " << src << " of " << size_;
-    std::unique_lock<std::mutex> lock(hub_->mu);
-    auto& box = hub_->boxes[{src, rank_}];
-    if (!hub_->cv.wait_for(lock, std::chrono::seconds(60), [&] { return !box.empty(); }))
-      throw Timeout("rank " + std::to_string(rank_) + " waited 60 s for a message from rank " + std::to_string(src));
-    ATOLL_CHECK_EQ(box.front().size(), bytes) << "message from rank " << src << " to " << rank_;
-    if (bytes) std::memcpy(data, box.front().data(), bytes);
-    box.pop_front();
+    const std::string msg = take(src, 0);
+    ATOLL_CHECK_EQ(msg.size(), bytes) << "message from rank " << src << " to " << rank_;
+    if (bytes) std::memcpy(data, msg.data(), bytes);
   }
   std::unique_ptr<Pending> exchange(const void* send_data, size_t send_bytes, int dst, void* recv_data,
                                     size_t recv_bytes, int src) override {
@@ -63,9 +55,12 @@ class ThreadGroup final : public Collective {
   }
   void allreduce_sum(float*, size_t) override { refuse("allreduce_sum"); }
   void allreduce_max(float*, size_t) override { refuse("allreduce_max"); }
-  std::vector<std::string> allgather(const std::string&) override {
-    refuse("allgather");
-    return {};
+  std::vector<std::string> allgather(const std::string& blob) override {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) post(blob, r, 1);
+    std::vector<std::string> all(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) all[size_t(r)] = r == rank_ ? blob : take(r, 1);
+    return all;
   }
 
   // Runs fn(group) on P threads, one per rank; rethrows the first rank's failure once all end.
@@ -109,8 +104,26 @@ class ThreadGroup final : public Collective {
     int src_;
     bool done_ = false;
   };
+  void post(std::string msg, int dst, int channel) {
+    ATOLL_CHECK(dst >= 0 && dst < size_) << "send to rank " << dst << " of " << size_;
+    {
+      std::lock_guard<std::mutex> lock(hub_->mu);
+      hub_->boxes[{rank_, dst, channel}].push_back(std::move(msg));
+    }
+    hub_->cv.notify_all();
+  }
+  std::string take(int src, int channel) {
+    ATOLL_CHECK(src >= 0 && src < size_) << "recv from rank " << src << " of " << size_;
+    std::unique_lock<std::mutex> lock(hub_->mu);
+    auto& box = hub_->boxes[{src, rank_, channel}];
+    if (!hub_->cv.wait_for(lock, std::chrono::seconds(60), [&] { return !box.empty(); }))
+      throw Timeout("rank " + std::to_string(rank_) + " waited 60 s for a message from rank " + std::to_string(src));
+    std::string msg = std::move(box.front());
+    box.pop_front();
+    return msg;
+  }
   [[noreturn]] static void refuse(const char* what) {
-    throw Error(std::string("ThreadGroup has no ") + what + " (ring attention uses point to point only)");
+    throw Error(std::string("ThreadGroup has no ") + what + " (its users need point to point and allgather only)");
   }
 
   std::shared_ptr<Hub> hub_;

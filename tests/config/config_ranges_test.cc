@@ -265,6 +265,10 @@ TEST(ContextParallelConfig, AChunkShorterThanTheModelsBoundaryIsRefused) {
 TEST(ContextParallelConfig, WhatIsNotBuiltYetIsRefusedNotRunWrong) {
   expect_names(error_of({"train.precision=\"bf16\"", "train.context_parallel=2"}),
                {"train.context_parallel = 2", "fp32", "fix:"});
+  // On the GPU the part kinds say whether their CUDA mirror runs over a split sequence: the zaya
+  // router's does not (its balancing loads are not added over the group there).
+  expect_names(error_of({"train.device=\"cuda\"", "model.router=\"zaya\"", "train.context_parallel=2"}),
+               {"train.context_parallel = 2", "cuda", "layer 0's zaya", "fix:"});
 }
 
 TEST(ContextParallelConfig, GqaOnTheCpuLoads) {
@@ -272,6 +276,7 @@ TEST(ContextParallelConfig, GqaOnTheCpuLoads) {
   EXPECT_EQ(error_of({"model.seq_len=29", "train.context_parallel=2"}), "");
   EXPECT_EQ(error_of({"model.seq_len=5", "train.context_parallel=4"}), "");
   EXPECT_EQ(error_of({"model.router=\"zaya\"", "train.context_parallel=3"}), "");
+  EXPECT_EQ(error_of({"train.device=\"cuda\"", "model.seq_len=29", "train.context_parallel=2"}), "");  // GQA, top-k
 }
 
 }  // namespace

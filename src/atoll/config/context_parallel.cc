@@ -13,10 +13,6 @@ std::string context_parallel_problem(const Config& cfg) {
   const int P = cfg.train.context_parallel, T = cfg.model.seq_len;
   if (P == 1) return "";
   const std::string key = "train.context_parallel = " + std::to_string(P);
-  if (cfg.train.device != "cpu")
-    return key + " runs on the CPU only (the GPU ring's kernels exist, model/device_ring_attention.h, but the device "
-           "model does not call them yet); fix: train.device = \"cpu\", "
-           "or train.context_parallel = 1";
   if (cfg.train.precision != "fp32")
     return key + " runs fp32 products (ring attention has no bf16 path yet); fix: train.precision = \"fp32\", "
            "or train.context_parallel = 1";
@@ -40,6 +36,16 @@ std::string context_parallel_problem(const Config& cfg) {
              " tokens, fewer than the " + std::to_string(boundary) +
              " tokens of the previous chunk the model reads (CCA's convolution window); fix: raise " + name +
              " to at least " + std::to_string(2 * P * boundary) + " or lower train.context_parallel";
+  if (cfg.train.device == "cuda")  // the part kinds whose CUDA mirror runs over a split sequence
+    for (int l = 0; l < cfg.model.n_layers; ++l)
+      for (const auto& [name, runs] : {std::pair{attention_kind_at(cfg.model, l).name,
+                                                 attention_kind_at(cfg.model, l).gpu_context_parallel},
+                                       std::pair{router_kind_at(cfg.model, l).name,
+                                                 router_kind_at(cfg.model, l).gpu_context_parallel}})
+        if (!runs)
+          return key + " with train.device = \"cuda\": layer " + std::to_string(l) + "'s " + std::string(name) +
+                 " has no GPU path over a split sequence (the CPU engine has); fix: train.device = \"cpu\", or "
+                 "train.context_parallel = 1";
   return "";
 }
 

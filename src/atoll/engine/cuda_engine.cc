@@ -62,6 +62,9 @@ class CudaEngine final : public Engine {
     model_.set_sequence(seq_len, rope_theta, micro_batch);
     host_model_.set_sequence(seq_len, rope_theta, 1);
   }
+  // The device model holds this rank's zigzag rows and runs GQA attention round the group's ring
+  // (gpu::DeviceModel::set_context_parallel); its arena is made again for them, the state kept.
+  void set_context_parallel(Collective* group) override { model_.set_context_parallel(group); }
   int64_t optimizer_steps() const override { return opt_.step_count(); }
   void set_optimizer_steps(int64_t t) override {
     opt_.set_step_count(t);

@@ -171,8 +171,8 @@ class Engine {
   // Context parallelism (train.context_parallel, docs/long_context.md): from now on the step
   // takes this rank's zigzag rows of each sequence ([B, T_r] inputs and targets) and runs
   // attention round `group`'s ring (Model::set_context_parallel); null: whole sequences again.
-  // ConfigError where the engine has no ring (the CUDA engine: its device model does not call the
-  // GPU ring, model/device_ring_attention.h, yet).
+  // ConfigError where the engine has no ring for the model (the CUDA engine: the zaya router and
+  // CCA under context parallelism).
   virtual void set_context_parallel(Collective* group);
 
   // Model::topk_choice_counts of this worker's training passes since zero_grads ([L*E]; empty

@@ -10,6 +10,7 @@
 #include "atoll/backend/cuda/linear.h"
 #include "atoll/backend/cuda/rope.h"
 #include "atoll/core/check.h"
+#include "atoll/core/errors.h"
 #include "atoll/model/attention_cca.h"
 #include "atoll/model/device_part.cuh"
 
@@ -120,6 +121,9 @@ class DeviceAttentionCca final : public DeviceAttentionPart {
 std::unique_ptr<DeviceAttentionPart> make_device_attention_cca(const ModelConfig& m, const ParamLayout& layout,
                                                                int layer, const DevicePartSizes& s,
                                                                DevicePartScratch& scratch, Carver& carve) {
+  if (s.zigzag)  // its convolutions need the previous chunk's tokens: the CPU's boundary exchange only
+    throw ConfigError("CCA layers with train.context_parallel > 1 run on the CPU engine only (the device CCA has no "
+                      "boundary exchange between chunks); fix: train.device = \"cpu\", or train.context_parallel = 1");
   return std::make_unique<DeviceAttentionCca>(m, layout, layer, s, scratch, carve);
 }
 

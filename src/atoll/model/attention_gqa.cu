@@ -3,7 +3,9 @@
 //   out = wo · attention(rope(h wqᵀ), rope(h wkᵀ), h wvᵀ)
 // Keeps q, k, v (after RoPE), the attention output and each row's log-sum-exp per layer, all in
 // fp32: unlike the CPU, attention itself runs in fp32 on fp32 q, k, v under bf16 products too.
-// The RoPE table and the gradients' buffers are shared by the layers.
+// The RoPE table and the gradients' buffers are shared by the layers. Under context parallelism
+// (DevicePartSizes::zigzag) RoPE rotates by the tokens' places in their sequences and attention
+// runs round the group's ring (model/device_ring_attention.h), whose buffers the layers share.
 #include "atoll/backend/cuda/attention.h"
 #include "atoll/backend/cuda/check.h"
 #include "atoll/backend/cuda/linear.h"
@@ -11,9 +13,26 @@
 #include "atoll/core/check.h"
 #include "atoll/layers/rope.h"
 #include "atoll/model/device_part.cuh"
+#include "atoll/model/device_ring_attention.h"
 
 namespace atl::gpu {
 namespace {
+
+// RoPE of x[B,T,NHX,HD] in place at the tokens' positions (model/attention_core.h's rope_at):
+// one call for whole sequences, else one per sequence and run.
+void rope_at(float* x, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, const TokenPositions& pos,
+             bool backward) {
+  auto rotate = [&](float* at, int batch, int len, int pos0) {
+    if (backward) rope_backward(at, table, batch, len, NHX, HD, pos0);
+    else rope_forward(at, table, batch, len, NHX, HD, pos0);
+  };
+  if (pos.runs == 1) return rotate(x, B, T_, pos.start[0]);
+  ATOLL_CHECK(pos.runs <= TokenPositions::kMaxRuns && pos.len[0] + pos.len[1] == T_)
+      << pos.runs << " runs of " << pos.len[0] << " + " << pos.len[1] << " tokens for T=" << T_;
+  for (int b = 0; b < B; ++b)
+    for (int r = 0, at = 0; r < pos.runs; at += pos.len[r++])
+      rotate(x + (size_t(b) * T_ + at) * NHX * HD, 1, pos.len[r], pos.start[r]);
+}
 
 class DeviceAttentionGqa final : public DeviceAttentionPart {
  public:
@@ -36,9 +55,10 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
     linear_forward(*mm.blas, q_, h1, mm.weight(wq_), N, C, QD, mm.dt);
     linear_forward(*mm.blas, k_, h1, mm.weight(wk_), N, C, KVD, mm.dt);
     linear_forward(*mm.blas, v_, h1, mm.weight(wv_), N, C, KVD, mm.dt);
-    rope_forward(q_, rope_, c.B, T_, NH_, HD_);
-    rope_forward(k_, rope_, c.B, T_, NKV_, HD_);
-    attention_forward(att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_);
+    rope_at(q_, rope_, c.B, T_, NH_, HD_, c.pos, false);
+    rope_at(k_, rope_, c.B, T_, NKV_, HD_, c.pos, false);
+    if (c.cp) ring_attention_forward(att_, lse_, q_, k_, v_, c.B, ring(), *c.cp);
+    else attention_forward(att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_);
     linear_forward(*mm.blas, out, mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
   }
 
@@ -50,9 +70,10 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
     ATOLL_CUDA_CHECK(cudaMemset(s.datt, 0, sizeof(float) * N * QD));
     linear_backward(*mm.blas, s.datt, g + wo_, mm.input(mm.dout16, dout, size_t(N) * C),
                     mm.input(mm.in16, att_, size_t(N) * QD), mm.weight(wo_), N, QD, C, mm.dt);
-    attention_backward(s.dq, s.dk, s.dv, s.datt, att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_, s.attn_scratch);
-    rope_backward(s.dq, rope_, c.B, T_, NH_, HD_);
-    rope_backward(s.dk, rope_, c.B, T_, NKV_, HD_);
+    if (c.cp) ring_attention_backward(s.dq, s.dk, s.dv, s.datt, att_, lse_, q_, k_, v_, c.B, ring(), *c.cp);
+    else attention_backward(s.dq, s.dk, s.dv, s.datt, att_, lse_, q_, k_, v_, c.B, T_, NH_, NKV_, HD_, s.attn_scratch);
+    rope_at(s.dq, rope_, c.B, T_, NH_, HD_, c.pos, true);
+    rope_at(s.dk, rope_, c.B, T_, NKV_, HD_, c.pos, true);
     const void* h1 = mm.input(mm.in16, h, size_t(N) * C);
     // dout16 holds one projection's d(output) at a time: each product is queued before the next
     // rounding overwrites it (one stream).
@@ -72,10 +93,21 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
       dq = carve.take<float>(N * QD), dk = carve.take<float>(N * KVD), dv = carve.take<float>(N * KVD);
       datt = carve.take<float>(N * QD);
       attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
+      // The ring's own device memory (not the arena's: its blocks are sized by the largest
+      // rank's share, 8 blocks of max_batch·T_r·KVD floats); not made by the counting pass.
+      if (s.zigzag && carve.allocates())
+        ring = std::make_unique<DeviceRingBuffers>(
+            RingDims{.B = s.max_batch, .NH = m.n_heads, .NKV = m.n_kv_heads, .HD = m.head_dim}, *s.zigzag);
     }
     float *dq, *dk, *dv, *datt;  // [N,QD], [N,KVD] x2, [N,QD]
     float* attn_scratch;         // attention_scratch_floats(B, T, NH)
+    std::unique_ptr<DeviceRingBuffers> ring;  // context parallelism only
   };
+
+  DeviceRingBuffers& ring() {
+    ATOLL_CHECK(sh_->ring) << "a context-parallel call to a model built for whole sequences";
+    return *sh_->ring;
+  }
 
   int NH_, NKV_, HD_;
   size_t wq_, wk_, wv_, wo_;

@@ -19,16 +19,15 @@ namespace {
 // Logits of the LM head alive at once when the caller does not say (floats: 128 MiB).
 constexpr size_t kHeadLogitsFloats = size_t(1) << 25;
 
-int head_rows_for(const ModelConfig& m, int max_batch, int requested) {
-  const int N = max_batch * m.seq_len;
+int head_rows_for(const ModelConfig& m, int max_tokens, int requested) {
   const int rows = requested > 0 ? requested : int(std::max<size_t>(1, kHeadLogitsFloats / size_t(m.vocab_size)));
-  return std::min(rows, N);
+  return std::max(1, std::min(rows, max_tokens));
 }
 
-size_t arena_bytes(const ModelConfig& m, const ParamLayout& layout, int max_batch, int head_rows, bool bf16) {
+size_t arena_bytes(const ModelConfig& m, const ParamLayout& layout, const DevicePartSizes& sizes, int head_rows) {
   DeviceBuffers d{};
   Carver count(nullptr);
-  carve(d, m, layout, max_batch, head_rows, bf16, count);
+  carve(d, m, layout, sizes, head_rows, count);
   return count.bytes();
 }
 
@@ -43,19 +42,25 @@ void check_ids_host(const int32_t* ids, int n, int V, const char* what) {
 }  // namespace
 
 struct DeviceModel::Impl {
-  Impl(const ModelConfig& m, int max_batch_, const DeviceModelOptions& opts)
+  // cp: the context-parallel group (null: whole sequences), which fixes the tokens held.
+  Impl(const ModelConfig& m, int max_batch_, const DeviceModelOptions& opts, Collective* cp_)
       : cfg(m),
         layout(ParamLayout::build(m)),
         max_batch(max_batch_),
-        head_rows(head_rows_for(m, max_batch_, opts.head_rows)),
+        cp(cp_),
+        zigzag(context_layout(m.seq_len, cp_ ? cp_->size() : 1)),
+        seq_tokens(cp_ ? zigzag.local_len(cp_->rank()) : m.seq_len),
+        sizes{.max_batch = max_batch_, .max_tokens = std::max(1, max_batch_ * seq_tokens),
+              .bf16 = opts.precision == Precision::kBf16, .zigzag = cp_ ? &zigzag : nullptr},
+        head_rows(head_rows_for(m, sizes.max_tokens, opts.head_rows)),
         options(opts),
         precision(opts.precision),
         dt(opts.precision == Precision::kBf16 ? Dtype::kBF16 : Dtype::kF32),
-        arena(arena_bytes(m, layout, max_batch_, head_rows, dt == Dtype::kBF16)),
-        host_ce(size_t(max_batch_) * m.seq_len),
+        arena(arena_bytes(m, layout, sizes, head_rows)),
+        host_ce(size_t(sizes.max_tokens)),
         host_losses(2 * size_t(m.n_layers)) {
     Carver take(&arena);
-    carve(d, m, layout, max_batch, head_rows, dt == Dtype::kBF16, take);
+    carve(d, m, layout, sizes, head_rows, take);
     ATOLL_CUDA_CHECK(cudaMemset(d.params, 0, sizeof(float) * layout.total()));  // padding between tensors too
     ATOLL_CUDA_CHECK(cudaMemset(d.grads, 0, sizeof(float) * layout.total()));
     zero_choice_counts();
@@ -70,13 +75,20 @@ struct DeviceModel::Impl {
   DeviceContext context(int B, double loss_scale) {
     const DeviceProducts mm{.blas = &blas, .dt = dt, .params = d.params, .w16 = d.w16, .in16 = d.in16,
                             .dout16 = d.dout16};
-    return {.B = B, .d = block_dims(cfg, B), .mm = mm, .grads = d.grads, .loss_scale = loss_scale,
-            .ids = d.ids_scratch};
+    BlockDims dims = block_dims(cfg, B);
+    dims.T = seq_tokens, dims.N = B * seq_tokens;
+    return {.B = B, .d = dims, .mm = mm, .grads = d.grads, .loss_scale = loss_scale, .ids = d.ids_scratch,
+            .pos = cp ? zigzag.positions(cp->rank()) : TokenPositions{}, .cp = cp};
   }
 
   ModelConfig cfg;
   ParamLayout layout;
-  int max_batch, head_rows;
+  int max_batch;
+  Collective* cp;       // context parallelism's group, or null
+  ZigzagLayout zigzag;  // its split of each sequence (P = 1 without a group)
+  int seq_tokens;       // tokens of each sequence held: seq_len, or this rank's T_r
+  DevicePartSizes sizes;  // what the parts carve for (points at zigzag: Impl never moves)
+  int head_rows;
   DeviceModelOptions options;  // as given (set_sequence builds again with them)
   Precision precision;
   Dtype dt;  // of the products' inputs
@@ -92,7 +104,7 @@ struct DeviceModel::Impl {
 LossParts DeviceModel::Impl::run(const int32_t* inputs, const int32_t* targets, int B, bool backward,
                                  double loss_scale) {
   ATOLL_CHECK(B >= 1 && B <= max_batch) << "batch of " << B << " sequences, model sized for " << max_batch;
-  const int N = B * cfg.seq_len, C = cfg.dim, V = cfg.vocab_size, L = cfg.n_layers;
+  const int N = B * seq_tokens, C = cfg.dim, V = cfg.vocab_size, L = cfg.n_layers;
   check_ids_host(inputs, N, V, "input token");
   check_ids_host(targets, N, V, "target token");
   copy_to_device(d.tokens, inputs, sizeof(int32_t) * N);
@@ -122,7 +134,7 @@ LossParts DeviceModel::Impl::run(const int32_t* inputs, const int32_t* targets, 
   LossParts loss;
   double ce_sum = 0.0;
   for (int i = 0; i < N; ++i) ce_sum += host_ce[i];
-  loss.ce = ce_sum / N;
+  loss.ce = ce_sum / (double(B) * cfg.seq_len);  // under context parallelism, this rank's share
   for (int l = 0; l < L; ++l) loss.aux += host_losses[2 * l], loss.z += host_losses[2 * l + 1];
   return loss;
 }
@@ -148,7 +160,9 @@ void DeviceModel::Impl::head_and_loss(const DeviceContext& c, bool backward) {
     linear_forward(blas, d.logits, h, w_head, n, C, V, dt);
     cross_entropy_forward(d.ce_loss + r0, d.ce_lse, d.logits, d.targets + r0, n, V);
     if (!backward) continue;
-    cross_entropy_backward(d.logits, d.logits, d.ce_lse, d.targets + r0, n, V, float(c.loss_scale / N));
+    // Divided by the whole sequences' tokens: under context parallelism the ranks' shares add up.
+    cross_entropy_backward(d.logits, d.logits, d.ce_lse, d.targets + r0, n, V,
+                           float(c.loss_scale / (double(c.B) * cfg.seq_len)));
     const void* dlogits = mm.input(d.logits16, d.logits, size_t(n) * V);
     linear_backward(blas, dh + size_t(r0) * C, d.grads + head, dlogits, h, w_head, n, C, V, dt);
   }
@@ -159,7 +173,7 @@ void DeviceModel::Impl::head_and_loss(const DeviceContext& c, bool backward) {
 
 DeviceModel::DeviceModel(const ModelConfig& cfg, int max_batch, const DeviceModelOptions& opts) {
   ATOLL_CHECK_GE(max_batch, 1);
-  impl_ = std::make_unique<Impl>(cfg, max_batch, opts);
+  impl_ = std::make_unique<Impl>(cfg, max_batch, opts, nullptr);
 }
 
 DeviceModel::~DeviceModel() = default;
@@ -206,33 +220,49 @@ LossParts DeviceModel::forward_backward(const int32_t* inputs, const int32_t* ta
 LossParts DeviceModel::forward(const int32_t* inputs, const int32_t* targets, int B, float* position_losses) {
   const LossParts loss = impl_->run(inputs, targets, B, false, 0.0);
   if (position_losses)  // run() read them back already
-    std::copy(impl_->host_ce.begin(), impl_->host_ce.begin() + size_t(B) * impl_->cfg.seq_len, position_losses);
+    std::copy(impl_->host_ce.begin(), impl_->host_ce.begin() + size_t(B) * impl_->seq_tokens, position_losses);
   return loss;
 }
 
 void DeviceModel::set_sequence(int seq_len, double rope_theta, int max_batch) {
   ATOLL_CHECK(seq_len >= 1 && max_batch >= 1) << seq_len << " " << max_batch;
-  const ModelConfig was = impl_->cfg;
-  const int was_batch = impl_->max_batch;
-  ModelConfig now = was;
+  ModelConfig now = impl_->cfg;
   now.seq_len = seq_len, now.rope_theta = rope_theta;
   ATOLL_CHECK_EQ(ParamLayout::build(now).total(), impl_->layout.total()) << "the parameters do not depend on the length";
+  rebuild(now, max_batch, impl_->cp);
+}
+
+void DeviceModel::set_context_parallel(Collective* group) {
+  if (group == impl_->cp) return;
+  ATOLL_CHECK(!group || impl_->precision == Precision::kFp32) << "context parallelism runs fp32 products";
+  rebuild(impl_->cfg, impl_->max_batch, group);
+}
+
+int DeviceModel::local_seq_len() const { return impl_->seq_tokens; }
+
+// The state that outlives the arena (parameters, gradients, choice counts) waits in host memory
+// while the old arena is freed and the new one taken; if the new one cannot be made, the old
+// one is made again with the state and the error goes on.
+void DeviceModel::rebuild(const ModelConfig& m, int max_batch, Collective* cp) {
+  const ModelConfig was = impl_->cfg;
+  const int was_batch = impl_->max_batch;
+  Collective* was_cp = impl_->cp;
   const DeviceModelOptions opts = impl_->options;
   std::vector<float> params(impl_->layout.total()), grads(params.size());
   download_params(params.data());
   download_grads(grads.data());
   std::vector<double> counts = topk_choice_counts();
-  auto build = [&](const ModelConfig& m, int batch) {
+  auto build = [&](const ModelConfig& cfg, int batch, Collective* group) {
     impl_.reset();  // the old arena goes first
-    impl_ = std::make_unique<Impl>(m, batch, opts);
+    impl_ = std::make_unique<Impl>(cfg, batch, opts, group);
     upload_params(params.data());
     upload_grads(grads.data());
     copy_to_device(impl_->d.choice_counts, counts.data(), sizeof(double) * counts.size());
   };
   try {
-    build(now, max_batch);
+    build(m, max_batch, cp);
   } catch (const Error&) {
-    build(was, was_batch);  // the state as it was; the old arena fitted before
+    build(was, was_batch, was_cp);  // the state as it was; the old arena fitted before
     throw;
   }
 }

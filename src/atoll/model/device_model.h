@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "atoll/core/collective.h"
 #include "atoll/model/layout.h"
 #include "atoll/model/model.h"
 #include "atoll/model/model_config.h"
@@ -84,7 +85,20 @@ class DeviceModel {
   // rebuilt as it was, with its state, and the error is rethrown.
   void set_sequence(int seq_len, double rope_theta, int max_batch);
 
+  // Context parallelism, as Model::set_context_parallel (docs/long_context.md): from now on the
+  // model holds rank group.rank()'s zigzag rows of each sequence (inputs and targets [B, T_r]),
+  // GQA attention runs round the group's ring (model/device_ring_attention.h), the top-k
+  // routers add their loss sums over the group, and the cross-entropy is divided by the whole
+  // sequences' B·T tokens, so the ranks' losses and gradients add up to one model's over whole
+  // sequences. The arena is made again for T_r tokens a sequence (as set_sequence keeps the
+  // state); null goes back to whole sequences. fp32 products, GQA and the top-k router only (the
+  // zaya router and CCA throw ConfigError). The group must outlive the model's calls.
+  void set_context_parallel(Collective* group);
+  // Tokens of each sequence the model holds: seq_len, or this rank's share.
+  int local_seq_len() const;
+
  private:
+  void rebuild(const ModelConfig& m, int max_batch, Collective* cp);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -39,19 +39,20 @@ struct DeviceBuffers {
   uint16_t* logits16;          // [head_rows,V] one head chunk's d(logits)
 };
 
-// Takes every buffer for up to max_batch sequences from `c` (see Carver) and builds the blocks
-// (throws ConfigError for an unknown part kind); the bf16 copies only when `bf16`
-// (train.precision = bf16). `d` must stay where it is afterwards (the blocks point into d.blk).
-inline void carve(DeviceBuffers& d, const ModelConfig& m, const ParamLayout& layout, int max_batch, int head_rows,
-                  bool bf16, Carver& c) {
-  const size_t N = size_t(max_batch) * m.seq_len, C = m.dim, K = m.top_k, total = layout.total();
+// Takes every buffer for `sizes` (up to max_batch sequences, max_tokens tokens) from `c` (see
+// Carver) and builds the blocks (throws ConfigError for an unknown part kind); the bf16 copies
+// only when sizes.bf16 (train.precision = bf16). `d` must stay where it is afterwards (the blocks
+// point into d.blk).
+inline void carve(DeviceBuffers& d, const ModelConfig& m, const ParamLayout& layout, const DevicePartSizes& sizes,
+                  int head_rows, Carver& c) {
+  const size_t N = size_t(sizes.max_tokens), C = m.dim, K = m.top_k, total = layout.total();
+  const bool bf16 = sizes.bf16;
   const size_t QD = size_t(m.n_heads) * m.head_dim, KVD = size_t(m.n_kv_heads) * m.head_dim;
   d.params = c.take<float>(total);
   d.grads = c.take<float>(total);
   d.x.assign(m.n_layers + 1, nullptr);
   for (auto& x : d.x) x = c.take<float>(N * C);
   d.blk = DeviceBlockBuffers(m, int(N), c);
-  const DevicePartSizes sizes{.max_batch = max_batch, .max_tokens = int(N), .bf16 = bf16};
   d.input_merge = std::make_unique<DeviceResidualMerge>(m, layout, "input", false, sizes, c);
   d.blocks.clear();
   for (int l = 0; l < m.n_layers; ++l)

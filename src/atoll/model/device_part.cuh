@@ -25,6 +25,7 @@
 #include "atoll/backend/cuda/blas.h"
 #include "atoll/backend/cuda/rope.h"
 #include "atoll/model/part.h"
+#include "atoll/model/ring_attention.h"
 
 namespace atl::gpu {
 
@@ -64,11 +65,15 @@ class DevicePartScratch {
   std::vector<std::pair<const void*, std::shared_ptr<void>>> items_;
 };
 
-// What a device part carves for: at most max_batch sequences of the config's seq_len.
+// What a device part carves for: at most max_batch sequences of the config's seq_len, or under
+// context parallelism this rank's T_r tokens of each.
 struct DevicePartSizes {
   int max_batch = 1;
-  int max_tokens = 1;  // max_batch * seq_len
+  int max_tokens = 1;  // max_batch * seq_len, or max_batch * T_r
   bool bf16 = false;   // bf16 products (train.precision = bf16)
+  // Context parallelism (model/ring_attention.h): how the group splits each sequence; null: the
+  // model holds whole sequences.
+  const ZigzagLayout* zigzag = nullptr;
 };
 
 // The precision of the matrix products, folded into two helpers so the parts carry no precision
@@ -103,6 +108,10 @@ struct DeviceContext {
   double loss_scale;  // factor of the loss whose gradient backward accumulates
   int32_t* ids;       // integer scratch shared by the parts and the embedding backward
                       // (at least routing_scratch_ints(N, K))
+  TokenPositions pos{};  // where the tokens sit in their sequences (default: whole, from 0)
+  // Context parallelism: the group holding the other chunks of these sequences (attention runs
+  // round its ring, the routers add their sums over it); null: whole sequences.
+  Collective* cp = nullptr;
 };
 
 // Causal mixing across positions: out[N,C] from the normed residual h[N,C].

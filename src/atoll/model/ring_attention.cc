@@ -263,11 +263,11 @@ void ring_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, 
   std::copy_n(k, rows * KVD, cur.data());
   std::copy_n(v, rows * KVD, cur.data() + rows * KVD);
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, Tk = z.local_len(src), Tn = z.local_len((src - 1 + P) % P);
+    const auto [src, Tk, Tn, to, from] = RingStep::at(z, r, s);
     std::unique_ptr<Collective::Pending> moving;
     if (s + 1 < P)
-      moving = group.exchange(cur.data(), 2 * size_t(d.B) * Tk * KVD * sizeof(T), (r + 1) % P, next.data(),
-                              2 * size_t(d.B) * Tn * KVD * sizeof(T), (r - 1 + P) % P);
+      moving = group.exchange(cur.data(), 2 * size_t(d.B) * Tk * KVD * sizeof(T), to, next.data(),
+                              2 * size_t(d.B) * Tn * KVD * sizeof(T), from);
     if (!overlap) wait_for(moving);
     const double t0 = seconds_now();
     attend_block(out, lse, l.data(), q, Tq, chunks_of(z, r), cur.data(), cur.data() + size_t(d.B) * Tk * KVD, Tk,
@@ -313,7 +313,8 @@ void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   std::copy_n(v, rows * KVD, cur.data() + rows * KVD);
   std::unique_ptr<Collective::Pending> kv, grads;
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, Tk = z.local_len(src), Tn = z.local_len((src - 1 + P) % P);
+    const RingStep step = RingStep::at(z, r, s);
+    const int src = step.src, Tk = step.Tk, Tn = step.Tn;
     const size_t part = size_t(d.B) * Tk * KVD, next_part = size_t(d.B) * Tn * KVD;
     // The next block's keys and values move while this one is computed, and so do the sums
     // this rank passed on at the previous step (they bring this block's sums in).

@@ -94,12 +94,12 @@ void ring_attention_forward(float* out, float* lse, const float* q, const float*
   ring_forward_start(out, lse, w.sums, d.B, Tq, d.NH, d.HD);  // lse holds the running max until the end
   hold_own_block(w.cur, w.host_cur.data(), k, v, own, P);
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, Tk = z.local_len(src), Tn = z.local_len((src - 1 + P) % P);
+    const auto [src, Tk, Tn, to, from] = RingStep::at(z, r, s);
     const size_t part = size_t(d.B) * Tk * KVD, next_part = size_t(d.B) * Tn * KVD;
     std::unique_ptr<Collective::Pending> moving;
     if (s + 1 < P)
-      moving = group.exchange(w.host_cur.data(), 2 * part * sizeof(float), (r + 1) % P, w.host_next.data(),
-                              2 * next_part * sizeof(float), (r - 1 + P) % P);
+      moving = group.exchange(w.host_cur.data(), 2 * part * sizeof(float), to, w.host_next.data(),
+                              2 * next_part * sizeof(float), from);
     // Queued before the wait: the device attends to this block while the next one moves.
     ring_forward_step(out, lse, w.sums, q, Tq, chunks_of(z, r), w.cur, w.cur + part, Tk, chunks_of(z, src), d.B, d.NH,
                       d.NKV, d.HD);
@@ -128,11 +128,10 @@ void ring_attention_backward(float* dq, float* dk, float* dv, const float* dout,
   hold_own_block(w.cur, w.host_cur.data(), k, v, own, P);
   if (own) ATOLL_CUDA_CHECK(cudaMemset(w.cur + 2 * own, 0, 2 * own * sizeof(float)));
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, Tk = z.local_len(src), Tn = z.local_len((src - 1 + P) % P);
+    const auto [src, Tk, Tn, to, from] = RingStep::at(z, r, s);
     const size_t part = size_t(d.B) * Tk * KVD, next_part = size_t(d.B) * Tn * KVD;
-    const int to = (r + 1) % P, from = (r - 1 + P) % P;
-    // The next block's keys and values move while this one's gradients are computed; its
-    // gradients follow once they hold this rank's share. The last step sends each block home.
+    // As the CPU ring: the next block's [k | v] moves during this block's step, whose [dk | dv]
+    // is staged down once it holds this rank's share and follows; the last step sends it home.
     std::unique_ptr<Collective::Pending> kv, grads;
     if (s + 1 < P)
       kv = group.exchange(w.host_cur.data(), 2 * part * sizeof(float), to, w.host_next.data(),

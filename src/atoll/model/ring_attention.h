@@ -72,6 +72,17 @@ struct RingClock {
 };
 RingClock ring_clock();
 
+// Step s (0 <= s < P) of a ring at rank r: the block in hand is rank src's (Tk rows a sequence),
+// the one arriving is its predecessor's (Tn rows); blocks go to rank `to`, come from `from`.
+// The device mirror of the ring (model/device_ring_attention.h) walks these steps.
+struct RingStep {
+  int src, Tk, Tn, to, from;
+  static RingStep at(const ZigzagLayout& z, int r, int s) {
+    const int P = z.P, src = (r - s + P) % P;
+    return {src, z.local_len(src), z.local_len((src - 1 + P) % P), (r + 1) % P, (r - 1 + P) % P};
+  }
+};
+
 // local[B, T_r, W] (=) rank r's rows of whole[B, T, W], in its chunks' order; and back.
 template <typename X>
 void zigzag_take(X* local, const X* whole, int B, size_t W, const ZigzagLayout& z, int r);

@@ -8,11 +8,7 @@
 #include "atoll/core/collective.h"
 
 namespace atl {
-namespace {
-
-// The group's total of every rank's sums, added in rank order in double on every rank (an
-// all-gather of 2E+2 doubles), so every rank holds the same bits.
-RouterSums sum_over_group(const RouterSums& mine, Collective& group) {
+RouterSums router_sums_over_group(const RouterSums& mine, Collective& group) {
   const size_t E = mine.slots.size();
   std::vector<double> flat(mine.slots);
   flat.insert(flat.end(), mine.prob.begin(), mine.prob.end());
@@ -31,8 +27,6 @@ RouterSums sum_over_group(const RouterSums& mine, Collective& group) {
   }
   return total;
 }
-
-}  // namespace
 
 void router_topk_rows(ParamLayout& layout, const ModelConfig& m, int layer) {
   layout.add(matrix_entry(layer_prefix(layer) + "moe.router", m.n_experts, m.dim, ParamGroup::kRouter, layer));
@@ -66,7 +60,7 @@ RouterLosses RouterTopk<T>::forward(const T* h, const PartContext<T>& c) {
   // Context parallelism: the balancing loss is a product of means over the whole batch, so the
   // group adds its sums first; each rank reports 1/P of the batch's losses, so the group's
   // reports add up to them, and its backward takes the batch's shares.
-  batch_ = sum_over_group(router_sums(probs_.data(), lse_.data(), topk_idx_.data(), N, E_, K_), *c.cp);
+  batch_ = router_sums_over_group(router_sums(probs_.data(), lse_.data(), topk_idx_.data(), N, E_, K_), *c.cp);
   RouterLosses out = router_losses(batch_, K_, aux_coef_, z_coef_);
   out.aux /= c.cp->size(), out.z /= c.cp->size();
   return out;

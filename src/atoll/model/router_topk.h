@@ -15,6 +15,11 @@ namespace atl {
 
 void router_topk_rows(ParamLayout& layout, const ModelConfig& m, int layer);
 
+// Context parallelism: the group's total of every rank's router sums, added in rank order in
+// double on every rank (an all-gather of 2E+2 doubles), so every rank holds the same bits. The
+// CPU router and its device mirror (router_topk.cu) both take their losses from it.
+RouterSums router_sums_over_group(const RouterSums& mine, Collective& group);
+
 template <typename T>
 class RouterTopk final : public RouterPart<T> {
  public:

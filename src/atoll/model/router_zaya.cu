@@ -12,6 +12,7 @@
 #include "atoll/backend/cuda/rmsnorm.h"
 #include "atoll/backend/cuda/router_zaya.h"
 #include "atoll/core/check.h"
+#include "atoll/core/errors.h"
 #include "atoll/model/device_part.cuh"
 #include "atoll/model/router_zaya.h"
 
@@ -139,6 +140,10 @@ class DeviceRouterZaya final : public DeviceRouterPart {
 std::unique_ptr<DeviceRouterPart> make_device_router_zaya(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                           const DevicePartSizes& s, DevicePartScratch& scratch,
                                                           Carver& carve) {
+  if (s.zigzag)  // its balancing loads and depth state over a split sequence are the CPU's only
+    throw ConfigError("model.router = \"zaya\" with train.context_parallel > 1 runs on the CPU engine only (the "
+                      "device zaya router adds no loads over the group); fix: train.device = \"cpu\", or "
+                      "train.context_parallel = 1");
   return std::make_unique<DeviceRouterZaya>(m, layout, layer, s, scratch, carve);
 }
 

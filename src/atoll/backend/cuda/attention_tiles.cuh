@@ -52,6 +52,21 @@ __device__ inline Visible visible_keys(const RingChunks& kc, int qid, int row) {
   return {lim[0], lim[0] + lim[1], kc.len[0] - lim[0]};
 }
 
+// The query row that a block of the forward and dq kernels works on, (t, h, b) from the grid:
+// its key head, its rows of q/out/dout [B,Tq,NH,HD] and of lse/D [B,NH,Tq], and the keys it sees.
+struct QueryRow {
+  int t, h, b, kh;
+  size_t qi, li;
+  Visible vis;
+};
+__device__ inline QueryRow query_row(const RingChunks& qc, const RingChunks& kc, int Tq, int NH, int NKV, int HD) {
+  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  int qid, qrow;
+  chunk_row(qc, t, &qid, &qrow);
+  return {t, h, b, h / (NH / NKV), row_of(b, t, NH, h, Tq, HD), (size_t(b) * NH + h) * Tq + t,
+          visible_keys(kc, qid, qrow)};
+}
+
 // The query rows that see key row `row` of chunk `kid`: rows [first, len) of each query chunk,
 // as one list of n rows (n0 from chunk 0).
 struct Seeing {
@@ -80,13 +95,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* os = qs + HD;
   float* ps = os + HD;
   float* red = ps + kAttnThreads;
-  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  int qid, qrow;
-  chunk_row(qc, t, &qid, &qrow);
-  const Visible vis = visible_keys(kc, qid, qrow);
+  const int tid = threadIdx.x;
+  const auto [t, h, b, kh, qi, li, vis] = query_row(qc, kc, Tq, NH, NKV, HD);
   if (vis.n == 0) return;  // the whole block: n is the same in every thread
-  const int kh = h / (NH / NKV);
-  const size_t qi = row_of(b, t, NH, h, Tq, HD), li = (size_t(b) * NH + h) * Tq + t;
   for (int d = tid; d < HD; d += kAttnThreads) {
     qs[d] = q[qi + d];
     os[d] = fresh ? 0.f : acc[qi + d];
@@ -129,12 +140,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* dos = qs + HD;
   float* dqs = dos + HD;
   float* dss = dqs + HD;
-  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  int qid, qrow;
-  chunk_row(qc, t, &qid, &qrow);
-  const Visible vis = visible_keys(kc, qid, qrow);
-  const int kh = h / (NH / NKV);
-  const size_t qi = row_of(b, t, NH, h, Tq, HD), li = (size_t(b) * NH + h) * Tq + t;
+  const int tid = threadIdx.x;
+  const auto [t, h, b, kh, qi, li, vis] = query_row(qc, kc, Tq, NH, NKV, HD);
   if (vis.n == 0) {
     for (int d = tid; d < HD && !accumulate; d += kAttnThreads) dq[qi + d] = 0.f;
     return;

@@ -44,8 +44,9 @@ void rope_forward(float* x, const DeviceRopeTable& table, int B, int T_, int NHX
   rotate(x, table, B, T_, NHX, HD, pos0, 1.f, stream);
 }
 
-void rope_backward(float* dx, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, cudaStream_t stream) {
-  rotate(dx, table, B, T_, NHX, HD, 0, -1.f, stream);
+void rope_backward(float* dx, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, int pos0,
+                   cudaStream_t stream) {
+  rotate(dx, table, B, T_, NHX, HD, pos0, -1.f, stream);
 }
 
 }  // namespace atl::gpu

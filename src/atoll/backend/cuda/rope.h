@@ -20,8 +20,8 @@ struct DeviceRopeTable {
 void rope_forward(float* x, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, int pos0 = 0,
                   cudaStream_t stream = nullptr);
 
-// dx[B,T,NHX,HD] in place: the inverse rotation.
-void rope_backward(float* dx, const DeviceRopeTable& table, int B, int T_, int NHX, int HD,
+// dx[B,T,NHX,HD] in place: the inverse rotation, position t at table row pos0 + t.
+void rope_backward(float* dx, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, int pos0 = 0,
                    cudaStream_t stream = nullptr);
 
 }  // namespace atl::gpu

@@ -114,24 +114,60 @@ __global__ void router_loss_total_kernel(double* out, const double* P, const dou
   out[1] = z_coef * z / N;
 }
 
+// One block: the slices added in slice order, per expert (threads over e) and for z (thread 0).
+__global__ void router_sums_total_kernel(double* out, const double* P, const double* cnt, const double* zs, int E) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    double p = 0.0, c = 0.0;
+    for (int s = 0; s < kLossSlices; ++s) p += P[size_t(s) * E + e], c += cnt[size_t(s) * E + e];
+    out[e] = c, out[E + e] = p;
+  }
+  if (threadIdx.x != 0) return;
+  double z = 0.0;
+  for (int s = 0; s < kLossSlices; ++s) z += zs[s];
+  out[2 * E] = z;
+}
+
 }  // namespace
 
 int64_t router_losses_scratch_doubles(int E) { return int64_t(kLossSlices) * (2 * int64_t(E) + 1); }
 
+namespace {
+
+// The slices of the loss sums (router_loss_slices_kernel) in scratch; false, with out[n_out]
+// zeroed, when there are no tokens (no tokens, no loss: as the CPU).
+struct LossSlices {
+  double *P, *cnt, *zs;  // [kLossSlices, E] x2, [kLossSlices]
+};
+bool loss_slices(LossSlices* s, double* out, size_t n_out, const float* probs, const float* lse,
+                 const int32_t* topk_idx, int N, int E, int K, double* scratch, cudaStream_t stream) {
+  if (N <= 0) {
+    ATOLL_CUDA_CHECK(cudaMemsetAsync(out, 0, n_out * sizeof(double), stream));
+    return false;
+  }
+  s->P = scratch, s->cnt = s->P + size_t(kLossSlices) * E, s->zs = s->cnt + size_t(kLossSlices) * E;
+  router_loss_slices_kernel<<<kLossSlices, kBlock, 0, stream>>>(s->P, s->cnt, s->zs, probs, lse, topk_idx, N, E, K);
+  ATOLL_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace
+
 void router_losses(double* out, const float* probs, const float* lse, const int32_t* topk_idx, int N, int E, int K,
                    double aux_coef, double z_coef, double* scratch, cudaStream_t stream) {
   ATOLL_CHECK(E >= 1 && E <= 4096 && K >= 1 && K <= E) << "router losses E=" << E << " K=" << K;
-  if (N <= 0) {  // no tokens, no loss (as the CPU)
-    ATOLL_CUDA_CHECK(cudaMemsetAsync(out, 0, 2 * sizeof(double), stream));
-    return;
-  }
-  double* P = scratch;                         // [kLossSlices, E]
-  double* cnt = P + size_t(kLossSlices) * E;   // [kLossSlices, E]
-  double* zs = cnt + size_t(kLossSlices) * E;  // [kLossSlices]
-  router_loss_slices_kernel<<<kLossSlices, kBlock, 0, stream>>>(P, cnt, zs, probs, lse, topk_idx, N, E, K);
+  LossSlices s;
+  if (!loss_slices(&s, out, 2, probs, lse, topk_idx, N, E, K, scratch, stream)) return;
+  router_loss_total_kernel<<<1, kBlock, size_t(E) * sizeof(double), stream>>>(out, s.P, s.cnt, s.zs, N, E, K,
+                                                                              aux_coef, z_coef);
   ATOLL_CUDA_CHECK_LAUNCH();
-  router_loss_total_kernel<<<1, kBlock, size_t(E) * sizeof(double), stream>>>(out, P, cnt, zs, N, E, K, aux_coef,
-                                                                              z_coef);
+}
+
+void router_sums(double* out, const float* probs, const float* lse, const int32_t* topk_idx, int N, int E, int K,
+                 double* scratch, cudaStream_t stream) {
+  ATOLL_CHECK(E >= 1 && K >= 1 && K <= E) << "router sums E=" << E << " K=" << K;
+  LossSlices s;
+  if (!loss_slices(&s, out, 2 * size_t(E) + 1, probs, lse, topk_idx, N, E, K, scratch, stream)) return;
+  router_sums_total_kernel<<<1, kBlock, 0, stream>>>(out, s.P, s.cnt, s.zs, E);
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 
@@ -152,10 +188,21 @@ void router_backward(float* dlogits, const float* dtopk_w, const float* probs, c
   ATOLL_CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(int32_t) * E, stream));
   expert_counts_kernel<<<grid_for(R), kBlock, 0, stream>>>(scratch, topk_idx, R, E);
   ATOLL_CUDA_CHECK_LAUNCH();
-  const double aux_g = loss_scale * aux_coef * E / N;  // d aux / d p_ni = coef * E * f_i / N
-  const double z_g = loss_scale * z_coef * 2.0 / N;    // d z / d lse_n = 2 coef lse_n / N
-  router_backward_kernel<<<grid_for(N, 128), 128, 0, stream>>>(dlogits, dtopk_w, probs, lse, topk_idx, topk_w, scratch,
-                                                               N, E, K, aux_g, z_g, double(R));
+  router_backward_batch(dlogits, dtopk_w, probs, lse, topk_idx, topk_w, N, E, K, aux_coef, z_coef, loss_scale, scratch,
+                        double(N), stream);
+}
+
+void router_backward_batch(float* dlogits, const float* dtopk_w, const float* probs, const float* lse,
+                           const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef,
+                           double z_coef, double loss_scale, const int32_t* batch_counts, double batch_tokens,
+                           cudaStream_t stream) {
+  ATOLL_CHECK(E >= 1 && K >= 1 && K <= E) << "router E=" << E << " K=" << K;
+  if (N <= 0 || batch_tokens <= 0) return;
+  const double Nb = batch_tokens;
+  const double aux_g = loss_scale * aux_coef * E / Nb;  // d aux / d p_ni = coef * E * f_i / N
+  const double z_g = loss_scale * z_coef * 2.0 / Nb;    // d z / d lse_n = 2 coef lse_n / N
+  router_backward_kernel<<<grid_for(N, 128), 128, 0, stream>>>(dlogits, dtopk_w, probs, lse, topk_idx, topk_w,
+                                                               batch_counts, N, E, K, aux_g, z_g, Nb * K);
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 

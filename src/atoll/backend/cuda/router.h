@@ -28,6 +28,21 @@ void router_backward(float* dlogits, const float* dtopk_w, const float* probs, c
                      const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef, double z_coef,
                      double loss_scale, int32_t* scratch, cudaStream_t stream = nullptr);
 
+// Context parallelism (a batch's tokens split over ranks; layers/router.h's RouterSums): out[2E+1]
+// (=) in double, the sums these N tokens add to their batch's losses: routed slots per expert [E],
+// Σ_n p_ne [E], Σ_n lse_n². Left on the device; scratch as router_losses. The ranks add theirs
+// and take the losses from the total (router_losses(const RouterSums&, ...) on the host).
+void router_sums(double* out, const float* probs, const float* lse, const int32_t* topk_idx, int N, int E, int K,
+                 double* scratch, cudaStream_t stream = nullptr);
+
+// router_backward for N tokens of a batch whose losses were taken over the whole batch (the
+// RouterSums overload of layers/router.h): batch_counts[E] (device) the batch's routed slots per
+// expert, batch_tokens its token count.
+void router_backward_batch(float* dlogits, const float* dtopk_w, const float* probs, const float* lse,
+                           const int32_t* topk_idx, const float* topk_w, int N, int E, int K, double aux_coef,
+                           double z_coef, double loss_scale, const int32_t* batch_counts, double batch_tokens,
+                           cudaStream_t stream = nullptr);
+
 // counts[E] (+=) the slots of topk_idx[N,K] that chose each expert (kNoExpert slots count for
 // none): the loads of Model::topk_choice_counts. A block per expert counts integers (exact).
 void router_choice_counts(double* counts, const int32_t* topk_idx, int N, int E, int K, cudaStream_t stream = nullptr);
