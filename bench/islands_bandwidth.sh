@@ -5,8 +5,9 @@
 # talk to each other only through those links, over real TCP, as `atoll worker` processes
 # started by hand: the same way a run spans machines.
 #
-#   bench/islands_bandwidth.sh run [RATES...]   blocking vs streaming-overlapped at each rate
-#                                               (default: 20mbit 100mbit); needs root
+#   bench/islands_bandwidth.sh run [RATES...]   blocking vs streaming-overlapped vs the delayed
+#                                               outer step at each rate (default: 20mbit
+#                                               100mbit); needs root
 #   bench/islands_bandwidth.sh up N RATE        only build the namespaces (atl-hub, atl-i0..)
 #   bench/islands_bandwidth.sh down             remove them (also done on exit by `run`)
 #
@@ -15,7 +16,8 @@
 # state (from its first metrics row to the one before the last step) and over the whole run
 # (the last step adds one blocking sync of every fragment, so every island ends on the same
 # θ: a one-time cost a long run amortizes). Settings: ISLANDS (2), STEPS (240), H (30),
-# FRAGMENTS (3), OVERLAP (steps each fragment's exchange hides behind, 8), CODEC (int8),
+# FRAGMENTS (3), OVERLAP (steps each fragment's exchange hides behind, 8), CODEC (int8), MODES
+# ("blocking overlapped delayed"; delayed: diloco.outer_delay = 1, each exchange behind a round),
 # ATOLL (build/atoll), ATOLL_BENCH_OUT (/tmp/atoll-islands-bandwidth). Extra `--set` for
 # the workers: WORKER_SETS="--set k=v ...".
 set -euo pipefail
@@ -108,13 +110,20 @@ trap down EXIT
 rm -rf "$out"
 mkdir -p "$out"
 "$atoll" data prepare --out "$out/data" >"$out/data.log" 2>&1
+modes=${MODES:-blocking overlapped delayed}
 for rate in "${rates[@]}"; do
-  run_one "blocking-$rate" "$rate"
-  run_one "overlapped-$rate" "$rate" --set diloco.fragments="$fragments" --set diloco.overlap_steps="$overlap"
+  for mode in $modes; do
+    case $mode in
+      blocking) run_one "blocking-$rate" "$rate" ;;
+      overlapped) run_one "overlapped-$rate" "$rate" --set diloco.fragments="$fragments" --set diloco.overlap_steps="$overlap" ;;
+      delayed) run_one "delayed-$rate" "$rate" --set diloco.outer_delay=1 ;;
+      *) echo "unknown mode $mode (blocking, overlapped, delayed)" >&2; exit 2 ;;
+    esac
+  done
 done
-python3 - "$out" "$islands" "${rates[@]}" <<'PY'
+python3 - "$out" "$islands" "$modes" "${rates[@]}" <<'PY'
 import json, os, sys
-out, islands, rates = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, islands, modes, rates = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 def util(a, b):
     return (b["compute_s"] - a["compute_s"]) / (b["time_s"] - a["time_s"])
 def summary(name):
@@ -126,7 +135,7 @@ def summary(name):
 print("| link | sync | utilization, steady state | utilization, whole run | wall s | comm_s | MB sent per island |")
 print("|---|---|---|---|---:|---:|---:|")
 for rate in rates:
-    for mode in ("blocking", "overlapped"):
+    for mode in modes:
         p = summary(f"{mode}-{rate}")
         steady = " / ".join(f"{100 * u[0]:.1f}%" for u in p)
         whole = " / ".join(f"{100 * u[1]:.1f}%" for u in p)

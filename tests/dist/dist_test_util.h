@@ -167,6 +167,17 @@ inline float test_value(uint64_t seed, int rank, size_t i) {
   return static_cast<float>(u * mag);
 }
 
+// An island's parameters at the start (every island alike), and one inner "step" of island
+// `rank`: a rank- and step-dependent drift (the outer-step drivers' tests: streaming, delay).
+inline std::vector<float> test_theta0(size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = test_value(1, 0, i);
+  return x;
+}
+inline void test_drift(std::vector<float>& local, int rank, int64_t step) {
+  for (size_t i = 0; i < local.size(); ++i) local[i] -= 0.01f * test_value(uint64_t(step) + 11, rank, i);
+}
+
 // FNV-1a over the bytes of a float buffer: equal hashes <=> (almost surely) equal bits.
 inline uint64_t hash_floats(const float* x, size_t n) {
   uint64_t h = 1469598103934665603ull;

@@ -18,6 +18,8 @@ namespace atl {
 namespace {
 
 using testing::run_processes;
+using testing::test_drift;
+using testing::test_theta0;
 using testing::test_value;
 
 class StreamingTest : public testing::RedisSuite {};
@@ -26,17 +28,6 @@ class StreamingTest : public testing::RedisSuite {};
 FragmentPlan plan_for(int layers, int P, size_t* total) {
   const std::vector<TensorSpan> spans = testing::fake_layout(layers, total);
   return plan_fragments(spans, *total, P);
-}
-
-// One inner "step" of island `rank`: a rank- and step-dependent drift of the local parameters.
-void drift(std::vector<float>& local, int rank, int64_t step) {
-  for (size_t i = 0; i < local.size(); ++i) local[i] -= 0.01f * test_value(uint64_t(step) + 11, rank, i);
-}
-
-std::vector<float> theta0(size_t n) {
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = test_value(1, 0, i);
-  return x;
 }
 
 TEST_F(StreamingTest, OneBlockingFragmentIsPlainDiloco) {
@@ -51,9 +42,9 @@ TEST_F(StreamingTest, OneBlockingFragmentIsPlainDiloco) {
       Store store(store_options("plain-ref"));
       ProcessGroup g(store, GroupOptions{.name = "outer-r0", .rank = rank, .size = N});
       RingAllreduce r(g, ring);
-      std::vector<float> theta = theta0(n), m(n, 0.0f), local = theta, delta(n);
+      std::vector<float> theta = test_theta0(n), m(n, 0.0f), local = theta, delta(n);
       for (int64_t step = 1; step <= T; ++step) {
-        drift(local, rank, step);
+        test_drift(local, rank, step);
         if (step % H != 0 && step != T) continue;
         for (size_t i = 0; i < n; ++i) delta[i] = theta[i] - local[i];
         r.mean(delta.data(), n);
@@ -65,11 +56,11 @@ TEST_F(StreamingTest, OneBlockingFragmentIsPlainDiloco) {
     {
       Store store(store_options("plain-stream"));
       ProcessGroup g(store, GroupOptions{.name = "outer-r0", .rank = rank, .size = N});
-      std::vector<float> local = theta0(n);
+      std::vector<float> local = test_theta0(n);
       DilocoSync sync(g, local.data(), n, {.ring = ring});
       StreamingDiloco s(sync, g, {.inner_steps = H});
       for (int64_t step = 1; step <= T; ++step) {
-        drift(local, rank, step);
+        test_drift(local, rank, step);
         const StreamStep st = s.after_step(step, T, local.data());
         if (st.synced) {
           EXPECT_EQ(st.synced->fragment, 0);
@@ -104,7 +95,7 @@ TEST_F(StreamingTest, FragmentsAgreeAcrossIslandsBlockingAndOverlapped) {
       FragmentPlan plan = plan_for(c.layers, c.P, &n);
       Store store(store_options(run));
       ProcessGroup g(store, GroupOptions{.name = "outer-r0", .rank = rank, .size = c.islands, .connections = 2});
-      std::vector<float> local = theta0(n);
+      std::vector<float> local = test_theta0(n);
       DilocoSync sync(g, local.data(), n,
                       {.ring = {.codec = Codec::kInt8, .chunk_bytes = 4096, .error_feedback = c.ef}}, std::move(plan));
       StreamingDiloco s(sync, g, {.inner_steps = c.H, .overlap_steps = c.tau, .mixing = 0.5});
@@ -112,7 +103,7 @@ TEST_F(StreamingTest, FragmentsAgreeAcrossIslandsBlockingAndOverlapped) {
       std::map<int, int> started, finished;
       int last_started = -1;
       for (int64_t step = 1; step <= c.T; ++step) {
-        drift(local, rank, step);
+        test_drift(local, rank, step);
         const StreamStep st = s.after_step(step, c.T, local.data());
         if (st.synced) {
           finished[st.synced->fragment]++;
@@ -155,7 +146,7 @@ TEST_F(StreamingTest, APeerLostDuringAnOverlappedExchangeNamesTheFragmentAndLeav
     Store store(store_options("lost"));
     ProcessGroup g(store, GroupOptions{.name = "outer-r0", .rank = rank, .size = 2,
                                        .timeout = std::chrono::milliseconds(3000)});
-    std::vector<float> local = theta0(n);
+    std::vector<float> local = test_theta0(n);
     DilocoSync sync(g, local.data(), n, {.ring = {.codec = Codec::kInt8, .chunk_bytes = 4096}}, std::move(plan));
     StreamingDiloco s(sync, g, {.inner_steps = 4, .overlap_steps = 1});
     g.barrier();  // both sides done connecting, so the loss lands in the exchange, not the rendezvous
@@ -163,7 +154,7 @@ TEST_F(StreamingTest, APeerLostDuringAnOverlappedExchangeNamesTheFragmentAndLeav
     const std::string theta_before = sync.theta_hash();
     std::vector<float> momentum_before = sync.momentum();
     for (int64_t step = 1; step <= 8; ++step) {
-      drift(local, rank, step);
+      test_drift(local, rank, step);
       try {
         s.after_step(step, 8, local.data());
       } catch (const PeerLost& e) {

@@ -159,6 +159,35 @@ TEST_F(StateRegistryTest, EveryEntryRoundTripsBitForBit) {
   }
 }
 
+// diloco.outer_delay = 1: the pending flag, the island's Δ in flight and its eager start are
+// saved and restored bit for bit (what a resumed run starts its exchange again from), and a
+// checkpoint without them resumes with nothing in flight.
+TEST_F(StateRegistryTest, TheDelayedOuterStepsStateRoundTripsBitForBit) {
+  Config cfg = config();
+  cfg.diloco.error_feedback = false;
+  cfg.diloco.outer_delay = 1;
+  Worker a(cfg, true, store_options("delay-a")), b(cfg, true, store_options("delay-b"));
+  const size_t n = a.loop.engine->layout().total();
+  OuterDelay da(n), db(n);
+  a.state.delay = &da, b.state.delay = &db;
+  for (size_t i = 0; i < n; ++i)
+    a.diloco->delta(0)[i] = float(i % 97) / 89.0f - 0.5f, da.start()[i] = float(i % 53) / 51.0f + 0.25f;
+  da.set_pending(true);
+  const std::string dir = save_training_state(cfg, run_ / "delay", a.state, {});
+  const json manifest = read_training_manifest(dir);
+  EXPECT_EQ(manifest["state"]["diloco_delay_pending"], true);
+  restore_training_state(dir, manifest, cfg, b.state, {});
+  EXPECT_TRUE(db.pending());
+  EXPECT_EQ(hash_floats(b.diloco->delta(0).data(), n), hash_floats(a.diloco->delta(0).data(), n));
+  EXPECT_EQ(hash_floats(db.start().data(), n), hash_floats(da.start().data(), n));
+  // A checkpoint of a run without the delay: nothing in flight.
+  Config plain = cfg;
+  plain.diloco.outer_delay = 0;
+  const std::string old = save_training_state(plain, run_ / "plain", a.state, {});
+  restore_training_state(old, read_training_manifest(old), cfg, b.state, {});
+  EXPECT_FALSE(db.pending());
+}
+
 TEST_F(StateRegistryTest, VersionOneCheckpointsOfBothKindsStillLoad) {
   const Config cfg = config();
   for (const bool diloco : {false, true}) {

@@ -14,6 +14,7 @@
 
 #include "atoll/config/context_parallel.h"
 #include "atoll/config/data_mix.h"
+#include "atoll/config/outer_delay_rules.h"
 #include "atoll/config/toml_text.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/log.h"
@@ -196,6 +197,7 @@ void visit_config(Config& c, V&& v) {
   v.num("diloco.sync_seconds", g.sync_seconds, "islands sync on a time budget: a round ends after the inner step during which this many seconds passed (at most diloco.inner_steps steps), and the mean weights each island's pseudo-gradient by the tokens it trained (0 = every diloco.inner_steps steps)", closed(0.0, 1e6));
   v.str("diloco.expert_merge", g.expert_merge, "outer mean of the experts' pseudo-gradients: mean (every island alike, as the dense parameters) or tokens (each island weighted by the tokens it routed to that expert in the round; an expert no island used keeps its parameters)", {"mean", "tokens"});
   v.num("diloco.expert_topk", g.expert_topk, "sparse expert exchange: the fraction of each layer's experts an island sends per outer step, those whose pseudo-gradient plus error-feedback residual has the largest norm (ceil(fraction x model.n_experts), at least 1); the rest wait in the island's residual (0 or 1 = every expert, the dense exchange)", closed(0.0, 1.0));
+  v.num("diloco.outer_delay", g.outer_delay, "1: each round's exchange runs behind the whole next round, which starts from the island's own eager outer step, corrected when the mean arrives (0 = the outer step waits for its exchange)", closed(0, 1));
   v.num("diloco.dp_warmup_steps", g.dp_warmup_steps, "first steps as data parallel across all islands (gradients all-reduced every step), DiLoCo after: a warm start", closed(0, kInt64Max));
 
   v.num("checkpoint.every", c.checkpoint.every, "steps between checkpoints (0 = only at the end)", closed(0, kInt64Max));
@@ -628,6 +630,7 @@ void validate_config(const Config& c, const std::string& origin) {
          "diloco.overlap_steps = 0 (here " + std::to_string(c.diloco.fragments) + " and " +
          std::to_string(c.diloco.overlap_steps) + "); fix: set diloco.fragments = 1 and diloco.overlap_steps = 0, "
          "or diloco.sync_seconds = 0");
+  if (const std::string why = outer_delay_problem(c.diloco); !why.empty()) fail(why);
   // An island that reaches the cap H early waits at the outer step's barrier for up to a budget;
   // that wait is bounded by fault.timeout_s, past which the outer step fails.
   if (c.diloco.sync_seconds >= c.fault.timeout_s)

@@ -115,6 +115,7 @@ struct DilocoConfig {
   double sync_seconds = 0.0;    // > 0: a round ends once this much wall time passed (H its cap); Δ weighted by tokens
   std::string expert_merge = "mean";  // mean | tokens: each expert's Δ weighted by the tokens each island routed to it
   double expert_topk = 0.0;  // fraction of each layer's experts an island sends per round (0 or 1: all)
+  int outer_delay = 0;  // 1: round r's exchange overlaps round r+1, eager local step meanwhile (dist/outer_delay.h)
 };
 
 struct CheckpointConfig {

@@ -162,10 +162,11 @@ void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta,
   }
 }
 
-void DilocoSync::snapshot(int f, const float* theta_local) {
+void DilocoSync::snapshot(int f, const float* theta_local, const float* base) {
   float* d = delta_[size_t(f)].data();
+  if (base == nullptr) base = theta_.data();
   for (const ElementRange& r : plan_.ranges[size_t(f)])
-    for (size_t i = r.begin; i < r.end; ++i) *d++ = theta_[i] - theta_local[i];
+    for (size_t i = r.begin; i < r.end; ++i) *d++ = base[i] - theta_local[i];
   if (!merges_experts()) return;
   sending_[size_t(f)] = island_ != nullptr ? island_sum(*island_, counts_[size_t(f)]) : counts_[size_t(f)];
   std::fill(counts_[size_t(f)].begin(), counts_[size_t(f)].end(), 0.0);
@@ -290,6 +291,7 @@ SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   if (island_ != nullptr) share_shards(f);
   const float a = float(mixing), b = float(1.0 - mixing);
   for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    if (theta_local == nullptr) break;  // the delayed outer step merges nothing (outer_delay.h)
     if (mixing < 0) {
       std::memcpy(theta_local + r.begin, theta_.data() + r.begin, r.size() * sizeof(float));
     } else {  // the paper's merge: a·θ_local + (1 − a)·θ, one rounding per product (fma)

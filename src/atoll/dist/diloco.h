@@ -129,8 +129,10 @@ class DilocoSync {
   // Δ̄_f = mean over islands (may run on another thread while the caller changes theta_local;
   // throws Timeout/PeerLost with θ, m and Δ_f unchanged; sharded: this rank's shard only). apply:
   // the outer step on θ_f and m_f (sharded: on this rank's shard, then the island's all-gather),
-  // then theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy).
-  void snapshot(int f, const float* theta_local);
+  // then theta_local_f <- mixing·theta_local_f + (1 − mixing)·θ_f (mixing < 0: a plain copy;
+  // theta_local null: no merge, the delayed outer step's, outer_delay.h). snapshot with `base`:
+  // Δ_f = base_f − theta_local_f (the delayed step's round start instead of θ).
+  void snapshot(int f, const float* theta_local, const float* base = nullptr);
   double exchange(int f);  // returns its wall time
   SyncResult apply(int f, float* theta_local, double mixing);
   // Fragment f's exchange will not be applied: the ring's residual goes back to before it (a
@@ -151,6 +153,11 @@ class DilocoSync {
   // exchange may run.
   void detach();
   void rebind(ProcessGroup& outer);
+
+  // Fragment f's Δ_f as the last snapshot took it (flattened; with one fragment θ's layout), kept
+  // until the next snapshot: the delayed outer step's checkpoints save and restore it.
+  std::vector<float>& delta(int f) { return delta_[size_t(f)]; }
+  const DilocoOptions& options() const { return opts_; }
 
   int fragments() const { return plan_.count(); }
   const FragmentPlan& plan() const { return plan_; }

@@ -9,6 +9,9 @@ namespace atl {
 
 StreamingDiloco::StreamingDiloco(DilocoSync& sync, ProcessGroup& outer, const StreamingOptions& opts)
     : sync_(sync), outer_(&outer), opts_(opts), schedule_(opts.inner_steps, sync.fragments()) {
+  ATOLL_CHECK(!opts.delay || (opts.overlap_steps == 0 && sync.fragments() == 1 && opts.sync_seconds <= 0))
+      << "a delayed outer step with overlap " << opts.overlap_steps << ", fragments " << sync.fragments()
+      << ", sync_seconds " << opts.sync_seconds;
   ATOLL_CHECK(opts.overlap_steps == 0 || int64_t(opts.overlap_steps) * sync.fragments() < opts.inner_steps)
       << "overlap " << opts.overlap_steps << ", fragments " << sync.fragments() << ", H " << opts.inner_steps;
   ATOLL_CHECK(opts.sync_seconds <= 0 || (opts.overlap_steps == 0 && sync.fragments() == 1))
@@ -205,8 +208,10 @@ StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* t
 }
 
 StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* theta_local) {
-  StreamStep out;
   last_step_ = last_step;
+  last_after_ = step;
+  if (opts_.delay) return delayed_step(step, last_step, theta_local);
+  StreamStep out;
   const bool last = step >= last_step;
   const int due = last ? -1 : this->due(step, last_step);
   if (budget()) sync_.set_round({.step = step, .tokens = round_tokens_});
@@ -227,6 +232,12 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
   }
   const double s0 = now_s();
   sync_.snapshot(f, theta_local);
+  start_exchange(f, step, out);
+  out.comm_s += now_s() - s0;  // the snapshot: the main thread is busy with communication work
+  return out;
+}
+
+void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
   flight_f_ = f;
   flight_step_ = step;
   flight_error_ = nullptr;
@@ -243,8 +254,7 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
       // Voted down at once (the vote stands for the wait point too): the group is dropped now,
       // so the islands whose exchange started fail at once instead of at their timeout.
       elastic_->decide(outer_attempt(sync_.outer_step() + 1), false, false);
-      out.comm_s += now_s() - s0;
-      return out;
+      return;
     }
   } else {
     fault_outer_step(sync_.outer_step() + 1);
@@ -256,8 +266,6 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
       flight_error_ = std::current_exception();
     }
   });
-  out.comm_s += now_s() - s0;  // the snapshot: the main thread is busy with communication work
-  return out;
 }
 
 }  // namespace atl

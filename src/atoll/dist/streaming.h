@@ -56,6 +56,7 @@
 #include "atoll/dist/elastic_group.h"
 #include "atoll/dist/fragments.h"
 #include "atoll/dist/group.h"
+#include "atoll/dist/outer_delay.h"
 
 namespace atl {
 
@@ -64,6 +65,7 @@ struct StreamingOptions {
   int overlap_steps = 0;      // τ
   double mixing = 0.5;        // α, used when τ > 0
   double sync_seconds = 0;    // > 0: rounds end on this time budget, H their cap (see above)
+  OuterDelay* delay = nullptr;  // diloco.outer_delay = 1 (below; one fragment, τ = 0, no time budget)
 };
 
 // What after_step() did on the main thread.
@@ -99,6 +101,12 @@ class StreamingDiloco {
   void begin_round();
 
   bool in_flight() const { return flight_f_ >= 0; }
+  // A checkpoint may be taken now: nothing is in flight, or (the delayed outer step) the exchange
+  // in flight started at the step just taken, from the state the checkpoint saves.
+  bool checkpoint_safe() const { return !in_flight() || (opts_.delay && flight_step_ == last_after_); }
+  // The delayed outer step, resumed from a checkpoint taken after inner step `step` with a Δ
+  // pending: its exchange starts again (every island redoes it from the same saved state).
+  void resume_in_flight(int64_t step);
   const FragmentSchedule& schedule() const { return schedule_; }
   // The view a committed outer step admitted joiners into, once (elastic only).
   std::optional<View> take_admission();
@@ -115,6 +123,11 @@ class StreamingDiloco {
   // applied once every island agrees, else discarded and retried over the next epoch's group.
   SyncResult settle(int f, std::string failure, float* theta_local, double mixing, bool admit, StreamStep& out);
   SyncResult blocking_step(int f, float* theta_local, bool admit, StreamStep& out);
+  // Fragment f's exchange (Δ_f taken) on the background thread, after inner step `step`; elastic:
+  // not started when it cannot succeed (its wait point votes it down).
+  void start_exchange(int f, int64_t step, StreamStep& out);
+  // after_step() of the delayed outer step (streaming_delay.cc).
+  StreamStep delayed_step(int64_t step, int64_t last_step, float* theta_local);
   SyncResult final_sync(float* theta_local, StreamStep& out);
   SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
   // The applied step's incidents into out, each with its member's island.
@@ -141,6 +154,7 @@ class StreamingDiloco {
   int64_t decided_step_ = -1;
   int decided_ = -1;
   int64_t last_step_ = 0;
+  int64_t last_after_ = -1;  // the step of the latest after_step()
 };
 
 }  // namespace atl

@@ -139,7 +139,7 @@ void DilocoHook::after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) 
     ATOLL_CHECK(!counts.empty()) << place_.who << ": diloco.expert_merge = \"tokens\" needs the engine's expert counts";
     diloco_.add_expert_counts(counts.data());
   }
-  const bool theta_on_host = inner_step >= diloco_steps_ || streaming_.in_flight() ||
+  const bool theta_on_host = inner_step >= diloco_steps_ || (streaming_.in_flight() && !delayed_) ||
                              streaming_.due(inner_step, diloco_steps_) >= 0;
   if (theta_on_host) enter_phase(WorkerPhase::kExchanging), engine.to_host(kParams);
   const StreamStep st = streaming_.after_step(inner_step, diloco_steps_, engine.host().params);

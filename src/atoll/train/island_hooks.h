@@ -11,7 +11,8 @@
 //   DilocoHook      after_inner_step: the outer steps that streaming DiLoCo has due
 //                   (dist/streaming.h), on the host copy of the parameters, and their dropped or
 //                   clipped Δs (dist/update_guard.h) as events; can_checkpoint: not while an
-//                   exchange is in flight. Time budget (diloco.sync_seconds): each step's tokens
+//                   exchange is in flight (diloco.outer_delay = 1: but right after it started,
+//                   from the state the checkpoint saves, dist/outer_delay.h). Time budget (diloco.sync_seconds): each step's tokens
 //                   to the round; at a commit the island adopts the round's furthest step (the
 //                   step counter and the optimizer's, so the schedule, checkpoints and the run's
 //                   end agree) and its tokens in all; steps_agreed only right after a commit.
@@ -100,9 +101,9 @@ class DilocoHook final : public StepHooks {
              StreamingDiloco& streaming, JsonlWriter* incidents)
       : place_(place), outer_(outer), diloco_(diloco), streaming_(streaming), incidents_(incidents),
         dp_warmup_(dp_warmup_steps(cfg)), diloco_steps_(cfg.train.steps - dp_warmup_),
-        budget_(cfg.diloco.sync_seconds > 0) {}
+        budget_(cfg.diloco.sync_seconds > 0), delayed_(cfg.diloco.outer_delay > 0) {}
   void after_inner_step(Loop& loop, StepRow& row, StepClocks& clocks) override;
-  bool can_checkpoint() override { return !streaming_.in_flight() && agreed_; }
+  bool can_checkpoint() override { return streaming_.checkpoint_safe() && agreed_; }
   bool steps_agreed() override { return agreed_; }
   const std::string& theta_hash() const { return theta_hash_; }  // after the newest outer step
 
@@ -120,6 +121,7 @@ class DilocoHook final : public StepHooks {
   JsonlWriter* incidents_;
   int64_t dp_warmup_, diloco_steps_;  // steps of the warm start, and of DiLoCo after it
   bool budget_;                       // diloco.sync_seconds > 0
+  bool delayed_;                      // diloco.outer_delay = 1: the exchange in flight finishes only at a due step
   bool agreed_ = true;                // every island holds this step (steps_agreed)
   int64_t round_counted_ = 0;         // tokens the driver counted in this round (every worker's batch as this one's)
   std::string theta_hash_;
@@ -151,7 +153,7 @@ class IslandHooks final : public StepHooks {
         elastic_(cfg, outer, streaming, state),
         rollback_(cfg,
                   {.island = place.island, .rank = place.rank, .workers_per_island = place.workers_per_island,
-                   .dp_warmup = dp_warmup_steps(cfg)},
+                   .dp_warmup = dp_warmup_steps(cfg), .delay = state.delay},
                   inner, diloco, incidents),
         progress_(place.progress_file),
         list_({&progress_, &mean_, &warm_, &diloco_, &elastic_, &rollback_}) {}

@@ -206,6 +206,7 @@ struct Worker {
   std::unique_ptr<ProcessGroup> context{};  // train.context_parallel > 1: this rank's context-parallel group
   std::unique_ptr<ElasticGroup> outer{};
   std::unique_ptr<DilocoSync> diloco{};
+  std::unique_ptr<OuterDelay> delay{};  // diloco.outer_delay = 1
   uint64_t checkpoint_bytes = 0;  // sent by checkpoint saves (not training traffic: comm_bytes leaves it out)
   std::unique_ptr<StorePartExchange> parts{};
   std::unique_ptr<Checkpointer> checkpointer{};  // after `parts`: its writer thread stops first
@@ -299,6 +300,8 @@ struct Worker {
                                           diloco_options(cfg, engine.layout(), timeout),
                                           model_fragments(engine.layout(), cfg.diloco.fragments), inner.get());
     state.diloco = diloco.get();
+    if (cfg.diloco.outer_delay > 0) delay = std::make_unique<OuterDelay>(engine.layout().total());
+    state.delay = delay.get();
   }
 
   // The store, this worker's membership and heartbeat; a first start also meets every peer in
@@ -580,7 +583,10 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {
                             {.inner_steps = cfg.diloco.inner_steps,
                              .overlap_steps = cfg.diloco.overlap_steps,
                              .mixing = cfg.diloco.mixing,
-                             .sync_seconds = cfg.diloco.sync_seconds});
+                             .sync_seconds = cfg.diloco.sync_seconds,
+                             .delay = wk.delay.get()});
+  // A checkpoint taken with a delayed outer step's exchange in flight: every island starts it again.
+  if (wk.delay && wk.delay->pending()) streaming.resume_in_flight(loop.step - dp_warmup_steps(cfg));
   engine.to_device(kAllState);  // the initial, restored or received parameters and moments (a no-op on the CPU)
   if (w == 0 && opts.metrics_fd < 0 && !opts.join) {
     begin_run(rd, cfg);

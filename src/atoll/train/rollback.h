@@ -17,6 +17,7 @@
 
 #include "atoll/dist/diloco.h"
 #include "atoll/dist/group.h"
+#include "atoll/dist/outer_delay.h"
 #include "atoll/train/driver.h"
 #include "atoll/train/metrics.h"
 
@@ -25,6 +26,7 @@ namespace atl {
 struct RollbackPlace {
   int island = 0, rank = 0, workers_per_island = 1;
   int64_t dp_warmup = 0;  // steps of the data-parallel warm start (off there)
+  const OuterDelay* delay = nullptr;  // diloco.outer_delay = 1: the island rolls back to its round's start
 };
 
 // The running median of the last `window` accepted losses.

@@ -112,6 +112,26 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                    return "";
                  },
                  .if_absent = "the expert counts of the round in progress start from zero"});
+  // The delayed outer step (dist/outer_delay.h): a checkpoint is taken right after an exchange
+  // started (DilocoHook::can_checkpoint), so its Δ and the island's eager start are saved, and
+  // a resumed run starts that exchange again (StreamingDiloco::resume_in_flight).
+  if (cfg.diloco.outer_delay > 0) {
+    r.push_back({.name = "diloco_delay_pending", .type = J, .owner = "diloco", .division = D::kRun,
+                 .what = "whether a Δ awaits its mean (diloco.outer_delay)",
+                 .get = [s] { return json(s->delay->pending()); },
+                 .set = [s](const json& v) { s->delay->set_pending(v.get<bool>()); },
+                 .check = [](const json& v) -> std::string { return v.is_boolean() ? "" : "is not true or false"; },
+                 .if_absent = "nothing is in flight: the next round starts from θ",
+                 .on_absent = [s] { s->delay->set_pending(false); }});
+    r.push_back({.name = "diloco_delay_delta", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
+                 .what = "the island's Δ whose exchange is in flight (diloco.outer_delay)",
+                 .data = [s] { return s->diloco->delta(0).data(); },
+                 .if_absent = "nothing is in flight"});
+    r.push_back({.name = "diloco_delay_start", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
+                 .what = "where the island's round began, its eager start (diloco.outer_delay)",
+                 .data = [s] { return s->delay->start().data(); },
+                 .if_absent = "nothing is in flight: the round starts from θ"});
+  }
   r.push_back({.name = "fragment_outer_steps", .type = J, .owner = "diloco", .division = D::kRun,
                .what = "outer steps done per fragment",
                .get = [s] { return json(s->diloco->fragment_outer_steps()); },

@@ -17,6 +17,9 @@
 //   diloco_expert_residual       tensor  diloco  sharded_in_island     experts not yet sent (expert_topk)
 //   fragment_outer_steps         json    diloco  run                   outer steps per fragment
 //   outer_step                   json    diloco  run                   their sum (saved for readers)
+//   diloco_delay_pending         json    diloco  run                   a Δ awaits its mean (outer_delay)
+//   diloco_delay_delta           tensor  diloco  replicated_in_island  that Δ, the island's
+//   diloco_delay_start           tensor  diloco  replicated_in_island  where the island's round began
 //
 // Divisions: run (equal on every worker; saved once), replicated_in_island (every rank of an
 // island holds the same; saved once per island, from its rank 0), per_island (one value per
@@ -34,6 +37,7 @@
 
 #include "atoll/config/config.h"
 #include "atoll/dist/diloco.h"
+#include "atoll/dist/outer_delay.h"
 #include "atoll/optim/zero_shard.h"
 #include "atoll/train/loop.h"
 
@@ -47,6 +51,7 @@ const char* division_name(Division d);  // "run", "per_island", ...
 struct TrainingState {
   Loop& loop;
   DilocoSync* diloco = nullptr;  // null: a run without DiLoCo (`atoll train`)
+  OuterDelay* delay = nullptr;   // diloco.outer_delay = 1 (dist/outer_delay.h); null otherwise
   // Waits until the checkpoint save in flight has copied the saved tensors (its Checkpointer
   // installs it: state_checkpoint.h): called first by whatever writes them outside the step's
   // own fence (a resume, a state transfer, an admission).

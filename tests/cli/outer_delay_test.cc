@@ -1,0 +1,115 @@
+// The delayed outer step (diloco.outer_delay = 1, dist/outer_delay.h) through `atoll launch` on
+// the micro model, with real processes: two islands train with every exchange behind the next
+// round and log equal θ hashes at every outer step; one island killed in the ring of an exchange
+// in flight (ATOLL_FAULT) does not end the run: the other retries that outer step alone at its
+// wait point, the lost island is restarted, rejoins (the pipeline drains for it) and the hashes
+// still agree; a run resumed from a checkpoint taken with an exchange in flight logs the same
+// losses and hashes as the uninterrupted run, bit for bit (also 2 x 2 workers with ZeRO-1); and the combinations it cannot run
+// are refused naming the keys.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "cli/elastic_util.h"
+
+namespace atl::testing {
+namespace {
+
+using nlohmann::json;
+
+class OuterDelayLaunch : public ElasticLaunch {
+ protected:
+  // (island, rank, step) -> {loss, theta_hash or ""}.
+  static std::map<std::tuple<int, int, int64_t>, std::pair<double, std::string>> rows(const std::string& run) {
+    std::map<std::tuple<int, int, int64_t>, std::pair<double, std::string>> r;
+    for (const auto& row : read_jsonl(run + "/metrics.jsonl"))
+      r[{row["island"].get<int>(), row["rank"].get<int>(), row["step"].get<int64_t>()}] = {
+          row["loss"].get<double>(), row.value("theta_hash", "")};
+    return r;
+  }
+};
+
+TEST_F(OuterDelayLaunch, AnIslandKilledMidExchangeLeavesTheRunGoingWithEqualHashes) {
+  const std::string run = dir("run");
+  std::vector<std::string> a = args(run, {"--set", "diloco.outer_delay=1"});
+  a[2] = "2";  // --islands 2
+  // Outer step 2's exchange starts at step 8 and runs behind steps 9-12: island 1 dies in it.
+  child_env().push_back("ATOLL_FAULT=kill:island=1:outer_step=2:ring_chunk=1");
+  const RunResult r = run_atoll(a, 120);
+  child_env().pop_back();
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RunView v = read_run(run);
+  expect_agreement(v);
+  ASSERT_EQ(v.count("peer_lost"), 1u) << r.describe();
+  EXPECT_EQ(v.events.at("peer_lost")[0]["island"], 1);
+  ASSERT_GE(v.count("abort_retry"), 1u);
+  EXPECT_EQ(v.events.at("abort_retry")[0]["lost"], json::array({1}));
+  ASSERT_EQ(v.count("join"), 1u) << r.describe();
+  EXPECT_EQ(v.events.at("join")[0]["island"], 1);
+  const std::vector<int64_t> alone = steps_with(v, 1), whole = steps_with(v, 2);
+  ASSERT_FALSE(alone.empty());
+  // Outer step 2 (the exchange the kill hit) is retried without island 1 at step 12. When that
+  // commit also admits the restarted island, the same step exchanges round 3's Δ at once (the
+  // pipeline drains for the joiner), and the row of step 12 logs outer step 3, island 0 alone.
+  EXPECT_GE(alone.front(), 2);
+  EXPECT_LE(alone.front(), 3) << "the outer step whose exchange the kill hit was retried without island 1";
+  EXPECT_EQ(whole.back(), kSteps / kH) << "whole again at the end";
+}
+
+// 2 islands of one worker, and of two with ZeRO-1 (each rank exchanges its shard of Δ and holds
+// the island's whole Δ and eager start, which the checkpoint saves once per island).
+TEST_F(OuterDelayLaunch, ResumedFromACheckpointWithAnExchangeInFlightLogsTheSameLossesAndHashes) {
+  for (const int M : {1, 2}) {
+    const std::string full = dir("full" + std::to_string(M)), cut = dir("cut" + std::to_string(M));
+    const std::vector<std::string> base = {
+        "launch", "--islands", "2", "--workers-per-island", std::to_string(M), "--config", world().config(),
+        "--set", "train.steps=30", "--set", "diloco.inner_steps=5", "--set", "diloco.outer_delay=1", "--set",
+        "train.eval_every=0", "--set", "checkpoint.every=10", "--set", "checkpoint.keep=20", "--set",
+        "optim.warmup_steps=2", "--set", std::string("optim.zero1=") + (M > 1 ? "true" : "false")};
+    auto with_dir = [&](const std::string& d) {
+      std::vector<std::string> a = base;
+      a.insert(a.end(), {"--run-dir", d});
+      return a;
+    };
+    const RunResult a = run_atoll(with_dir(full), 120);
+    ASSERT_EQ(a.exit_code, 0) << a.describe();
+    // The checkpoint of step 10 holds round 2's Δ, whose exchange was in flight.
+    const json m = json::parse(read_file(full + "/checkpoints/step-00000010/manifest.json"));
+    EXPECT_EQ(m["state"]["diloco_delay_pending"], true) << m["state"].dump();
+    fs::copy(full, cut, fs::copy_options::recursive);
+    for (const auto& e : fs::directory_iterator(cut + "/checkpoints"))
+      if (e.path().filename().string().rfind("step-", 0) == 0 && std::stoll(e.path().filename().string().substr(5)) > 10)
+        fs::remove_all(e.path());
+    std::ofstream(cut + "/checkpoints/latest") << "step-00000010\n";
+    std::vector<std::string> resume = with_dir(cut);
+    resume.push_back("--resume");
+    const RunResult b = run_atoll(resume, 120);
+    ASSERT_EQ(b.exit_code, 0) << b.describe();
+    const auto x = rows(full), y = rows(cut);
+    ASSERT_EQ(x.size(), 60u * size_t(M));
+    ASSERT_EQ(y.size(), 60u * size_t(M));
+    size_t hashes = 0;
+    for (const auto& [key, want] : x) {
+      ASSERT_TRUE(y.count(key));
+      EXPECT_EQ(y.at(key).first, want.first) << "island " << std::get<0>(key) << " step " << std::get<2>(key);
+      EXPECT_EQ(y.at(key).second, want.second) << "island " << std::get<0>(key) << " step " << std::get<2>(key);
+      hashes += !want.second.empty();
+    }
+    EXPECT_EQ(hashes, 2u * 5u * size_t(M)) << "outer steps logged at steps 10, 15, 20, 25 and 30 by every worker";
+  }
+}
+
+TEST_F(OuterDelayLaunch, CombinationsItCannotRunAreRefusedNamingTheKeys) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"diloco.fragments", "2"}, {"diloco.sync_seconds", "5"}, {"diloco.error_feedback", "true"},
+           {"diloco.expert_merge", "tokens"}, {"diloco.expert_topk", "0.25"}}) {
+    const RunResult r = run_atoll({"launch", "--islands", "2", "--config", world().config(), "--run-dir",
+                                   dir("refused-" + key), "--set", "diloco.outer_delay=1", "--set", key + "=" + value});
+    EXPECT_TRUE(fails_clearly(r, {"diloco.outer_delay", key})) << r.describe();
+  }
+}
+
+}  // namespace
+}  // namespace atl::testing
