@@ -161,6 +161,7 @@ const std::vector<KeyEffect>& key_effects() {
       {"diloco.expert_merge", kOuter, outer_steps},
       {"diloco.expert_topk", "only with model.n_experts > 1, across islands",
        [](C c, S s) { return outer_steps(c, s) && c.model.n_experts > 1; }},
+      {"diloco.outer_delay", kOuter, outer_steps},
       {"diloco.dp_warmup_steps", kIslands, islands},
 
       {"checkpoint.every", "always", always},
