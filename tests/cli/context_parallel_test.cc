@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "cli/scoped_child_env.h"
 
 namespace atl::testing {
 namespace {
@@ -204,6 +205,25 @@ TEST_F(ContextParallel, BadPlacementsAreRefusedBeforeAnyWorkerStarts) {
   EXPECT_NE(cca.exit_code, 0);
   EXPECT_NE(cca.err.find("chunks of 3 tokens, fewer than the 4 tokens"), std::string::npos) << cca.err;
   EXPECT_FALSE(fs::exists(dir("cca") + "/metrics.jsonl")) << "refused before any worker wrote";
+  // The benchmarks' plain split (contiguous chunks) has no CCA boundary exchange: refused with CCA,
+  // and a layout that is not one is refused too, each before any worker writes.
+  const std::vector<std::string> cca_ok = {"--set", "model.attention=\"cca\"", "--set", "train.steps=1"};
+  {
+    ScopedChildEnv plain({"ATOLL_CP_LAYOUT=plain"});
+    const RunResult r = launch(dir("plain_cca"), 1, 2, 2, cca_ok);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("under ATOLL_CP_LAYOUT=plain: the plain split is for benchmarks of GQA only"),
+              std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(dir("plain_cca") + "/metrics.jsonl")) << "refused before any worker wrote";
+  }
+  {
+    ScopedChildEnv bogus({"ATOLL_CP_LAYOUT=diagonal"});
+    const RunResult r = launch(dir("bogus_layout"), 1, 2, 2, {"--set", "train.steps=1"});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("ATOLL_CP_LAYOUT = \"diagonal\" is not a layout of context parallelism"), std::string::npos)
+        << r.err;
+  }
 }
 
 }  // namespace
