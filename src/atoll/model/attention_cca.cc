@@ -286,9 +286,11 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   std::fill(datt, datt + size_t(N) * QD, T(0));
   c.mm.backward(datt, g + w_.wo, c.mm.input(dout16, dout, size_t(N) * C), att_.operand(), c.mm.weight(w_.wo), N, QD,
                 C);
+  // The queries' RoPE runs while the ring's last transfer travels (context parallelism); the
+  // norms below need dk too.
   attention_any_backward(dqn, dkn, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), qn_, kn_, v_,
-                         c.B, d.T, d.NH, d.NKV, d.HD, c);
-  rope_at(dqn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, true);
+                         c.B, d.T, d.NH, d.NKV, d.HD, c,
+                         [&] { rope_at(dqn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, true); });
   rope_at(dkn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, true);
   cca_qk_norm_backward(dq, dk, g + w_.temp, dqn, dkn, q_.data(), k_.data(), rq_.data(), rk_.data(),
                        c.mm.param(w_.temp), d);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <type_traits>
 #include <vector>
@@ -80,20 +81,26 @@ void attention_any(Kept<T>& out, T* lse, const Kept<T>& q, const Kept<T>& k, con
   attention_forward_blocked(out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH, NKV, HD);
 }
 
-// dq[B,T,NH,HD], dk, dv[B,T,NKV,HD] (=) from dout, as attention_any kept them.
+// dq[B,T,NH,HD], dk, dv[B,T,NKV,HD] (=) from dout, as attention_any kept them. `dq_ready` (if
+// given) runs once dq is final, before dk and dv are written when the ring's last transfer can
+// hide behind it (ring_attention_backward), after the whole backward otherwise: it may read and
+// use dq only.
 template <typename T>
 void attention_any_backward(T* dq, T* dk, T* dv, Operand<T> dout, const Kept<T>& out, const T* lse, const Kept<T>& q,
                             const Kept<T>& k, const Kept<T>& v, int B, int T_, int NH, int NKV, int HD,
-                            const PartContext<T>& c) {
+                            const PartContext<T>& c, const std::function<void()>& dq_ready = {}) {
   if (c.cp)
     return ring_attention_backward(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(),
-                                   RingDims{B, NH, NKV, HD}, *c.zigzag, *c.cp);
-  if constexpr (kHasBf16<T>)
-    if (!out.h.empty())
-      return attention_backward_blocked_bf16(dq, dk, dv, dout.h, out.h.data(), lse, q.h.data(), k.h.data(),
-                                             v.h.data(), B, T_, NH, NKV, HD);
-  attention_backward_blocked(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH,
-                             NKV, HD);
+                                   RingDims{B, NH, NKV, HD}, *c.zigzag, *c.cp, dq_ready);
+  [&] {
+    if constexpr (kHasBf16<T>)
+      if (!out.h.empty())
+        return attention_backward_blocked_bf16(dq, dk, dv, dout.h, out.h.data(), lse, q.h.data(), k.h.data(),
+                                               v.h.data(), B, T_, NH, NKV, HD);
+    attention_backward_blocked(dq, dk, dv, dout.f, out.f.data(), lse, q.f.data(), k.f.data(), v.f.data(), B, T_, NH,
+                               NKV, HD);
+  }();
+  if (dq_ready) dq_ready();
 }
 
 // Decoding: out[NH,HD] (=) one token's queries q[NH,HD] attending to the cached keys and values

@@ -135,21 +135,31 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   std::fill(datt, datt + size_t(N) * QD, T(0));
   c.mm.backward(datt, c.grads + wo_, c.mm.input(dout16, dout, size_t(N) * C), att_.operand(), c.mm.weight(wo_), N,
                 QD, C);
-  attention_any_backward(dq, dk, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), q_, k_, v_, c.B,
-                         T_, NH, NKV, HD, c);
-  rope_at(dq, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, true);
-  rope_at(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, true);
-  if (qk_norm_) {  // d(att) is free now: it takes dq before the norm, the extra work rows dk's
-    T* dk_raw = datt + size_t(N) * QD;
-    qk_norm_backward(datt, dq, q_raw_, q_rstd_, q_norm_, N, QD, c);
-    qk_norm_backward(dk_raw, dk, k_raw_, k_rstd_, k_norm_, N, KVD, c);
-    dq = datt, dk = dk_raw;
-  }
+  // The query path first: under context parallelism it runs while the ring's last transfer (the
+  // dK/dV sums going home) travels. dh sums the projections in the order q, k, v either way.
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
-  const struct { const T* d; size_t w, b; int out; } proj[] = {{dq, wq_, bq_, QD}, {dk, wk_, bk_, KVD}, {dv, wv_, bv_, KVD}};
-  for (const auto& p : proj) bias_backward(p.d, p.b, N, p.out, c);
-  for (const auto& p : proj)
-    c.mm.backward(dh, c.grads + p.w, c.mm.input(dout16, p.d, size_t(N) * p.out), in, c.mm.weight(p.w), N, C, p.out);
+  const auto projection_backward = [&](const T* d, size_t w, size_t b, int out) {
+    bias_backward(d, b, N, out, c);
+    c.mm.backward(dh, c.grads + w, c.mm.input(dout16, d, size_t(N) * out), in, c.mm.weight(w), N, C, out);
+  };
+  const auto query_path = [&] {
+    rope_at(dq, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, true);
+    if (qk_norm_) {  // d(att) is free now: it takes dq before the norm, the extra work rows dk's
+      qk_norm_backward(datt, dq, q_raw_, q_rstd_, q_norm_, N, QD, c);
+      dq = datt;
+    }
+    projection_backward(dq, wq_, bq_, QD);
+  };
+  attention_any_backward(dq, dk, dv, c.mm.input(dout16, datt, size_t(N) * QD), att_, lse_.data(), q_, k_, v_, c.B,
+                         T_, NH, NKV, HD, c, query_path);
+  rope_at(dk, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, true);
+  if (qk_norm_) {
+    T* dk_raw = datt + size_t(N) * QD;
+    qk_norm_backward(dk_raw, dk, k_raw_, k_rstd_, k_norm_, N, KVD, c);
+    dk = dk_raw;
+  }
+  projection_backward(dk, wk_, bk_, KVD);
+  projection_backward(dv, wv_, bv_, KVD);
 }
 
 template <typename T>

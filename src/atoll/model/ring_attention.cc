@@ -288,7 +288,8 @@ void ring_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, 
 
 template <typename T>
 void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
-                             const T* v, const RingDims& d, const ZigzagLayout& z, Collective& group) {
+                             const T* v, const RingDims& d, const ZigzagLayout& z, Collective& group,
+                             const std::function<void()>& dq_ready) {
   const int P = z.P, r = group.rank(), Tq = z.local_len(r), to = (r + 1) % P, from = (r - 1 + P) % P;
   ATOLL_CHECK_EQ(group.size(), P) << "ring attention over a group of another size than the layout's";
   const size_t KVD = size_t(d.NKV) * d.HD, QD = size_t(d.NH) * d.HD, rows = size_t(d.B) * Tq;
@@ -331,7 +332,9 @@ void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, c
       grads = group.exchange(sent.data(), 2 * part * sizeof(T), to, in.data(), 2 * next_part * sizeof(T), from);
     if (s + 1 < P) wait_for(kv), cur.swap(next);
   }
-  // Home again: this rank's own block's sums over every rank (P = 1: its own share).
+  // Home again: this rank's own block's sums over every rank (P = 1: its own share), while the
+  // caller's dq work runs (dq is final: the last step's block is computed).
+  if (dq_ready) dq_ready();
   wait_for(grads);
   const T* home = P > 1 ? in.data() : sent.data();
   std::copy_n(home, rows * KVD, dk);
@@ -344,7 +347,8 @@ void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, c
   template void ring_attention_forward<T>(T*, T*, const T*, const T*, const T*, const RingDims&,                  \
                                           const ZigzagLayout&, Collective&);                                      \
   template void ring_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, const T*, \
-                                           const RingDims&, const ZigzagLayout&, Collective&);
+                                           const RingDims&, const ZigzagLayout&, Collective&,                   \
+                                           const std::function<void()>&);
 ATOLL_RING_ATTENTION(float)
 ATOLL_RING_ATTENTION(double)
 template void zigzag_take<int32_t>(int32_t*, const int32_t*, int, size_t, const ZigzagLayout&, int);

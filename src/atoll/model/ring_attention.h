@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "atoll/core/collective.h"
 #include "atoll/model/part.h"
@@ -102,8 +103,12 @@ void ring_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, 
                             const ZigzagLayout& z, Collective& group);
 
 // dq[B,T_r,NH,HD], dk, dv[B,T_r,NKV,HD] (all =) from dout, with out and lse as forward gave them.
+// The last transfer, each block's dK/dV sums going home to their owner, has no attention work
+// left to hide behind: `dq_ready` (if given) runs while it travels, with dq final and dk, dv not
+// yet written: the caller's work that needs only dq (its projection's backward) hides it.
 template <typename T>
 void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
-                             const T* v, const RingDims& d, const ZigzagLayout& z, Collective& group);
+                             const T* v, const RingDims& d, const ZigzagLayout& z, Collective& group,
+                             const std::function<void()>& dq_ready = {});
 
 }  // namespace atl
