@@ -58,13 +58,16 @@ class StateRegistryTest : public testing::RedisSuite {
 
 // One worker's live state: the loop, and with DiLoCo a DilocoSync over an outer group of one.
 struct Worker {
-  Worker(const Config& c, bool with_diloco, const StoreOptions& store_opts) : cfg(c), loop(c, c.data.dir) {
+  // expert_slots > 0: the outer step weighs experts by their tokens (diloco.expert_merge).
+  Worker(const Config& c, bool with_diloco, const StoreOptions& store_opts, size_t expert_slots = 0)
+      : cfg(c), loop(c, c.data.dir) {
     loop.engine->init_params(1);
     if (!with_diloco) return;
     store = std::make_unique<Store>(store_opts);
     group = std::make_unique<ProcessGroup>(*store, GroupOptions{.name = "outer-r0"});
-    diloco = std::make_unique<DilocoSync>(*group, loop.engine->host().params, loop.engine->layout().total(),
-                                          DilocoOptions{.ring = {.codec = Codec::kInt8, .error_feedback = true}});
+    diloco = std::make_unique<DilocoSync>(
+        *group, loop.engine->host().params, loop.engine->layout().total(),
+        DilocoOptions{.ring = {.codec = Codec::kInt8, .error_feedback = true}, .expert_slots = expert_slots});
     state.diloco = diloco.get();
   }
   // Every entry set to values drawn from `seed` (the loader moved on by `seed` batches).
@@ -186,6 +189,45 @@ TEST_F(StateRegistryTest, TheDelayedOuterStepsStateRoundTripsBitForBit) {
   const std::string old = save_training_state(plain, run_ / "plain", a.state, {});
   restore_training_state(old, read_training_manifest(old), cfg, b.state, {});
   EXPECT_FALSE(db.pending());
+}
+
+// diloco.outer_delay = 1 with error feedback and per-expert token weights: while a Δ is pending,
+// a checkpoint saves the residual as it was before that Δ's exchange (the copy DelayInputs took
+// as it started), not the live one the exchange moves on meanwhile, and the island's expert
+// counts the exchange carries; a restore brings both back, the residual into the ring, where the
+// resumed run's exchange starts from. With nothing pending the live residual is saved.
+TEST_F(StateRegistryTest, TheStateAnExchangeInFlightReadsIsSavedAsItWasBeforeIt) {
+  Config cfg = config();
+  cfg.diloco.outer_delay = 1;
+  cfg.diloco.expert_merge = "tokens";
+  const size_t slots = size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts);
+  Worker a(cfg, true, store_options("inputs-a"), slots), b(cfg, true, store_options("inputs-b"), slots);
+  a.scramble(1), b.scramble(2);
+  const size_t n = a.loop.engine->layout().total();
+  OuterDelay da(n), db(n);
+  a.state.delay = &da, b.state.delay = &db;
+  std::vector<float> before(n), after(n, 0.125f), got(n);
+  a.diloco->residual(before.data());
+  const std::vector<std::vector<double>> counts = {{3, 0, 5, 8}};
+  ASSERT_EQ(counts[0].size(), slots);
+  a.diloco->set_snapshot_counts(counts);
+  da.set_pending(true);
+  da.inputs().take(*a.diloco);
+  a.diloco->set_residual(after.data());  // what the exchange in flight leaves behind
+  const std::string dir = save_training_state(cfg, run_ / "inputs", a.state, {});
+  const json manifest = read_training_manifest(dir);
+  EXPECT_EQ(manifest["state"]["diloco_delay_expert_counts"], json::array({counts}));
+  restore_training_state(dir, manifest, cfg, b.state, {});
+  EXPECT_TRUE(db.pending());
+  b.diloco->residual(got.data());
+  EXPECT_EQ(hash_floats(got.data(), n), hash_floats(before.data(), n)) << "the residual before the exchange";
+  EXPECT_EQ(b.diloco->snapshot_counts(), counts);
+  // Nothing pending: the residual saved is the live one.
+  da.set_pending(false);
+  const std::string idle = save_training_state(cfg, run_ / "idle", a.state, {});
+  restore_training_state(idle, read_training_manifest(idle), cfg, b.state, {});
+  b.diloco->residual(got.data());
+  EXPECT_EQ(hash_floats(got.data(), n), hash_floats(after.data(), n));
 }
 
 TEST_F(StateRegistryTest, VersionOneCheckpointsOfBothKindsStillLoad) {

@@ -19,22 +19,9 @@ std::string outer_delay_problem(const DilocoConfig& d) {
     return head + "does not work with a time budget (diloco.sync_seconds > 0): a commit would adopt the step of "
            "the round before the one each island just trained on its own clock; fix: diloco.sync_seconds = 0, or "
            "diloco.outer_delay = 0";
-  // The residual moves on while the exchange runs behind the next round, and a checkpoint is
-  // taken with that exchange in flight: it would have to save the residual from before it.
-  if (d.error_feedback)
-    return head + "does not work with diloco.error_feedback yet: a checkpoint is taken while an exchange is in "
-           "flight, and the residual before that exchange is not saved; fix: diloco.error_feedback = false, or "
-           "diloco.outer_delay = 0";
-  // The expert counts the exchange in flight carries would need saving with it likewise.
-  if (d.expert_merge != "mean")
-    return head + "does not work with diloco.expert_merge = \"" + d.expert_merge +
-           "\" yet: a checkpoint is taken while an exchange is in flight, and the expert counts it carries are not "
-           "saved; fix: diloco.expert_merge = \"mean\", or diloco.outer_delay = 0";
-  // The sparse exchange's residual moves on likewise while the exchange is in flight.
-  if (d.expert_topk > 0 && d.expert_topk < 1)
-    return head + "does not work with diloco.expert_topk yet: a checkpoint is taken while an exchange is in "
-           "flight, and the experts' residual before that exchange is not saved; fix: diloco.expert_topk = 0, or "
-           "diloco.outer_delay = 0";
+  // Error feedback, the per-expert token weights and the sparse expert exchange compose: the
+  // state their exchange in flight reads is saved with a checkpoint as it was before it
+  // (dist/delay_inputs.h, train/state_registry.cc), and a resumed run redoes it bit for bit.
   return "";
 }
 

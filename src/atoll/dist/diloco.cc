@@ -111,6 +111,13 @@ void DilocoSync::set_expert_counts(const std::vector<std::vector<double>>& count
   counts_ = counts;
 }
 
+void DilocoSync::set_snapshot_counts(const std::vector<std::vector<double>>& counts) {
+  ATOLL_CHECK(counts.size() == sending_.size())
+      << "snapshot expert counts of " << counts.size() << " fragments, not " << sending_.size();
+  for (size_t f = 0; f < counts.size(); ++f) ATOLL_CHECK_EQ(counts[f].size(), opts_.expert_slots);
+  sending_ = counts;
+}
+
 DilocoSync::~DilocoSync() = default;
 
 void DilocoSync::make_rings(ProcessGroup& outer) {

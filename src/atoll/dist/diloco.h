@@ -148,6 +148,10 @@ class DilocoSync {
   void add_expert_counts(const double* counts);
   const std::vector<std::vector<double>>& expert_counts() const { return counts_; }
   void set_expert_counts(const std::vector<std::vector<double>>& counts);
+  // Each fragment's counts as its last snapshot took them (the island's): what its exchange
+  // carries, so a checkpoint with that exchange in flight saves them (the delayed outer step).
+  const std::vector<std::vector<double>>& snapshot_counts() const { return sending_; }
+  void set_snapshot_counts(const std::vector<std::vector<double>>& counts);
   // Lets go of the outer group (the rings and their connections), keeping the residuals; and
   // takes a new group (rings over it, the residuals carried over). Between the two no
   // exchange may run.

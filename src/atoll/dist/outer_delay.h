@@ -32,6 +32,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "atoll/dist/delay_inputs.h"
+
 namespace atl {
 
 class OuterDelay {
@@ -45,9 +47,12 @@ class OuterDelay {
   std::vector<float>& start() { return start_; }
   // Where this island's round began: s_i while a Δ is pending, else θ.
   const float* round_start(const std::vector<float>& theta) const { return pending_ ? start_.data() : theta.data(); }
+  // The residuals the exchange in flight began from, for checkpoints (delay_inputs.h).
+  DelayInputs& inputs() { return inputs_; }
 
  private:
   std::vector<float> start_;
+  DelayInputs inputs_;
   bool pending_ = false;
 };
 

@@ -37,6 +37,7 @@ StreamStep StreamingDiloco::delayed_step(int64_t step, int64_t last_step, float*
               o.outer_momentum);
   std::copy(s.begin(), s.end(), theta_local);
   delay.set_pending(true);
+  delay.inputs().take(sync_);  // the residuals before the exchange replaces them, for a checkpoint
   start_exchange(0, step, out);
   out.comm_s += now_s() - s0;  // the snapshot and the eager start: the main thread's outer-step work
   return out;
@@ -46,6 +47,7 @@ void StreamingDiloco::resume_in_flight(int64_t step) {
   ATOLL_CHECK(opts_.delay && opts_.delay->pending() && !in_flight())
       << "resuming an exchange in flight without a pending delayed outer step";
   StreamStep unused;
+  opts_.delay->inputs().take(sync_);  // the restored residuals: a checkpoint taken now saves them again
   start_exchange(0, step, unused);
   last_after_ = step;
 }

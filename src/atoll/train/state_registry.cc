@@ -17,6 +17,32 @@ using nlohmann::json;
 // A counter saved as a JSON integer.
 std::string integer_check(const json& v) { return v.is_number_integer() ? "" : "is not an integer"; }
 
+// Error feedback's residual or the sparse exchange's, as a checkpoint saves it: with a delayed
+// outer step's exchange in flight, as it was before that exchange (dist/delay_inputs.h); and back.
+void read_residual(const TrainingState* s, DelayInputs::Residual which, float* out) {
+  if (s->delay) return s->delay->inputs().read(*s->diloco, which, s->delay->pending(), out);
+  if (which == DelayInputs::Residual::kRing) return s->diloco->residual(out);
+  s->diloco->expert_residual(out);
+}
+
+void write_residual(TrainingState* s, DelayInputs::Residual which, const float* in) {
+  if (which == DelayInputs::Residual::kRing) s->diloco->set_residual(in);
+  else s->diloco->set_expert_residual(in);
+  if (s->delay) s->delay->inputs().forget();
+}
+
+// Expert counts saved as a list per fragment of a count per expert of each layer.
+std::string expert_counts_check(const Config& cfg, const json& v) {
+  const size_t slots = size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts);
+  if (!v.is_array() || int(v.size()) != cfg.diloco.fragments) return "is not a list per fragment";
+  for (const json& f : v) {
+    if (!f.is_array() || f.size() != slots) return "does not hold a count per expert of each layer";
+    for (const json& c : f)
+      if (!c.is_number() || c.get<double>() < 0) return "holds " + c.dump() + ", not a count";
+  }
+  return "";
+}
+
 }  // namespace
 
 const char* division_name(Division d) {
@@ -84,33 +110,26 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
   r.push_back({.name = "diloco_momentum", .type = T, .owner = "diloco", .division = D::kRun,
                .what = "DiLoCo's outer momentum", .data = [s] { return s->diloco->momentum().data(); },
                .if_absent = "the outer momentum starts from zero"});
+  // With the delayed outer step the residuals are saved as they were before the exchange in
+  // flight, which a resumed run redoes (dist/delay_inputs.h).
   if (cfg.diloco.error_feedback)
     r.push_back({.name = "diloco_residual", .type = T, .owner = "diloco", .division = D::kShardedInIsland,
                  .what = "the island's quantization residual (diloco.error_feedback)",
-                 .read = [s](float* out) { s->diloco->residual(out); },
-                 .write = [s](const float* in) { s->diloco->set_residual(in); },
+                 .read = [s](float* out) { read_residual(s, DelayInputs::Residual::kRing, out); },
+                 .write = [s](const float* in) { write_residual(s, DelayInputs::Residual::kRing, in); },
                  .if_absent = "the quantization residual starts from zero"});
   if (cfg.diloco.expert_topk > 0 && cfg.diloco.expert_topk < 1)
     r.push_back({.name = "diloco_expert_residual", .type = T, .owner = "diloco", .division = D::kShardedInIsland,
                  .what = "the island's experts not yet sent, and their quantization error (diloco.expert_topk)",
-                 .read = [s](float* out) { s->diloco->expert_residual(out); },
-                 .write = [s](const float* in) { s->diloco->set_expert_residual(in); },
+                 .read = [s](float* out) { read_residual(s, DelayInputs::Residual::kExperts, out); },
+                 .write = [s](const float* in) { write_residual(s, DelayInputs::Residual::kExperts, in); },
                  .if_absent = "the expert residual starts from zero"});
   if (cfg.diloco.expert_merge == "tokens")
     r.push_back({.name = "diloco_expert_counts", .type = J, .owner = "diloco", .division = D::kPerWorker,
                  .what = "this worker's tokens per expert since each fragment's last outer step (diloco.expert_merge)",
                  .get = [s] { return json(s->diloco->expert_counts()); },
                  .set = [s](const json& v) { s->diloco->set_expert_counts(v.get<std::vector<std::vector<double>>>()); },
-                 .check = [&cfg](const json& v) -> std::string {
-                   const size_t slots = size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts);
-                   if (!v.is_array() || int(v.size()) != cfg.diloco.fragments) return "is not a list per fragment";
-                   for (const json& f : v) {
-                     if (!f.is_array() || f.size() != slots) return "does not hold a count per expert of each layer";
-                     for (const json& c : f)
-                       if (!c.is_number() || c.get<double>() < 0) return "holds " + c.dump() + ", not a count";
-                   }
-                   return "";
-                 },
+                 .check = [&cfg](const json& v) { return expert_counts_check(cfg, v); },
                  .if_absent = "the expert counts of the round in progress start from zero"});
   // The delayed outer step (dist/outer_delay.h): a checkpoint is taken right after an exchange
   // started (DilocoHook::can_checkpoint), so its Δ and the island's eager start are saved, and
@@ -131,6 +150,16 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                  .what = "where the island's round began, its eager start (diloco.outer_delay)",
                  .data = [s] { return s->delay->start().data(); },
                  .if_absent = "nothing is in flight: the round starts from θ"});
+    // The island's expert counts (its ranks' summed) that the exchange in flight carries.
+    if (cfg.diloco.expert_merge == "tokens")
+      r.push_back({.name = "diloco_delay_expert_counts", .type = J, .owner = "diloco", .division = D::kPerIsland,
+                   .what = "the island's tokens per expert that the exchange in flight carries (diloco.outer_delay)",
+                   .get = [s] { return json(s->diloco->snapshot_counts()); },
+                   .set = [s](const json& v) {
+                     s->diloco->set_snapshot_counts(v.get<std::vector<std::vector<double>>>());
+                   },
+                   .check = [&cfg](const json& v) { return expert_counts_check(cfg, v); },
+                   .if_absent = "the exchange in flight weighs no expert: each keeps θ"});
   }
   r.push_back({.name = "fragment_outer_steps", .type = J, .owner = "diloco", .division = D::kRun,
                .what = "outer steps done per fragment",

@@ -20,6 +20,9 @@
 //   diloco_delay_pending         json    diloco  run                   a Δ awaits its mean (outer_delay)
 //   diloco_delay_delta           tensor  diloco  replicated_in_island  that Δ, the island's
 //   diloco_delay_start           tensor  diloco  replicated_in_island  where the island's round began
+//   diloco_delay_expert_counts   json    diloco  per_island            the counts that Δ's exchange carries
+//                                                (expert_merge; the residuals above are saved as they
+//                                                were before that exchange: dist/delay_inputs.h)
 //
 // Divisions: run (equal on every worker; saved once), replicated_in_island (every rank of an
 // island holds the same; saved once per island, from its rank 0), per_island (one value per
