@@ -81,6 +81,45 @@ TEST_F(Generate, TreeAttentionOverWorkersGivesOneProcessesText) {
   }
 }
 
+// --prompt-file: the file's text, less one final newline, is the prompt: the same text as
+// --prompt, also with --workers (its helpers read the file too); a long prompt is prefilled.
+TEST_F(Generate, APromptFileIsThePrompt) {
+  const std::string file = dir("prompt.txt");
+  write_file(file, "The island\n");
+  const std::vector<std::string> tail = {"--temperature", "0", "--max-tokens", "12"};
+  std::vector<std::string> by_flag = {"generate", "--checkpoint", base_run(), "--prompt", "The island"};
+  std::vector<std::string> by_file = {"generate", "--checkpoint", base_run(), "--prompt-file", file};
+  by_flag.insert(by_flag.end(), tail.begin(), tail.end());
+  by_file.insert(by_file.end(), tail.begin(), tail.end());
+  const RunResult a = run_atoll(by_flag), b = run_atoll(by_file);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  EXPECT_EQ(b.out, a.out);
+  by_file.insert(by_file.end(), {"--workers", "2"});
+  const RunResult tree = run_atoll(by_file);
+  ASSERT_EQ(tree.exit_code, 0) << tree.describe();
+  EXPECT_EQ(tree.out, a.out);
+}
+
+TEST_F(Generate, ABadPromptFileIsRefused) {
+  const std::string missing = dir("no-such-prompt.txt");
+  EXPECT_TRUE(fails_clearly(run_atoll({"generate", "--checkpoint", base_run(), "--prompt-file", missing}),
+                            {"--prompt-file", missing}));
+  EXPECT_TRUE(fails_clearly(run_atoll({"generate", "--checkpoint", base_run(), "--prompt-file", dir()}),
+                            {"--prompt-file", dir()}));
+  const std::string file = dir("both.txt");
+  write_file(file, "The sea");
+  EXPECT_TRUE(fails_clearly(
+      run_atoll({"generate", "--checkpoint", base_run(), "--prompt-file", file, "--prompt", "The sea"}),
+      {"--prompt-file", "--prompt"}));
+  // Longer than the context: the message names the file.
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "island ";
+  write_file(file, prompt);
+  EXPECT_TRUE(fails_clearly(run_atoll({"generate", "--checkpoint", base_run(), "--prompt-file", file}),
+                            {"--prompt-file " + file, "model.seq_len", "32"}));
+}
+
 TEST_F(Generate, ASampleThatEndsAtOnceIsExplained) {
   const std::string run = run_predicting("eos", Tokenizer::load(tokenizer()).eos_id());
   const RunResult r = run_atoll({"generate", "--checkpoint", run, "--prompt", "The sea", "--temperature", "0"});

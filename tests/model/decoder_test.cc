@@ -1,19 +1,28 @@
 // The KV-cache decoder computes the same model as the training forward pass: the mean
-// cross-entropy it implies over a sequence equals Model::forward's, position by position.
+// cross-entropy it implies over a sequence equals Model::forward's, position by position. Its
+// prefill leaves what token-by-token decoding leaves (below).
 #include "atoll/model/decoder.h"
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "atoll/core/check.h"
 #include "atoll/model/model.h"
+#include "model/logit_compare.h"
 
 namespace atl {
 namespace {
+
+using testing::greedy;
+using testing::logit_error;
 
 ModelConfig small_config(bool tied) {
   ModelConfig m;
@@ -39,6 +48,16 @@ void zaya_parts(ModelConfig& m) {
   m.residual_scaling = true, m.n_layers = 3;
 }
 
+// Parameters at random, the gains and biases moved off their identity values (so that a part
+// that skipped them would show).
+void init_off_identity(Model<float>& model) {
+  model.init_params(11);
+  Rng move(4);
+  for (const ParamEntry& e : model.layout().entries())
+    if (e.init == ParamInit::kOnes || e.init == ParamInit::kZeros)
+      for (size_t i = 0; i < e.numel; ++i) model.params()[e.offset + i] += float(0.2 * move.normal());
+}
+
 // `seq_len` positions decoded with room for `max_len`.
 void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, const std::string& attention = "gqa",
                                    void (*change)(ModelConfig&) = nullptr) {
@@ -48,11 +67,7 @@ void check_decoder_matches_forward(bool tied, int seq_len = 9, int max_len = 9, 
   m.seq_len = seq_len;
   if (change) change(m);
   Model<float> model(m, 1);
-  model.init_params(11);
-  Rng move(4);
-  for (const ParamEntry& e : model.layout().entries())
-    if (e.init == ParamInit::kOnes || e.init == ParamInit::kZeros)
-      for (size_t i = 0; i < e.numel; ++i) model.params()[e.offset + i] += float(0.2 * move.normal());
+  init_off_identity(model);
   Rng rng(5);
   std::vector<int32_t> seq(m.seq_len + 1);
   for (auto& t : seq) t = int32_t(rng.below(m.vocab_size));
@@ -134,6 +149,91 @@ TEST(Decoder, SamplingIsSeededAndGreedyAtZeroTemperature) {
               sample_token(logits, {.temperature = 1.0, .top_p = 0.9}, b));
   // top_p small keeps only the most probable token.
   for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits, {.temperature = 1.0, .top_p = 0.01}, a), 1);
+}
+
+// Decoder::prefill feeds a block of tokens at once (the blocks' batched kernels, the block's
+// attention against the cache before it) and leaves what token-by-token decoding leaves: the
+// same logits after the prompt and at every step after it (within 1e-5 of the largest |logit|:
+// fp32, the same terms summed in another order; the measured worst is printed), the same
+// greedy tokens. GQA (with q/k norm and q/k/v biases) and CCA with ZAYA1's router and residual
+// scaling (zaya1-tiny's kinds); prompts that are no multiple of the block, blocks shorter than
+// CCA's convolution window, prompts of several query tiles and key chunks, a prefill after steps.
+ModelConfig prefill_model(const std::string& attention) {
+  ModelConfig m = small_config(false);
+  m.attention = attention, m.seq_len = 32;
+  if (attention == "gqa") m.qk_norm = "head", m.qkv_bias = true;
+  if (attention == "cca") m.cca_time0 = 2, m.cca_time1 = 3, m.partial_rotary_factor = 0.5, zaya_parts(m);
+  return m;
+}
+
+// A prompt of `len` tokens prefilled `block` at a time (after `steps_first` of them fed by step)
+// against the same prompt token by token, then `gen` greedy tokens on each.
+void check_prefill(const std::string& attention, int len, int block, int steps_first = 0, int gen = 8) {
+  const ModelConfig m = prefill_model(attention);
+  Model<float> model(m, 1);
+  init_off_identity(model);
+  const std::vector<float>& params = model.params();
+  Rng rng(7);
+  std::vector<int32_t> prompt(len);
+  for (int32_t& t : prompt) t = int32_t(rng.below(m.vocab_size));
+  const int max_len = len + gen;
+  Decoder one(m, params.data(), max_len), pre(m, params.data(), max_len, nullptr, block);
+  const std::string what = attention + ", prompt " + std::to_string(len) + ", block " + std::to_string(block) +
+                           ", " + std::to_string(steps_first) + " steps first";
+  std::vector<float> a, b;
+  for (int32_t t : prompt) a = one.step(t);
+  for (int i = 0; i < steps_first; ++i) b = pre.step(prompt[i]);
+  b = pre.prefill(prompt.data() + steps_first, len - steps_first);
+  EXPECT_EQ(pre.pos(), len) << what;
+  double worst = logit_error(a, b);
+  for (int i = 0; i < gen; ++i) {
+    const int32_t ta = greedy(a), tb = greedy(b);
+    EXPECT_EQ(ta, tb) << what << ": greedy token " << i << " after the prompt";
+    a = one.step(ta), b = pre.step(tb);
+    worst = std::max(worst, logit_error(a, b));
+  }
+  EXPECT_LE(worst, 1e-5) << what;
+  std::printf("%s: worst logit error %.3g\n", what.c_str(), worst);
+}
+
+TEST(DecoderPrefill, GqaMatchesTokenByToken) {
+  for (int len : {1, 7, 13}) check_prefill("gqa", len, 5);
+  check_prefill("gqa", 13, 64);  // the whole prompt in one block
+  check_prefill("gqa", 9, 4, 3);  // steps, then a prefill that continues from position 3
+}
+
+TEST(DecoderPrefill, CcaMatchesTokenByToken) {
+  for (int len : {1, 7, 13}) check_prefill("cca", len, 5);
+  check_prefill("cca", 13, 2);  // blocks shorter than the convolutions' window (3 rows back)
+  check_prefill("cca", 9, 4, 3);
+}
+
+// Several query tiles (64 rows) and key chunks (512 keys) in one pass, and a block that starts
+// past the first chunk of keys.
+TEST(DecoderPrefill, LongPromptsMatchTokenByToken) {
+  check_prefill("gqa", 1100, 700, 0, 2);
+  check_prefill("cca", 1100, 700, 0, 2);
+}
+
+// A block of at most max_block tokens a pass, and a prefill past the bound is refused.
+TEST(DecoderPrefill, TheBlockIsBoundedByTheCache) {
+  const ModelConfig m = prefill_model("gqa");
+  Model<float> model(m, 1);
+  init_off_identity(model);
+  const std::vector<float>& params = model.params();
+  EXPECT_EQ(Decoder(m, params.data(), 10, nullptr, 4096).max_block(), 10);
+  EXPECT_EQ(Decoder(m, params.data(), 10).max_block(), 1);
+  Decoder dec(m, params.data(), 6, nullptr, 4);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7};
+  try {
+    dec.prefill(ids.data(), 7);
+    ADD_FAILURE() << "a prefill of 7 positions into a cache of 6 ran";
+  } catch (const CheckError& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder cache is full"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dec.pos(), 0);  // nothing was fed
+  dec.prefill(ids.data(), 6);
+  EXPECT_EQ(dec.pos(), 6);
 }
 
 }  // namespace

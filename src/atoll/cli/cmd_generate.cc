@@ -1,4 +1,6 @@
-// `atoll generate`: text sampled from a checkpoint, token by token through the KV-cache decoder.
+// `atoll generate`: text sampled from a checkpoint through the KV-cache decoder: the prompt
+// prefilled in blocks of up to 4096 tokens (Decoder::prefill: the blocks' batched kernels, each
+// block's attention against the cache before it), then token by token.
 //
 // Generation stops at the model's context: the positions fed (the start-of-text token, the
 // prompt, then each generated token but the last) never exceed model.seq_len, the length the
@@ -17,7 +19,9 @@
 #include "atoll/cli/checkpoint_model.h"
 #include "atoll/cli/commands.h"
 #include "atoll/cli/number_flags.h"
+#include "atoll/ckpt/file_io.h"
 #include "atoll/core/errors.h"
+#include "atoll/core/user_path.h"
 #include "atoll/data/tokenizer.h"
 #include "atoll/dist/group.h"
 #include "atoll/model/decoder.h"
@@ -34,13 +38,16 @@ void print_timing(const Generated& g) {
   const char* on = std::getenv("ATOLL_GENERATE_TIMING");
   if (!on || std::string(on) != "1") return;
   std::fprintf(stderr,
-               "timing: prompt %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, at context %d\n",
+               "timing: prefill %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, at context %d\n",
                g.prompt_tokens, g.prompt_s, g.decoded_tokens, g.decode_s, g.tail_tokens,
                g.tail_tokens > 0 ? 1e3 * g.tail_s / g.tail_tokens : 0.0, g.prompt_tokens + g.decoded_tokens);
 }
 
 // More is a typing slip: no model has such a context, and generation stops at the context.
 constexpr int64_t kMaxTokensLimit = 1'000'000;
+// Prompt tokens a prefill pass takes: its buffers (activations of every layer, not kept across
+// passes) are sized for this many, whatever the prompt's length.
+constexpr int kPrefillBlock = 4096;
 
 bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
@@ -91,6 +98,15 @@ Generated generate_tree(const std::string& checkpoint, const std::vector<std::st
   return out;
 }
 
+// --prompt-file: the file's text, less one final newline (what a shell's $(cat FILE) drops, so
+// that `echo TEXT > FILE` gives the prompt TEXT).
+std::string read_prompt_file(const std::string& path) {
+  check_input_file(path, "--prompt-file", "pass a readable text file, or the text itself with --prompt");
+  std::string text = read_text_file(path);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 }  // namespace
 
 Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) {
@@ -102,7 +118,7 @@ Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) 
   for (int32_t id : tok.encode(o.prompt)) ids.push_back(id);
   const int P = int(ids.size());
   if (P > T)
-    throw DataError("--prompt is " + std::to_string(P - 1) + " tokens, and with the start-of-text token more than " +
+    throw DataError(o.prompt_flag + " is " + std::to_string(P - 1) + " tokens, and with the start-of-text token more than " +
                     "the context of the model in " + cm.dir + " (model.seq_len = " + std::to_string(T) +
                     " positions); fix: shorten the prompt to at most " + std::to_string(T - 1) + " tokens");
   const int room = T - P + 1;  // tokens the context leaves: the last one sampled is never fed
@@ -112,11 +128,10 @@ Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) 
     g.text = o.prompt;
     return g;
   }
-  Decoder dec(cm.config.model, cm.params.data(), P + n - 1, o.group);
+  Decoder dec(cm.config.model, cm.params.data(), P + n - 1, o.group, std::min(P, kPrefillBlock));
   Rng rng(o.seed);
-  const std::vector<float>* logits = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int32_t id : ids) logits = &dec.step(id);
+  const std::vector<float>* logits = &dec.prefill(ids.data(), P);
   const auto t1 = std::chrono::steady_clock::now();
   // Only the tokenizer's ids are drawn: a model's vocabulary may be larger than its tokenizer's.
   const SampleOptions sampling{.temperature = o.temperature, .top_p = o.top_p, .vocab = tok.vocab_size()};
@@ -164,12 +179,17 @@ Runner add_generate(CLI::App& app) {
                                  "sample text from a checkpoint (KV cache); stops at end-of-text, at --max-tokens, or at "
                                  "the model's context (model.seq_len positions, prompt included), and says why on stderr");
   struct Flags {
-    std::string checkpoint, prompt, tokenizer, max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
+    std::string checkpoint, prompt, prompt_file, tokenizer, max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
     std::string workers = "1", tree_rank = "0", tree_store, tree_run;
   };
   auto f = std::make_shared<Flags>();
   cmd->add_option("--checkpoint", f->checkpoint, "checkpoint or run directory")->required();
-  cmd->add_option("--prompt", f->prompt, "text to continue (at most model.seq_len - 1 tokens)");
+  auto* prompt = cmd->add_option("--prompt", f->prompt, "text to continue (at most model.seq_len - 1 tokens)");
+  cmd->add_option("--prompt-file", f->prompt_file,
+                  "read the text to continue from this file (one final newline dropped), for a prompt longer than a "
+                  "command line holds; not with --prompt")
+      ->type_name("PATH")
+      ->excludes(prompt);
   cmd->add_option("--max-tokens", f->max_tokens,
                   "tokens to generate, 0 to " + std::to_string(kMaxTokensLimit) +
                       " (default 128); fewer when the model's context is reached first")
@@ -189,9 +209,11 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--tree-run", f->tree_run)->group("");
   return [cmd, f]() -> int {
     if (!cmd->parsed()) return -1;
+    const bool from_file = !f->prompt_file.empty();
     const GenerateOptions o{
         .tokenizer = f->tokenizer,
-        .prompt = f->prompt,
+        .prompt = from_file ? read_prompt_file(f->prompt_file) : f->prompt,
+        .prompt_flag = from_file ? "--prompt-file " + f->prompt_file : "--prompt",
         .max_tokens = int(whole_number_flag("--max-tokens", f->max_tokens, 0, kMaxTokensLimit, "128")),
         .temperature = real_flag("--temperature", f->temperature, {.lo = 0, .hi = INFINITY}, "0.8 (0 = greedy)"),
         .top_p = real_flag("--top-p", f->top_p, {.lo = 0, .hi = 1, .lo_open = true}, "0.95"),
@@ -209,8 +231,16 @@ Runner add_generate(CLI::App& app) {
       return 0;
     }
     // The helpers get this command's flags as given.
-    std::vector<std::string> args = {"--prompt", f->prompt,      "--max-tokens", f->max_tokens, "--temperature",
-                                     f->temperature, "--top-p", f->top_p,      "--seed",       f->seed};
+    std::vector<std::string> args = {from_file ? "--prompt-file" : "--prompt",
+                                     from_file ? f->prompt_file : f->prompt,
+                                     "--max-tokens",
+                                     f->max_tokens,
+                                     "--temperature",
+                                     f->temperature,
+                                     "--top-p",
+                                     f->top_p,
+                                     "--seed",
+                                     f->seed};
     if (!f->tokenizer.empty()) args.push_back("--tokenizer"), args.push_back(f->tokenizer);
     const Generated g = generate_tree(f->checkpoint, args, o, tree);
     if (tree.rank > 0) return 0;

@@ -61,6 +61,7 @@ Runner add_doctor(CLI::App& app);  // cmd_doctor.cc
 struct GenerateOptions {
   std::string tokenizer;  // tokenizer.model; "" = the run's
   std::string prompt;
+  std::string prompt_flag = "--prompt";  // where the prompt came from, for messages
   int max_tokens = 128;
   double temperature = 0.8, top_p = 0.95;
   uint64_t seed = 0;
@@ -70,8 +71,8 @@ struct GenerateOptions {
 };
 struct Generated {
   std::string text, note;
-  // Wall seconds of the prompt's steps, of the generated tokens' steps, and of the last (up to
-  // 64) of those, at the longest context (ATOLL_GENERATE_TIMING=1 prints them on stderr, for
+  // Wall seconds of the prompt's prefill, of the generated tokens' steps, and of the last (up
+  // to 64) of those, at the longest context (ATOLL_GENERATE_TIMING=1 prints them on stderr, for
   // bench/tree_decode.sh).
   int prompt_tokens = 0, decoded_tokens = 0, tail_tokens = 0;
   double prompt_s = 0, decode_s = 0, tail_s = 0;

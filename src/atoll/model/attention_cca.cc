@@ -8,6 +8,7 @@
 #include "atoll/core/check.h"
 #include "atoll/model/attention_core.h"
 #include "atoll/model/chunk_boundary.h"
+#include "atoll/model/prefill_attention.h"
 
 namespace atl {
 
@@ -366,6 +367,49 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   attend_cached_any(dec_att_.data(), score_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos, one.NH,
                     one.NKV, one.HD, c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(w_.wo), 1, QD, C);
+}
+
+// A block of N tokens at positions [pos, pos + N): x = [the lag rows before the block (the
+// window's, zeros at position 0) | the block's pre-convolution rows], convolved as one run, the
+// first lag outputs dropped; the value shift takes the kept delayed half for the first token.
+// The window and the delayed half are left as the decode steps over the block would leave them.
+template <typename T>
+void AttentionCca<T>::prefill(T* out, const T* h, int pos, const PartContext<T>& c) {
+  const int L = lag(), N = c.d.N;
+  const CcaDims d = cca_dims(m_, 1, N);
+  const int C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC(), half = KVD / 2;
+  ATOLL_CHECK_LE(N, max_tokens_) << "prefill block";
+  ATOLL_CHECK_LE(size_t(pos) + N, score_.size()) << "decoder cache is full";
+  T* qn = c.work;  // [N,QD], [N,KVD] x2, [L+N,CC], [N,KVD/2] x2, [N,QD]
+  T* kn = qn + size_t(N) * QD;
+  T* v = kn + size_t(N) * KVD;
+  T* z = v + size_t(N) * KVD;
+  T* vc = z + size_t(L + N) * CC;
+  T* vd = vc + size_t(N) * half;
+  T* att = vd + size_t(N) * half;
+  if (pos == 0)
+    std::fill(window_.begin(), window_.end(), T(0)), std::fill(prev_vd_.begin(), prev_vd_.end(), T(0));
+  std::copy(window_.begin() + CC, window_.end(), x_.begin());  // its last L rows: positions [pos-L, pos)
+  const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
+  c.mm.forward(q_.data(), in, c.mm.weight(w_.wq), N, C, QD);
+  c.mm.forward(k_.data(), in, c.mm.weight(w_.wk), N, C, KVD);
+  pack_rows(x_.data() + size_t(L) * CC, q_.data(), k_.data(), N, QD, KVD);
+  cpu::cca_conv_forward(z, y_.data(), x_.data(), c.mm.param(w_.w0), c.mm.param(w_.b0), c.mm.param(w_.w1),
+                        c.mm.param(w_.b1), cca_dims(m_, 1, L + N));
+  cca_qk_mean_forward(q_.data(), k_.data(), z + size_t(L) * CC, x_.data() + size_t(L) * CC, d);
+  cca_qk_norm_forward(qn, kn, rq_.data(), rk_.data(), q_.data(), k_.data(), c.mm.param(w_.temp), d);
+  rope_forward(qn, sh_->rope_of(layer_), 1, N, d.NH, d.HD, pos);
+  rope_forward(kn, sh_->rope_of(layer_), 1, N, d.NKV, d.HD, pos);
+  c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, half);
+  c.mm.forward(vd, in, c.mm.weight(w_.wvd), N, C, half);
+  cca_value_forward(v, vc, vd, d);
+  std::copy(prev_vd_.begin(), prev_vd_.end(), v + half);
+  std::copy_n(vd + size_t(N - 1) * half, half, prev_vd_.begin());
+  std::copy_n(x_.data() + size_t(N - 1) * CC, window_.size(), window_.begin());  // positions [pos+N-1-L, pos+N)
+  const CacheShard shard = CacheShard::of(c);
+  cache_block(k_cache_.data(), v_cache_.data(), kn, v, N, pos, KVD, shard);
+  attend_prefix(att, qn, k_cache_.data(), v_cache_.data(), N, pos, d.NH, d.NKV, d.HD, shard, c.cp);
+  c.mm.forward(out, c.mm.input(sh_->in16.data(), att, size_t(N) * QD), c.mm.weight(w_.wo), N, QD, C);
 }
 
 template class AttentionCca<float>;

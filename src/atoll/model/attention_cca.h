@@ -33,7 +33,9 @@
 // Decoding keeps, per layer: the keys (after norm, temperature and RoPE) and values of every
 // position [len, KVD] each, the last t0-1 + t1-1 pre-convolution [q|k] rows, and the previous
 // token's delayed value half [KVD/2] (what transformers' ZAYA cache keeps as conv_states and
-// recurrent_states).
+// recurrent_states). Prefill runs a block as the training forward runs a chunk with a
+// predecessor: the convolutions over [the window's last t0-1 + t1-1 rows | the block], the value
+// shift from the kept delayed half; it leaves the window and that half as decode steps would.
 #pragma once
 
 #include <memory>
@@ -60,6 +62,7 @@ class AttentionCca final : public AttentionPart<T> {
   void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) override;
   void start_decode(int max_len) override;
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
+  void prefill(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
  private:
   int lag() const { return m_.cca_time0 - 1 + m_.cca_time1 - 1; }  // pre-convolution rows read back

@@ -6,6 +6,7 @@
 #include "atoll/core/check.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/model/attention_core.h"
+#include "atoll/model/prefill_attention.h"
 
 namespace atl {
 
@@ -89,15 +90,10 @@ void AttentionGqa<T>::bias_backward(const T* dx, size_t bias, int N, int width, 
     for (int i = 0; i < width; ++i) db[i] += dx[n * width + i];
 }
 
+// The projections of h[N,C] with their biases and q/k norms (before RoPE): q[N,QD], k, v[N,KVD] (=).
 template <typename T>
-void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
-  ScopedTimer t(c.timer(&PhaseTimes::attention));
-  const auto [T_, N, C, E, K, H, QD, KVD] = c.d;
-  const int NH = m_.n_heads, NKV = m_.n_kv_heads, HD = m_.head_dim;
-  // q, k, v in T for RoPE: in the kept buffers, or (bf16) in work and then kept in bf16.
-  T* q = q_.values(c.work);
-  T* k = k_.values(c.work + size_t(N) * QD);
-  T* v = v_.values(c.work + size_t(N) * (QD + KVD));
+void AttentionGqa<T>::project(T* q, T* k, T* v, const T* h, int N, const PartContext<T>& c) {
+  const int C = m_.dim, QD = m_.n_heads * m_.head_dim, KVD = m_.n_kv_heads * m_.head_dim;
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   c.mm.forward(q, in, c.mm.weight(wq_), N, C, QD);
   c.mm.forward(k, in, c.mm.weight(wk_), N, C, KVD);
@@ -107,6 +103,18 @@ void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
     qk_norm_forward(q, q_raw_, q_rstd_, q_norm_, N, QD, c);
     qk_norm_forward(k, k_raw_, k_rstd_, k_norm_, N, KVD, c);
   }
+}
+
+template <typename T>
+void AttentionGqa<T>::forward(T* out, const T* h, const PartContext<T>& c) {
+  ScopedTimer t(c.timer(&PhaseTimes::attention));
+  const auto [T_, N, C, E, K, H, QD, KVD] = c.d;
+  const int NH = m_.n_heads, NKV = m_.n_kv_heads, HD = m_.head_dim;
+  // q, k, v in T for RoPE: in the kept buffers, or (bf16) in work and then kept in bf16.
+  T* q = q_.values(c.work);
+  T* k = k_.values(c.work + size_t(N) * QD);
+  T* v = v_.values(c.work + size_t(N) * (QD + KVD));
+  project(q, k, v, h, N, c);
   rope_at(q, sh_->rope_of(layer_), c.B, T_, NH, HD, c.pos, false);
   rope_at(k, sh_->rope_of(layer_), c.B, T_, NKV, HD, c.pos, false);
   q_.keep(q, size_t(N) * QD), k_.keep(k, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
@@ -183,20 +191,33 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   const CacheShard shard = CacheShard::of(c);
   T* kc = shard.holds(pos) ? k_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data();
   T* vc = shard.holds(pos) ? v_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data() + KVD;
-  const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(C));
-  c.mm.forward(dec_q_.data(), in, c.mm.weight(wq_), 1, C, QD);
-  c.mm.forward(kc, in, c.mm.weight(wk_), 1, C, KVD);
-  c.mm.forward(vc, in, c.mm.weight(wv_), 1, C, KVD);
-  add_bias(dec_q_.data(), bq_, 1, QD, c), add_bias(kc, bk_, 1, KVD, c), add_bias(vc, bv_, 1, KVD, c);
-  if (qk_norm_) {
-    qk_norm_forward(dec_q_.data(), q_raw_, q_rstd_, q_norm_, 1, QD, c);
-    qk_norm_forward(kc, k_raw_, k_rstd_, k_norm_, 1, KVD, c);
-  }
+  project(dec_q_.data(), kc, vc, h, 1, c);
   rope_forward(dec_q_.data(), sh_->rope_of(layer_), 1, 1, NH, HD, pos);
   rope_forward(kc, sh_->rope_of(layer_), 1, 1, NKV, HD, pos);
   attend_cached_any(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos, NH, NKV, HD,
                     c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(wo_), 1, QD, C);
+}
+
+// A block of tokens: decode's steps on N rows at once (the products batched), their keys and
+// values into the cache, then the block's queries against the cache up to each one's position.
+template <typename T>
+void AttentionGqa<T>::prefill(T* out, const T* h, int pos, const PartContext<T>& c) {
+  const int N = c.d.N, C = m_.dim, HD = m_.head_dim, NH = m_.n_heads, NKV = m_.n_kv_heads, QD = NH * HD,
+            KVD = NKV * HD;
+  ATOLL_CHECK_LE(N, max_tokens_) << "prefill block";
+  ATOLL_CHECK_LE(size_t(pos) + N, score_.size()) << "decoder cache is full";
+  T* q = c.work;  // [N,QD], [N,KVD] x2, [N,QD]
+  T* k = q + size_t(N) * QD;
+  T* v = k + size_t(N) * KVD;
+  T* att = v + size_t(N) * KVD;
+  project(q, k, v, h, N, c);
+  rope_forward(q, sh_->rope_of(layer_), 1, N, NH, HD, pos);
+  rope_forward(k, sh_->rope_of(layer_), 1, N, NKV, HD, pos);
+  const CacheShard shard = CacheShard::of(c);
+  cache_block(k_cache_.data(), v_cache_.data(), k, v, N, pos, KVD, shard);
+  attend_prefix(att, q, k_cache_.data(), v_cache_.data(), N, pos, NH, NKV, HD, shard, c.cp);
+  c.mm.forward(out, c.mm.input(sh_->in16.data(), att, size_t(N) * QD), c.mm.weight(wo_), N, QD, C);
 }
 
 template class AttentionGqa<float>;

@@ -32,6 +32,7 @@ class AttentionGqa final : public AttentionPart<T> {
   void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) override;
   void start_decode(int max_len) override;
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
+  void prefill(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
  private:
   // q/k norm: the rows of `x` [N, width] normalised in place, each `norm_width()` entries by `gain`;
@@ -44,6 +45,7 @@ class AttentionGqa final : public AttentionPart<T> {
                         int width, const PartContext<T>& c);
 
   void add_bias(T* x, size_t bias, int N, int width, const PartContext<T>& c) const;
+  void project(T* q, T* k, T* v, const T* h, int N, const PartContext<T>& c);
   void bias_backward(const T* dx, size_t bias, int N, int width, const PartContext<T>& c) const;
 
   ModelConfig m_;

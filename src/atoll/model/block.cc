@@ -93,6 +93,20 @@ template <typename T>
 void Block<T>::decode(T* x, int pos, const PartContext<T>& c) {
   attn_norm_.forward(buf_.hn.data(), x, c);
   attention_->decode(buf_.tmp.data(), buf_.hn.data(), pos, c);
+  after_attention(x, c);
+}
+
+template <typename T>
+void Block<T>::prefill(T* x, int pos, const PartContext<T>& c) {
+  attn_norm_.forward(buf_.hn.data(), x, c);
+  attention_->prefill(buf_.tmp.data(), buf_.hn.data(), pos, c);
+  after_attention(x, c);
+}
+
+// Decoding and prefill, once the attention output is in buf_.tmp: its merge, then the MoE half,
+// x in place.
+template <typename T>
+void Block<T>::after_attention(T* x, const PartContext<T>& c) {
   attn_merge_.forward(x, buf_.tmp.data(), x, c);
   moe_norm_.forward(buf_.hn.data(), x, c);
   router_->forward(buf_.hn.data(), c);

@@ -4,7 +4,7 @@
 //   x_next = merge(experts(moe_norm(xmid), router(moe_norm(xmid))), xmid)
 // where merge(a, r) is the residual add a + r, or ZAYA1's residual scaling (ResidualMerge).
 // Forward calls the parts in that order; backward calls them in reverse. Decoding runs the
-// same parts on one token.
+// same parts on one token, and prefill on a block of them.
 #pragma once
 
 #include <memory>
@@ -53,9 +53,12 @@ class Block {
   void start_decode(int max_len) { attention_->start_decode(max_len); }
   // x[C] (in place) for the token at position pos.
   void decode(T* x, int pos, const PartContext<T>& c);
+  // x[N,C] (in place) for the c.d.N tokens at positions [pos, pos + N) (AttentionPart::prefill).
+  void prefill(T* x, int pos, const PartContext<T>& c);
 
  private:
   const T* mid_for_backward(const T* x, const PartContext<T>& c);
+  void after_attention(T* x, const PartContext<T>& c);
 
   BlockBuffers<T>& buf_;
   size_t first_, end_;

@@ -16,12 +16,13 @@ namespace {
 constexpr int kFirstCapacity = 64;  // cache positions before the first doubling
 }  // namespace
 
-// One token's worth of every buffer: the blocks' parts built for a batch of one token, and a
-// KV cache of `capacity` positions in each attention.
+// The blocks' parts built for max_block tokens of one sequence, and a KV cache of `capacity`
+// positions in each attention.
 struct Decoder::State {
-  State(const ModelConfig& m, const ParamLayout& layout, int capacity)
-      : buf(m, 1), input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes),
-        x(m.dim), h(m.dim) {
+  State(const ModelConfig& m, const ParamLayout& layout, int capacity, int max_block)
+      : sizes{.max_batch = 1, .max_tokens = max_block, .precision = Precision::kFp32}, buf(m, max_block),
+        input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes),
+        x(size_t(max_block) * m.dim), h(m.dim) {
     size_t work_elements = 0;
     blocks.reserve(m.n_layers);
     for (int l = 0; l < m.n_layers; ++l) {
@@ -32,42 +33,62 @@ struct Decoder::State {
     link_blocks(blocks);
     work.resize(work_elements);
   }
-  PartSizes sizes{.max_batch = 1, .max_tokens = 1, .precision = Precision::kFp32};
+  PartSizes sizes;
   PartScratch scratch;
   BlockBuffers<float> buf;
   std::vector<Block<float>> blocks;
   ResidualMerge<float> input_merge;  // after the embedding (residual scaling)
   RmsNormPart<float> final_norm;
-  std::vector<float> x, h, work;  // the token's residual stream and final norm output [C]
+  std::vector<float> x, h, work;  // the tokens' residual stream [max_block,C], the last one's final norm [C]
 };
 
-Decoder::Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group)
+Decoder::Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group, int max_block)
     : m_(m), layout_(ParamLayout::build(m)), p_(params), group_(group), max_len_(max_len),
-      capacity_(std::min(max_len, kFirstCapacity)), s_(std::make_unique<State>(m_, layout_, capacity_)),
-      logits_(m.vocab_size) {
+      max_block_(std::clamp(max_block, 1, std::max(max_len, 1))), capacity_(std::min(max_len, kFirstCapacity)),
+      s_(std::make_unique<State>(m_, layout_, capacity_, max_block_)), logits_(m.vocab_size) {
   ATOLL_CHECK_GT(max_len, 0);
 }
 
 Decoder::~Decoder() = default;
 
-const std::vector<float>& Decoder::step(int32_t token) {
-  ATOLL_CHECK_LT(pos_, max_len_) << "decoder cache is full";
-  if (pos_ == capacity_) {
-    capacity_ = int(std::min<int64_t>(int64_t(capacity_) * 2, max_len_));
-    for (Block<float>& b : s_->blocks) b.start_decode(capacity_);
-  }
+void Decoder::reserve(int len) {
+  ATOLL_CHECK_LE(len, max_len_) << "decoder cache is full";
+  if (len <= capacity_) return;
+  while (capacity_ < len) capacity_ = int(std::min<int64_t>(int64_t(capacity_) * 2, max_len_));
+  for (Block<float>& b : s_->blocks) b.start_decode(capacity_);
+}
+
+const std::vector<float>& Decoder::step(int32_t token) { return feed(&token, 1); }
+
+const std::vector<float>& Decoder::prefill(const int32_t* ids, int n) {
+  ATOLL_CHECK_GT(n, 0) << "prefill of no tokens";
+  reserve(pos_ + n);
+  for (int at = 0; at < n; at += max_block_) feed(ids + at, std::min(max_block_, n - at));
+  return logits_;
+}
+
+const std::vector<float>& Decoder::feed(const int32_t* ids, int n) {
+  reserve(pos_ + n);
   const int C = m_.dim;
   BlockDims d = block_dims(m_, 1);
-  d.T = 1, d.N = 1;
+  d.T = n, d.N = n;
   const PartContext<float> c{.B = 1, .d = d, .mm = {.params = p_}, .grads = nullptr, .work = s_->work.data(),
                              .loss_scale = 0.0, .times = nullptr, .cp = group_};
-  embedding_forward(s_->x.data(), &token, p_ + layout_.at("embed").offset, 1, C, m_.vocab_size);
-  s_->input_merge.forward(s_->x.data(), s_->x.data(), nullptr, c);
-  for (Block<float>& b : s_->blocks) b.decode(s_->x.data(), pos_, c);
-  s_->final_norm.forward(s_->h.data(), s_->x.data(), c);
+  float* x = s_->x.data();
+  embedding_forward(x, ids, p_ + layout_.at("embed").offset, n, C, m_.vocab_size);
+  s_->input_merge.forward(x, x, nullptr, c);
+  for (Block<float>& b : s_->blocks) {
+    if (n == 1)
+      b.decode(x, pos_, c);
+    else
+      b.prefill(x, pos_, c);
+  }
+  PartContext<float> last = c;
+  last.d.T = 1, last.d.N = 1;
+  s_->final_norm.forward(s_->h.data(), x + size_t(n - 1) * C, last);
   cpu::linear_forward(logits_.data(), s_->h.data(), p_ + layout_.at(m_.tie_embeddings ? "embed" : "head").offset, 1, C,
-                 m_.vocab_size);
-  ++pos_;
+                      m_.vocab_size);
+  pos_ += n;
   return logits_;
 }
 

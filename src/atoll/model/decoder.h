@@ -25,23 +25,37 @@ class Decoder {
   // tokens, step by step) and shard every layer's KV cache, position t on rank t mod P; each
   // attention combines the ranks' partial results with three all-reduces (model/attention_core.h
   // attend_cached_tree), and every rank returns the same logits.
-  Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group = nullptr);
+  //
+  // Prefill: prefill() feeds a block of tokens at once through the training model's kernels
+  // (batched products, blocked attention), at most max_block tokens a pass: the buffers of one
+  // pass are sized for max_block tokens (1: step() only), so it bounds what a long prompt costs
+  // beyond its cache. Under a group every rank computes every token of the block (the weights
+  // are replicated) and keeps only its shard of the cache; the block's attention to the cache
+  // is divided among the ranks as a step's is.
+  Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group = nullptr, int max_block = 1);
   ~Decoder();
 
   // Feeds `token` at position pos() and returns the logits [V] for the next position.
   const std::vector<float>& step(int32_t token);
+  // Feeds ids[n] at positions [pos(), pos() + n), max_block at a time, and returns the logits [V]
+  // after the last: what n step() calls return last, up to rounding, leaving the same cache.
+  const std::vector<float>& prefill(const int32_t* ids, int n);
   int pos() const { return pos_; }
   int max_len() const { return max_len_; }
   int capacity() const { return capacity_; }  // positions the cache holds now
+  int max_block() const { return max_block_; }
   void reset() { pos_ = 0; }
 
  private:
-  struct State;  // the blocks and their one-token buffers (decoder.cc)
+  struct State;  // the blocks and their buffers for max_block tokens (decoder.cc)
+  void reserve(int len);  // grows the cache to hold len positions
+  // ids[n] through the embedding, the blocks (a step's decode, or prefill) and the head of the last.
+  const std::vector<float>& feed(const int32_t* ids, int n);
   ModelConfig m_;
   ParamLayout layout_;
   const float* p_;
   Collective* group_ = nullptr;
-  int max_len_, capacity_, pos_ = 0;
+  int max_len_, max_block_, capacity_, pos_ = 0;
   std::unique_ptr<State> s_;
   std::vector<float> logits_;
 };

@@ -4,8 +4,9 @@
 //     called by model/block.cc in the table's order),
 //   - the activations it keeps for backward (members, sized for PartSizes::max_tokens),
 //   - its forward, its backward (the same steps reversed), and its decode step: one token,
-//     with a cache where the part looks across positions (attention's keys and values);
-//     position-wise parts decode by their forward on one token.
+//     with a cache where the part looks across positions (attention's keys and values), and its
+//     prefill (a block of tokens into that cache at once); position-wise parts decode and
+//     prefill by their forward.
 // The interfaces below are what the block composes (model/block.h); a CUDA mirror of a part
 // sits beside it (e.g. attention_gqa.cu beside attention_gqa.cc) with the same structure.
 //
@@ -120,6 +121,11 @@ class AttentionPart {
   // position pos, whose keys and values join the cache.
   virtual void start_decode(int max_len) = 0;
   virtual void decode(T* out, const T* h, int pos, const PartContext<T>& c) = 0;
+  // Prefill: out[N,C] (=) for the c.d.N tokens h[N,C] at positions [pos, pos + N) of one
+  // sequence, continuing the cache (what decode steps over them would leave, and their outputs
+  // up to rounding): their keys and values join it, and each attends to the cache up to itself.
+  // N <= PartSizes::max_tokens; the cache holds pos + N positions (start_decode).
+  virtual void prefill(T* out, const T* h, int pos, const PartContext<T>& c) = 0;
 };
 
 // Chooses K experts per token: topk_idx[N,K] (kNoExpert, layers/moe_dispatch.h, for a slot no
