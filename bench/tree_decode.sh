@@ -32,7 +32,7 @@ fi
 # prompt's length is that of [prompt | pad] less the pad's (a pad alone longer than the context).
 corpus=$out/corpus.txt pad=$out/pad.txt probe=$out/probe.txt
 find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort | xargs cat >"$corpus"
-tail -c +1000001 "$corpus" | head -c 400000 | sed '1d;$d' >"$pad"
+head -c 1400000 "$corpus" | tail -c 400000 | sed '1d;$d' >"$pad"
 refused_tokens() {
   build/atoll generate --checkpoint "$ckpt" --prompt-file "$1" --max-tokens 1 2>&1 >/dev/null |
     sed -nE 's/.* is ([0-9]+) tokens.*/\1/p' || true

@@ -26,8 +26,6 @@ using testing::greedy;
 using testing::logit_error;
 using testing::run_processes;
 
-class TreeDecode : public testing::RedisSuite {};
-
 ModelConfig small_model(bool cca) {
   ModelConfig m;
   m.vocab_size = 37, m.dim = 16, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.head_dim = 4;
@@ -89,37 +87,42 @@ std::string prefill_against_steps(Collective& g, const ModelConfig& m) {
   return o.str();
 }
 
-// Runs `body` on P processes for GQA and CCA, P in {1, 2, 3}, and checks every rank's line:
-// the same greedy tokens, logits within `tolerance`, every rank the same last logits.
-void check_over_ranks(const std::string& name, double tolerance,
-                      std::string (*body)(Collective&, const ModelConfig&)) {
-  for (bool cca : {false, true})
-    for (int P = 1; P <= 3; ++P) {
-      const std::string run = name + (cca ? "-cca" : "-gqa") + std::to_string(P);
-      const ModelConfig m = small_model(cca);
-      const auto out = run_processes(P, [&](int rank) -> std::string {
-        // One thread per process: P processes share the cores, and OpenMP threads spinning at
-        // the end of a parallel region would starve the peer each collective waits for.
-        omp_set_num_threads(1);
-        Store store(store_options(run));
-        ProcessGroup g(store, GroupOptions{.name = "tree", .rank = rank, .size = P});
-        return body(g, m);
-      });
-      std::string hash0;
-      for (int r = 0; r < P; ++r) {
-        std::istringstream in(out[r]);
-        int same = 0;
-        double worst = 1;
-        std::string hash;
-        ASSERT_TRUE(in >> same >> worst >> hash) << "P=" << P << " rank " << r << ": " << out[r];
-        EXPECT_EQ(same, 1) << "greedy tokens differ, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
-        EXPECT_LE(worst, tolerance) << "logits, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
-        if (r == 0) std::printf("%s P=%d %s: worst logit difference %.3g\n", name.c_str(), P, cca ? "cca" : "gqa", worst);
-        if (r == 0) hash0 = hash;
-        EXPECT_EQ(hash, hash0) << "rank " << r << "'s logits differ from rank 0's, P=" << P;
+class TreeDecode : public testing::RedisSuite {
+ protected:
+  // Runs `body` on P processes for GQA and CCA, P in {1, 2, 3}, and checks every rank's line:
+  // the same greedy tokens, logits within `tolerance`, every rank the same last logits.
+  static void check_over_ranks(const std::string& name, double tolerance,
+                               std::string (*body)(Collective&, const ModelConfig&)) {
+    for (bool cca : {false, true})
+      for (int P = 1; P <= 3; ++P) {
+        const std::string run = name + (cca ? "-cca" : "-gqa") + std::to_string(P);
+        const ModelConfig m = small_model(cca);
+        const auto out = run_processes(P, [&](int rank) -> std::string {
+          // One thread per process: P processes share the cores, and OpenMP threads spinning at
+          // the end of a parallel region would starve the peer each collective waits for.
+          omp_set_num_threads(1);
+          Store store(store_options(run));
+          ProcessGroup g(store, GroupOptions{.name = "tree", .rank = rank, .size = P});
+          return body(g, m);
+        });
+        std::string hash0;
+        for (int r = 0; r < P; ++r) {
+          std::istringstream in(out[r]);
+          int same = 0;
+          double worst = 1;
+          std::string hash;
+          ASSERT_TRUE(in >> same >> worst >> hash) << "P=" << P << " rank " << r << ": " << out[r];
+          EXPECT_EQ(same, 1) << "greedy tokens differ, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
+          EXPECT_LE(worst, tolerance) << "logits, P=" << P << " rank " << r << (cca ? " cca" : " gqa");
+          if (r == 0) {
+            std::printf("%s P=%d %s: worst logit difference %.3g\n", name.c_str(), P, cca ? "cca" : "gqa", worst);
+            hash0 = hash;
+          }
+          EXPECT_EQ(hash, hash0) << "rank " << r << "'s logits differ from rank 0's, P=" << P;
+        }
       }
-    }
-}
+  }
+};
 
 TEST_F(TreeDecode, SameTokensAndLogitsAsOneProcess) { check_over_ranks("tree", 1e-6, decode_both); }
 

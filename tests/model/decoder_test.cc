@@ -211,8 +211,8 @@ TEST(DecoderPrefill, CcaMatchesTokenByToken) {
 // Several query tiles (64 rows) and key chunks (512 keys) in one pass, and a block that starts
 // past the first chunk of keys.
 TEST(DecoderPrefill, LongPromptsMatchTokenByToken) {
-  check_prefill("gqa", 1100, 700, 0, 2);
-  check_prefill("cca", 1100, 700, 0, 2);
+  check_prefill("gqa", 600, 530, 0, 2);
+  check_prefill("cca", 600, 530, 0, 2);
 }
 
 // A block of at most max_block tokens a pass, and a prefill past the bound is refused.
