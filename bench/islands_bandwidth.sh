@@ -17,9 +17,10 @@
 # (the last step adds one blocking sync of every fragment, so every island ends on the same
 # θ: a one-time cost a long run amortizes). Settings: ISLANDS (2), STEPS (240), H (30),
 # FRAGMENTS (3), OVERLAP (steps each fragment's exchange hides behind, 8), CODEC (int8), MODES
-# ("blocking overlapped delayed"; delayed: diloco.outer_delay = 1, each exchange behind a round),
-# ATOLL (build/atoll), ATOLL_BENCH_OUT (/tmp/atoll-islands-bandwidth). Extra `--set` for
-# the workers: WORKER_SETS="--set k=v ...".
+# ("blocking overlapped delayed"; delayed: diloco.outer_delay = 1, each exchange behind a round;
+# topk, not in the default: blocking with diloco.expert_topk = TOPK (0.25), the sparse expert
+# exchange), CONFIG (configs/tiny.toml), ATOLL (build/atoll), ATOLL_BENCH_OUT
+# (/tmp/atoll-islands-bandwidth). Extra `--set` for the workers: WORKER_SETS="--set k=v ...".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hub=atl-hub
@@ -75,7 +76,7 @@ run_one() {  # name, rate, extra --set args...
     # One thread each: the islands share this machine's cores, as they would not share a
     # real island's; the bandwidth, not the cores, is what this measures.
     ip netns exec atl-i$i "$atoll" worker --store redis://$subnet.254:$store_port --island "$i" --rank 0 \
-      --islands "$islands" --run-id "$name" --run-dir "$dir/i$i" --config configs/tiny.toml \
+      --islands "$islands" --run-id "$name" --run-dir "$dir/i$i" --config "$config" \
       --set data.dir="$out/data" --set train.threads=1 --set train.steps="$steps" --set train.eval_every=0 \
       --set checkpoint.every=0 --set train.log_every=1 --set diloco.inner_steps="$H" --set diloco.codec="$codec" \
       "$@" $WORKER_SETS >"$dir/i$i.log" 2>&1 &
@@ -103,7 +104,7 @@ command -v redis-server >/dev/null || { echo "needs redis-server" >&2; exit 1; }
 atoll=$(realpath "${ATOLL:-build/atoll}")
 out=${ATOLL_BENCH_OUT:-/tmp/atoll-islands-bandwidth}
 islands=${ISLANDS:-2} steps=${STEPS:-240} H=${H:-30} fragments=${FRAGMENTS:-3} overlap=${OVERLAP:-8}
-codec=${CODEC:-int8} WORKER_SETS=${WORKER_SETS:-}
+codec=${CODEC:-int8} config=${CONFIG:-configs/tiny.toml} WORKER_SETS=${WORKER_SETS:-}
 rates=("$@")
 [ ${#rates[@]} -gt 0 ] || rates=(20mbit 100mbit)
 trap down EXIT
@@ -117,7 +118,8 @@ for rate in "${rates[@]}"; do
       blocking) run_one "blocking-$rate" "$rate" ;;
       overlapped) run_one "overlapped-$rate" "$rate" --set diloco.fragments="$fragments" --set diloco.overlap_steps="$overlap" ;;
       delayed) run_one "delayed-$rate" "$rate" --set diloco.outer_delay=1 ;;
-      *) echo "unknown mode $mode (blocking, overlapped, delayed)" >&2; exit 2 ;;
+      topk) run_one "topk-$rate" "$rate" --set diloco.expert_topk="${TOPK:-0.25}" ;;
+      *) echo "unknown mode $mode (blocking, overlapped, delayed, topk)" >&2; exit 2 ;;
     esac
   done
 done

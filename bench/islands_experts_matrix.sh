@@ -9,7 +9,8 @@
 # Arms: ARMS ("ddp mean tokens") and ARM_SETS, as bench/islands_experts.sh takes them.
 # Results go to $ATOLL_BENCH_OUT/h<H>/s<seed>/<config>-<islands>/ (default
 # /tmp/atoll-islands-experts-matrix); finished arms are kept (SKIP_DONE=0 reruns them), so an
-# interrupted matrix resumes. Runs go one at a time at nice 19. Other settings: CODEC, ATOLL.
+# interrupted matrix resumes. Runs go one at a time at nice 19 (NICE=0: at normal priority, for
+# figures of a quiet machine while others build at nice 19). Other settings: CODEC, ATOLL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=$1
@@ -31,7 +32,7 @@ for config in $configs; do
         fi
         for arm in $arms; do
           echo "$(date -u +%H:%M:%S) $name islands=$n H=$h seed=$seed $arm" >&2
-          ARMS=$arm ISLANDS=$n ATOLL_BENCH_OUT=$out nice -n 19 bench/islands_experts.sh "$config" \
+          ARMS=$arm ISLANDS=$n ATOLL_BENCH_OUT=$out nice -n "${NICE:-19}" bench/islands_experts.sh "$config" \
             "$steps" "$h" --set train.seed="$seed" "$@" >/dev/null
         done
       done
