@@ -38,7 +38,8 @@ void print_timing(const Generated& g) {
   const char* on = std::getenv("ATOLL_GENERATE_TIMING");
   if (!on || std::string(on) != "1") return;
   std::fprintf(stderr,
-               "timing: prefill %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, at context %d\n",
+               "timing: prefill %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, "
+               "at context %d\n",
                g.prompt_tokens, g.prompt_s, g.decoded_tokens, g.decode_s, g.tail_tokens,
                g.tail_tokens > 0 ? 1e3 * g.tail_s / g.tail_tokens : 0.0, g.prompt_tokens + g.decoded_tokens);
 }
@@ -118,9 +119,10 @@ Generated generate(const std::string& checkpoint_dir, const GenerateOptions& o) 
   for (int32_t id : tok.encode(o.prompt)) ids.push_back(id);
   const int P = int(ids.size());
   if (P > T)
-    throw DataError(o.prompt_flag + " is " + std::to_string(P - 1) + " tokens, and with the start-of-text token more than " +
-                    "the context of the model in " + cm.dir + " (model.seq_len = " + std::to_string(T) +
-                    " positions); fix: shorten the prompt to at most " + std::to_string(T - 1) + " tokens");
+    throw DataError(o.prompt_flag + " is " + std::to_string(P - 1) +
+                    " tokens, and with the start-of-text token more than the context of the model in " + cm.dir +
+                    " (model.seq_len = " + std::to_string(T) + " positions); fix: shorten the prompt to at most " +
+                    std::to_string(T - 1) + " tokens");
   const int room = T - P + 1;  // tokens the context leaves: the last one sampled is never fed
   const int n = std::min(o.max_tokens, room);
   Generated g;
@@ -176,10 +178,12 @@ std::string generate_text(const std::string& checkpoint_dir, const std::string& 
 
 Runner add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate",
-                                 "sample text from a checkpoint (KV cache); stops at end-of-text, at --max-tokens, or at "
-                                 "the model's context (model.seq_len positions, prompt included), and says why on stderr");
+                                 "sample text from a checkpoint (the prompt prefilled in blocks, then a KV-cache "
+                                 "step per token); stops at end-of-text, at --max-tokens, or at the model's context "
+                                 "(model.seq_len positions, prompt included), and says why on stderr");
   struct Flags {
-    std::string checkpoint, prompt, prompt_file, tokenizer, max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
+    std::string checkpoint, prompt, prompt_file, tokenizer;
+    std::string max_tokens = "128", temperature = "0.8", top_p = "0.95", seed = "0";
     std::string workers = "1", tree_rank = "0", tree_store, tree_run;
   };
   auto f = std::make_shared<Flags>();
