@@ -1,12 +1,15 @@
 // The whole-model check shared by the device-model tests (device_model_test.cpp,
 // device_model_zaya_test.cpp): DeviceModel's loss and every gradient against Model<float>'s on
-// the CPU, from the same parameters and batches, with the tolerances argued below.
+// the CPU, from the same parameters and batches, with the tolerances argued below; and the
+// configs they share (device_model_context_parallel_test.cpp too).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "atoll/model/device_model.h"
@@ -39,6 +42,39 @@ inline ModelConfig tiny_config(bool tie) {
   m.tie_embeddings = tie;
   m.init_std = 0.2;
   return m;
+}
+
+// tiny_config's awkward sizes (N = 399 tokens, T = 133, C = 36, E = 4) with ZAYA1's parts on
+// three layers, so the depth-averaging chain runs 2 -> 1 -> 0 in backward (the state's gradient
+// handed back twice): the zaya router with an odd R = 11 and top-2 of E1 = 5 classes, residual
+// scaling, and the middle layer local with its own RoPE base.
+inline ModelConfig zaya_config() {
+  ModelConfig m = tiny_config(false);
+  m.n_layers = 3;
+  m.router = "zaya";
+  m.router_hidden_size = 11;
+  m.aux_loss_coef = 0.0;
+  m.z_loss_coef = 0.0;
+  m.residual_scaling = true;
+  m.rope_layers = {"global", "local", "global"};
+  m.rope_theta_local = 500.0;
+  return m;
+}
+
+// Moves the rows that start at the identity (the residual affines, the depth scales) and the
+// balancing biases away from it: scales 1 ± 0.15, biases ± 0.15, and the skip class's bias near
+// 0 instead of model.router_skip_bias (-1, which no token would ever pass), so that some slots
+// choose the skip class and reach no expert.
+inline void perturb_zaya_rows(Model<float>& cpu) {
+  Rng rng(5);
+  for (const ParamEntry& e : cpu.layout().entries()) {
+    const bool merge = e.name.find("_merge.") != std::string::npos || e.name.rfind("input_", 0) == 0;
+    const bool depth = e.name.find("depth_scale") != std::string::npos;
+    if (!merge && !depth && !e.balanced) continue;
+    float* p = cpu.params().data() + e.offset;
+    if (e.balanced) std::fill(p, p + e.numel, 0.0f);
+    for (size_t i = 0; i < e.numel; ++i) p[i] += float(0.3 * (rng.uniform() - 0.5));
+  }
 }
 
 inline constexpr int kMaxBatch = 3;

@@ -1,7 +1,7 @@
 // Ring attention on the GPU (model/device_ring_attention.h) against causal attention over the
 // whole sequence on the CPU (backend/cpu/attention.h, the blocked kernel the model uses): output,
 // log-sum-exp, dQ, dK and dV of every rank's rows, P in {1, 2, 3, 4}. The P ranks are threads of
-// this process on one GPU (tests/backend_cuda/thread_group.h): the ring's transfers go through
+// this process on one GPU (tests/core/thread_group.h): the ring's transfers go through
 // the same Collective calls as over Gloo, between host buffers. tests/dist/ring_attention_test.cc
 // checks the CPU ring over real processes; this one checks the device steps and their staging.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "atoll/model/device_ring_attention.h"
 #include "atoll/model/ring_attention.h"
 #include "gpu_test_util.h"
-#include "thread_group.h"
+#include "core/thread_group.h"
 
 namespace atl {
 namespace {

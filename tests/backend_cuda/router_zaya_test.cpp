@@ -58,15 +58,18 @@ TEST(CudaRouterZaya, RouteForwardAndBackwardMatchCpu) {
     gpu::zaya_route_backward(d_dlogits.get(), d_dgate.get(), d_probs.get(), d_choice.get(), s.N, s.E1, s.K);
     test::expect_near(d_dlogits.host(), dlogits, 1e-6, 0.0, "dlogits");
 
-    // The loads: count/(N*K) scaled, added (+=) to what the slots held.
+    // The loads: count/(tokens*K) scaled, added (+=) to what the slots held; tokens = N, and
+    // under context parallelism the whole sequences' tokens (here 3N: a rank holding a third).
     std::vector<int64_t> counts(s.E1);
     zaya_class_counts(counts.data(), choice.data(), s.N, s.E1, s.K);
     const auto loads0 = randn_f(rng, s.E1);
-    std::vector<float> loads = loads0;
-    for (int e = 0; e < s.E1; ++e) loads[e] += float(0.25 * double(counts[e]) / double(NK));
-    DeviceVec<float> d_loads(loads0);
-    gpu::zaya_class_loads(d_loads.get(), d_choice.get(), s.N, s.E1, s.K, 0.25);
-    test::expect_equal(d_loads.host(), loads, "loads");
+    for (const int share : {1, 3}) {
+      std::vector<float> loads = loads0;
+      for (int e = 0; e < s.E1; ++e) loads[e] += float(0.25 * double(counts[e]) / (double(share) * s.N * s.K));
+      DeviceVec<float> d_loads(loads0);
+      gpu::zaya_class_loads(d_loads.get(), d_choice.get(), s.N, s.E1, s.K, 0.25, double(share) * s.N);
+      test::expect_equal(d_loads.host(), loads, share == 1 ? "loads" : "loads of a third of the tokens");
+    }
   }
 }
 

@@ -227,7 +227,8 @@ TEST(ConfigRanges, ShippedConfigsStillLoad) {
 // train.context_parallel's refusals (config/context_parallel.h), each naming the key, the reason
 // and the fix: a P that does not divide the island's workers (or any P > 1 for `atoll train`'s
 // one worker), chunks of ⌊T/2P⌋ tokens shorter than the previous-chunk window the model reads,
-// bf16 products. What is supported loads: GQA, and CCA whose chunks hold its window.
+// bf16 products. What is supported loads: GQA, and CCA whose chunks hold its window, on the CPU
+// and the GPU.
 // check_context_parallel's error for `workers` workers per island ("" when it passes).
 std::string placement_error(int P, int workers) {
   Config c;
@@ -267,10 +268,6 @@ TEST(ContextParallelConfig, AChunkShorterThanTheModelsBoundaryIsRefused) {
 TEST(ContextParallelConfig, WhatIsNotBuiltYetIsRefusedNotRunWrong) {
   expect_names(error_of({"train.precision=\"bf16\"", "train.context_parallel=2"}),
                {"train.context_parallel = 2", "fp32", "fix:"});
-  // On the GPU the part kinds say whether their CUDA mirror runs over a split sequence: the zaya
-  // router's does not (its balancing loads are not added over the group there).
-  expect_names(error_of({"train.device=\"cuda\"", "model.router=\"zaya\"", "train.context_parallel=2"}),
-               {"train.context_parallel = 2", "cuda", "layer 0's zaya", "fix:"});
 }
 
 TEST(ContextParallelConfig, GqaOnTheCpuLoads) {
@@ -278,7 +275,21 @@ TEST(ContextParallelConfig, GqaOnTheCpuLoads) {
   EXPECT_EQ(error_of({"model.seq_len=29", "train.context_parallel=2"}), "");
   EXPECT_EQ(error_of({"model.seq_len=5", "train.context_parallel=4"}), "");
   EXPECT_EQ(error_of({"model.router=\"zaya\"", "train.context_parallel=3"}), "");
+}
+
+// On the GPU every part kind runs over a split sequence too (the device ring, CCA's boundary
+// exchange, the zaya router's loads as shares of the whole sequences: gpu::DeviceModel), within
+// the CPU's limits: a CCA chunk shorter than its window is refused there as here.
+TEST(ContextParallelConfig, EveryPartKindLoadsOnTheGpuToo) {
   EXPECT_EQ(error_of({"train.device=\"cuda\"", "model.seq_len=29", "train.context_parallel=2"}), "");  // GQA, top-k
+  EXPECT_EQ(error_of({"train.device=\"cuda\"", "model.router=\"zaya\"", "train.context_parallel=2"}), "");
+  const std::vector<std::string> zaya1 = {"train.device=\"cuda\"", "model.attention=\"cca\"", "model.router=\"zaya\"",
+                                          "model.cca_time0=2",         "model.cca_time1=3",         "model.seq_len=24",
+                                          "train.context_parallel=4"};
+  EXPECT_EQ(error_of(zaya1), "");  // chunks of 3: the window exactly
+  std::vector<std::string> short_chunks = zaya1;
+  short_chunks[5] = "model.seq_len=20";
+  expect_names(error_of(short_chunks), {"train.context_parallel = 4", "chunks of 2", "3 tokens", "fix:"});
 }
 
 }  // namespace

@@ -36,16 +36,6 @@ std::string context_parallel_problem(const Config& cfg) {
              " tokens, fewer than the " + std::to_string(boundary) +
              " tokens of the previous chunk the model reads (CCA's convolution window); fix: raise " + name +
              " to at least " + std::to_string(2 * P * boundary) + " or lower train.context_parallel";
-  if (cfg.train.device == "cuda")  // the part kinds whose CUDA mirror runs over a split sequence
-    for (int l = 0; l < cfg.model.n_layers; ++l)
-      for (const auto& [name, runs] : {std::pair{attention_kind_at(cfg.model, l).name,
-                                                 attention_kind_at(cfg.model, l).gpu_context_parallel},
-                                       std::pair{router_kind_at(cfg.model, l).name,
-                                                 router_kind_at(cfg.model, l).gpu_context_parallel}})
-        if (!runs)
-          return key + " with train.device = \"cuda\": layer " + std::to_string(l) + "'s " + std::string(name) +
-                 " has no GPU path over a split sequence (the CPU engine has); fix: train.device = \"cpu\", or "
-                 "train.context_parallel = 1";
   return "";
 }
 

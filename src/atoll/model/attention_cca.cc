@@ -7,6 +7,7 @@
 #include "atoll/backend/cpu/cca_conv.h"
 #include "atoll/core/check.h"
 #include "atoll/model/attention_core.h"
+#include "atoll/model/cca_boundary.h"
 #include "atoll/model/chunk_boundary.h"
 #include "atoll/model/prefill_attention.h"
 
@@ -61,15 +62,13 @@ AttentionCca<T>::AttentionCca(const ModelConfig& m, const ParamLayout& layout, i
   heads_.resize(tails_.size());
 }
 
-// At most two runs of a sequence, each with up to lag boundary rows before it and t1-1 more y
-// rows (model/part_kinds.cc counts the same).
 template <typename T>
 size_t AttentionCca<T>::x_rows_max() const {
-  return size_t(max_tokens_) + size_t(TokenPositions::kMaxRuns) * max_batch_ * lag();
+  return cca_x_rows_max(max_tokens_, max_batch_, lag());
 }
 template <typename T>
 size_t AttentionCca<T>::y_rows_max() const {
-  return x_rows_max() + size_t(TokenPositions::kMaxRuns) * max_batch_ * (m_.cca_time1 - 1);
+  return cca_y_rows_max(max_tokens_, max_batch_, lag(), m_.cca_time1);
 }
 
 template <typename T>
@@ -100,93 +99,26 @@ void unpack_rows(T* a, T* b, const T* in, int N, int A, int Bw) {
   }
 }
 
-// The runs of a call's tokens (TokenPositions) as the convolutions see them: run i of each
-// sequence is its len tokens, with the bnd = lag boundary rows of the chunk before it in x_ when
-// it has one (a run that starts its sequence reads the convolutions' zero padding instead).
-struct CcaRun {
-  int start, len, bnd;
-  int local;            // its first row among a sequence's T local rows
-  size_t x_row, y_row;  // the first row of its block [B, bnd+len, CC] in x_, [B, bnd+len+t1-1, CC] in y_
-  int rows() const { return bnd + len; }
-};
-struct CcaRuns {
-  int n = 0;
-  CcaRun run[TokenPositions::kMaxRuns];
-  size_t x_rows = 0, y_rows = 0;
-};
-
-CcaRuns cca_runs(const TokenPositions& pos, int B, int T, int lag, int t1) {
-  CcaRuns R;
-  R.n = pos.runs;
-  int local = 0;
-  for (int i = 0; i < pos.runs; ++i) {
-    CcaRun& u = R.run[i];
-    u.start = pos.start[i], u.len = pos.len[0] == 0 ? T : pos.len[i], u.bnd = u.start > 0 ? lag : 0;
-    u.local = local, u.x_row = R.x_rows, u.y_row = R.y_rows;
-    local += u.len, R.x_rows += size_t(B) * u.rows(), R.y_rows += size_t(B) * (u.rows() + t1 - 1);
-  }
-  ATOLL_CHECK_EQ(local, T) << "token runs";
-  return R;
-}
-
-// fn(local row, x_ row, len) for each run of each sequence: its rows in the [B,T] layout and in
-// x_'s. Whole sequences are one span (the two layouts agree).
-template <class Fn>
-void for_each_span(const CcaRuns& R, int B, int T, Fn fn) {
-  if (R.n == 1 && R.run[0].bnd == 0) return fn(size_t(0), size_t(0), B * T);
-  for (int i = 0; i < R.n; ++i)
-    for (int b = 0; b < B; ++b) {
-      const CcaRun& u = R.run[i];
-      fn(size_t(b) * T + u.local, u.x_row + size_t(b) * u.rows() + u.bnd, u.len);
-    }
-}
-
 }  // namespace
 
 // Context parallelism, before the convolutions: each run's last lag x rows and delayed value
 // half go to the holder of the chunk after it; the predecessors' arrive as the runs' boundary
-// rows in x_ and in heads_.
+// rows in x_ and in heads_ (model/cca_boundary.h lays the messages out).
 template <typename T>
-void AttentionCca<T>::boundary_forward(const T* vd, const PartContext<T>& c) {
+CcaBoundary AttentionCca<T>::boundary(const PartContext<T>& c) const {
   const CcaDims d = cca_dims(m_, c.B, c.d.T);
-  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
-  const int L = lag(), CC = d.CC(), half = d.KVD() / 2, B = c.B;
-  const size_t W = size_t(L) * CC + half;
-  ATOLL_CHECK(c.cp && c.zigzag && R.n == 2) << "CCA on chunks of sequences runs in a context-parallel group";
+  ATOLL_CHECK(c.cp && c.zigzag && c.pos.runs == 2) << "CCA on chunks of sequences runs in a context-parallel group";
   ATOLL_CHECK(!c.zigzag->contiguous) << "CCA's boundary exchange pairs the zigzag layout's neighbours";
-  for (int i = 0; i < R.n; ++i) {
-    const CcaRun& u = R.run[i];
-    ATOLL_CHECK_GE(u.len, std::max(L, 1)) << "a chunk shorter than CCA's window (config/context_parallel.h refuses it)";
-    for (int b = 0; b < B; ++b) {
-      T* msg = tails_.data() + (size_t(i) * B + b) * W;
-      std::copy_n(x_.data() + (u.x_row + size_t(b) * u.rows() + u.rows() - L) * CC, size_t(L) * CC, msg);
-      std::copy_n(vd + (size_t(b) * d.T + u.local + u.len - 1) * half, half, msg + size_t(L) * CC);
-    }
-  }
-  chunk_tails_forward(heads_.data(), heads_.data() + B * W, tails_.data(), tails_.data() + B * W, B * W, *c.cp);
-  for (int i = 0; i < R.n; ++i)
-    for (int b = 0; b < B && R.run[i].bnd > 0; ++b)
-      std::copy_n(heads_.data() + (size_t(i) * B + b) * W, size_t(L) * CC,
-                  x_.data() + (R.run[i].x_row + size_t(b) * R.run[i].rows()) * CC);
+  return cca_boundary(cca_runs(c.pos, c.B, d.T, lag(), d.t1), c.B, d.T, lag(), d.CC(), d.KVD());
 }
 
-// The value shift at each run's first token: the previous token's delayed half is the
-// predecessor's (heads_), or 0 where the run starts its sequence.
 template <typename T>
-void AttentionCca<T>::boundary_values(T* v, const PartContext<T>& c) const {
-  const CcaDims d = cca_dims(m_, c.B, c.d.T);
-  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
-  const int half = d.KVD() / 2;
-  const size_t W = size_t(lag()) * d.CC() + half;
-  for (int i = 0; i < R.n; ++i)
-    for (int b = 0; b < c.B; ++b) {
-      T* row = v + (size_t(b) * d.T + R.run[i].local) * d.KVD() + half;
-      const T* from = heads_.data() + (size_t(i) * c.B + b) * W + size_t(lag()) * d.CC();
-      if (R.run[i].start > 0)
-        std::copy_n(from, half, row);
-      else
-        std::fill_n(row, half, T(0));
-    }
+void AttentionCca<T>::boundary_forward(const T* vd, const PartContext<T>& c) {
+  const CcaBoundary p = boundary(c);
+  cca_pack_tails(tails_.data(), x_.data(), vd, p);
+  chunk_tails_forward(heads_.data(), heads_.data() + p.per_run, tails_.data(), tails_.data() + p.per_run, p.per_run,
+                      *c.cp);
+  cca_unpack_heads(x_.data(), heads_.data(), p);
 }
 
 // Backward, after the convolutions': the gradients of each run's boundary rows (dx's) and of its
@@ -194,26 +126,11 @@ void AttentionCca<T>::boundary_values(T* v, const PartContext<T>& c) const {
 // them to its tail rows' dx and sets its last token's dvd.
 template <typename T>
 void AttentionCca<T>::boundary_backward(T* dx, T* dvd, const T* dv, const PartContext<T>& c) {
-  const CcaDims d = cca_dims(m_, c.B, c.d.T);
-  const CcaRuns R = cca_runs(c.pos, c.B, d.T, lag(), d.t1);
-  const int L = lag(), CC = d.CC(), KVD = d.KVD(), half = KVD / 2, B = c.B;
-  const size_t W = size_t(L) * CC + half;
-  for (int i = 0; i < R.n; ++i)
-    for (int b = 0; b < B && R.run[i].start > 0; ++b) {
-      const CcaRun& u = R.run[i];
-      T* msg = heads_.data() + (size_t(i) * B + b) * W;
-      std::copy_n(dx + (u.x_row + size_t(b) * u.rows()) * CC, size_t(L) * CC, msg);
-      std::copy_n(dv + (size_t(b) * d.T + u.local) * KVD + half, half, msg + size_t(L) * CC);
-    }
-  chunk_heads_backward(tails_.data(), tails_.data() + B * W, heads_.data(), heads_.data() + B * W, B * W, *c.cp);
-  for (int i = 0; i < R.n; ++i)
-    for (int b = 0; b < B; ++b) {
-      const CcaRun& u = R.run[i];
-      const T* msg = tails_.data() + (size_t(i) * B + b) * W;
-      T* to = dx + (u.x_row + size_t(b) * u.rows() + u.rows() - L) * CC;
-      for (size_t e = 0; e < size_t(L) * CC; ++e) to[e] += msg[e];
-      std::copy_n(msg + size_t(L) * CC, half, dvd + (size_t(b) * d.T + u.local + u.len - 1) * half);
-    }
+  const CcaBoundary p = boundary(c);
+  cca_pack_dheads(heads_.data(), dx, dv, p);
+  chunk_heads_backward(tails_.data(), tails_.data() + p.per_run, heads_.data(), heads_.data() + p.per_run, p.per_run,
+                       *c.cp);
+  cca_unpack_dtails(dx, dvd, tails_.data(), p);
 }
 
 template <typename T>
@@ -232,7 +149,7 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);
   c.mm.forward(q_.data(), in, c.mm.weight(w_.wq), N, C, QD);  // qp and kp, packed into x
   c.mm.forward(k_.data(), in, c.mm.weight(w_.wk), N, C, KVD);
-  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+  cca_for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
     pack_rows(x_.data() + xr * CC, q_.data() + l * QD, k_.data() + l * KVD, n, QD, KVD);
   });
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), N, C, KVD / 2);
@@ -243,7 +160,7 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
     cpu::cca_conv_forward(z + u.x_row * CC, y_.data() + u.y_row * CC, x_.data() + u.x_row * CC, c.mm.param(w_.w0),
                           c.mm.param(w_.b0), c.mm.param(w_.w1), c.mm.param(w_.b1), cca_dims(m_, c.B, u.rows()));
   }
-  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+  cca_for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
     cca_qk_mean_forward(q_.data() + l * QD, k_.data() + l * KVD, z + xr * CC, x_.data() + xr * CC,
                         cca_dims(m_, 1, n));
   });
@@ -251,7 +168,7 @@ void AttentionCca<T>::forward(T* out, const T* h, const PartContext<T>& c) {
   rope_at(qn, sh_->rope_of(layer_), c.B, d.T, d.NH, d.HD, c.pos, false);
   rope_at(kn, sh_->rope_of(layer_), c.B, d.T, d.NKV, d.HD, c.pos, false);
   cca_value_forward(v, vc, vd, d);
-  if (!c.pos.whole()) boundary_values(v, c);
+  if (!c.pos.whole()) cca_shift_values(v, heads_.data(), boundary(c));
   qn_.keep(qn, size_t(N) * QD), kn_.keep(kn, size_t(N) * KVD), v_.keep(v, size_t(N) * KVD);
   attention_any(att_, lse_.data(), qn_, kn_, v_, c.B, d.T, d.NH, d.NKV, d.HD, c);
   c.mm.forward(out, att_.operand(), c.mm.weight(w_.wo), N, QD, C);
@@ -297,7 +214,7 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
                        c.mm.param(w_.temp), d);
   std::fill(dx, dx + R.x_rows * CC, T(0));
   if (!c.pos.whole()) std::fill(dz, dz + R.x_rows * CC, T(0));  // the boundary rows' outputs are dropped
-  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+  cca_for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
     cca_qk_mean_backward(dz + xr * CC, dx + xr * CC, dq + l * QD, dk + l * KVD, cca_dims(m_, 1, n));
   });
   for (int i = 0; i < R.n; ++i) {
@@ -308,7 +225,7 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
   }
   cca_value_backward(dvc, dvd, dv, d);
   if (!c.pos.whole()) boundary_backward(dx, dvd, dv, c);
-  for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
+  cca_for_each_span(R, c.B, d.T, [&](size_t l, size_t xr, int n) {
     unpack_rows(dq + l * QD, dk + l * KVD, dx + xr * CC, n, QD, KVD);  // d(qp), d(kp)
   });
   const Operand<T> in = c.mm.input(sh_->in16.data(), h, size_t(N) * C);

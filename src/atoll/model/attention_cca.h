@@ -25,7 +25,8 @@
 // Context parallelism (PartContext::cp, docs/long_context.md): a rank holds two chunks of each
 // sequence (TokenPositions' runs). The convolutions read the t0-1 + t1-1 pre-convolution rows
 // before a chunk and the value shift the delayed value half of the token before it: the holder
-// of the chunk before sends them (model/chunk_boundary.h), the convolutions run on [boundary |
+// of the chunk before sends them (model/chunk_boundary.h; the rows' layout and the messages are
+// model/cca_boundary.h's, shared with the CUDA mirror), the convolutions run on [boundary |
 // chunk] and their first outputs (those the boundary rows alone feed) are dropped; backward
 // returns the boundary rows' gradients to their holder, who adds them. Attention runs round the
 // ring (attention_any), RoPE at the chunks' positions in the whole sequence.
@@ -43,6 +44,7 @@
 
 #include "atoll/layers/cca.h"
 #include "atoll/model/attention_core.h"
+#include "atoll/model/cca_boundary.h"
 #include "atoll/model/part.h"
 
 namespace atl {
@@ -68,8 +70,8 @@ class AttentionCca final : public AttentionPart<T> {
   int lag() const { return m_.cca_time0 - 1 + m_.cca_time1 - 1; }  // pre-convolution rows read back
   size_t x_rows_max() const;
   size_t y_rows_max() const;
+  CcaBoundary boundary(const PartContext<T>& c) const;  // the messages of a context-parallel call
   void boundary_forward(const T* vd, const PartContext<T>& c);
-  void boundary_values(T* v, const PartContext<T>& c) const;
   void boundary_backward(T* dx, T* dvd, const T* dv, const PartContext<T>& c);
 
   struct Rows {

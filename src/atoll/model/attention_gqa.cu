@@ -18,28 +18,12 @@
 namespace atl::gpu {
 namespace {
 
-// RoPE of x[B,T,NHX,HD] in place at the tokens' positions (model/attention_core.h's rope_at):
-// one call for whole sequences, else one per sequence and run.
-void rope_at(float* x, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, const TokenPositions& pos,
-             bool backward) {
-  auto rotate = [&](float* at, int batch, int len, int pos0) {
-    if (backward) rope_backward(at, table, batch, len, NHX, HD, pos0);
-    else rope_forward(at, table, batch, len, NHX, HD, pos0);
-  };
-  if (pos.runs == 1) return rotate(x, B, T_, pos.start[0]);
-  ATOLL_CHECK(pos.runs <= TokenPositions::kMaxRuns && pos.len[0] + pos.len[1] == T_)
-      << pos.runs << " runs of " << pos.len[0] << " + " << pos.len[1] << " tokens for T=" << T_;
-  for (int b = 0; b < B; ++b)
-    for (int r = 0, at = 0; r < pos.runs; at += pos.len[r++])
-      rotate(x + (size_t(b) * T_ + at) * NHX * HD, 1, pos.len[r], pos.start[r]);
-}
-
 class DeviceAttentionGqa final : public DeviceAttentionPart {
  public:
   DeviceAttentionGqa(const ModelConfig& m, const ParamLayout& layout, int layer, const DevicePartSizes& s,
                      DevicePartScratch& scratch, Carver& carve)
       : NH_(m.n_heads), NKV_(m.n_kv_heads), HD_(m.head_dim), sh_(scratch.get<Scratch>(m, s, carve)),
-        rope_(scratch.get<DeviceRopeTables>(m, carve)->of(m, layer)) {
+        ring_(scratch.get<DeviceRingScratch>(m, s, carve)), rope_(scratch.get<DeviceRopeTables>(m, carve)->of(m, layer)) {
     const std::string pre = layer_prefix(layer) + "attn.";
     wq_ = layout.at(pre + "wq").offset, wk_ = layout.at(pre + "wk").offset;
     wv_ = layout.at(pre + "wv").offset, wo_ = layout.at(pre + "wo").offset;
@@ -93,25 +77,17 @@ class DeviceAttentionGqa final : public DeviceAttentionPart {
       dq = carve.take<float>(N * QD), dk = carve.take<float>(N * KVD), dv = carve.take<float>(N * KVD);
       datt = carve.take<float>(N * QD);
       attn_scratch = carve.take<float>(size_t(attention_scratch_floats(s.max_batch, m.seq_len, m.n_heads)));
-      // The ring's own device memory (not the arena's: its blocks are sized by the largest
-      // rank's share, 8 blocks of max_batch·T_r·KVD floats); not made by the counting pass.
-      if (s.zigzag && carve.allocates())
-        ring = std::make_unique<DeviceRingBuffers>(
-            RingDims{.B = s.max_batch, .NH = m.n_heads, .NKV = m.n_kv_heads, .HD = m.head_dim}, *s.zigzag);
     }
     float *dq, *dk, *dv, *datt;  // [N,QD], [N,KVD] x2, [N,QD]
     float* attn_scratch;         // attention_scratch_floats(B, T, NH)
-    std::unique_ptr<DeviceRingBuffers> ring;  // context parallelism only
   };
 
-  DeviceRingBuffers& ring() {
-    ATOLL_CHECK(sh_->ring) << "a context-parallel call to a model built for whole sequences";
-    return *sh_->ring;
-  }
+  DeviceRingBuffers& ring() { return ring_->buffers(); }
 
   int NH_, NKV_, HD_;
   size_t wq_, wk_, wv_, wo_;
   std::shared_ptr<Scratch> sh_;
+  std::shared_ptr<DeviceRingScratch> ring_;  // context parallelism's ring, shared by the layers
   DeviceRopeTable rope_;  // this layer's (model.rope_layers), from the shared DeviceRopeTables
   float *q_, *k_, *v_;  // after RoPE [N,QD], [N,KVD], [N,KVD]
   float *att_, *lse_;   // attention out [N,QD], row log-sum-exp [B,NH,T]
@@ -136,6 +112,33 @@ DeviceRopeTable carve_rope_table(const ModelConfig& m, double theta, Carver& car
 }
 
 }  // namespace
+
+// RoPE of x[B,T,NHX,HD] in place at the tokens' positions (model/attention_core.h's rope_at):
+// one call for whole sequences, else one per sequence and run.
+void rope_at(float* x, const DeviceRopeTable& table, int B, int T_, int NHX, int HD, const TokenPositions& pos,
+             bool backward) {
+  auto rotate = [&](float* at, int batch, int len, int pos0) {
+    if (backward) rope_backward(at, table, batch, len, NHX, HD, pos0);
+    else rope_forward(at, table, batch, len, NHX, HD, pos0);
+  };
+  if (pos.runs == 1) return rotate(x, B, T_, pos.start[0]);
+  ATOLL_CHECK(pos.runs <= TokenPositions::kMaxRuns && pos.len[0] + pos.len[1] == T_)
+      << pos.runs << " runs of " << pos.len[0] << " + " << pos.len[1] << " tokens for T=" << T_;
+  for (int b = 0; b < B; ++b)
+    for (int r = 0, at = 0; r < pos.runs; at += pos.len[r++])
+      rotate(x + (size_t(b) * T_ + at) * NHX * HD, 1, pos.len[r], pos.start[r]);
+}
+
+DeviceRingScratch::DeviceRingScratch(const ModelConfig& m, const DevicePartSizes& s, Carver& carve) {
+  if (s.zigzag && carve.allocates())
+    ring = std::make_unique<DeviceRingBuffers>(
+        RingDims{.B = s.max_batch, .NH = m.n_heads, .NKV = m.n_kv_heads, .HD = m.head_dim}, *s.zigzag);
+}
+
+DeviceRingBuffers& DeviceRingScratch::buffers() {
+  ATOLL_CHECK(ring) << "a context-parallel call to a model built for whole sequences";
+  return *ring;
+}
 
 DeviceRopeTables::DeviceRopeTables(const ModelConfig& m, Carver& carve)
     : global(carve_rope_table(m, m.rope_theta, carve)),

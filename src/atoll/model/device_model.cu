@@ -78,7 +78,7 @@ struct DeviceModel::Impl {
     BlockDims dims = block_dims(cfg, B);
     dims.T = seq_tokens, dims.N = B * seq_tokens;
     return {.B = B, .d = dims, .mm = mm, .grads = d.grads, .loss_scale = loss_scale, .ids = d.ids_scratch,
-            .pos = cp ? zigzag.positions(cp->rank()) : TokenPositions{}, .cp = cp};
+            .pos = cp ? zigzag.positions(cp->rank()) : TokenPositions{}, .cp = cp, .zigzag = cp ? &zigzag : nullptr};
   }
 
   ModelConfig cfg;

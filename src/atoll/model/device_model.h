@@ -87,12 +87,14 @@ class DeviceModel {
 
   // Context parallelism, as Model::set_context_parallel (docs/long_context.md): from now on the
   // model holds rank group.rank()'s zigzag rows of each sequence (inputs and targets [B, T_r]),
-  // GQA attention runs round the group's ring (model/device_ring_attention.h), the top-k
-  // routers add their loss sums over the group, and the cross-entropy is divided by the whole
-  // sequences' B·T tokens, so the ranks' losses and gradients add up to one model's over whole
-  // sequences. The arena is made again for T_r tokens a sequence (as set_sequence keeps the
-  // state); null goes back to whole sequences. fp32 products, GQA and the top-k router only (the
-  // zaya router and CCA throw ConfigError). The group must outlive the model's calls.
+  // attention (GQA and CCA) runs round the group's ring (model/device_ring_attention.h), CCA
+  // exchanges its chunks' boundary rows with the neighbours (model/cca_boundary.h), the top-k
+  // routers add their loss sums over the group, the zaya routers' loads are shares of the whole
+  // sequences' tokens, and the cross-entropy is divided by the whole sequences' B·T tokens, so
+  // the ranks' losses and gradients add up to one model's over whole sequences. The arena is
+  // made again for T_r tokens a sequence (as set_sequence keeps the state); null goes back to
+  // whole sequences. fp32 products only. A CCA chunk shorter than its window throws ConfigError
+  // and leaves the model as it was. The group must outlive the model's calls.
   void set_context_parallel(Collective* group);
   // Tokens of each sequence the model holds: seq_len, or this rank's share.
   int local_seq_len() const;

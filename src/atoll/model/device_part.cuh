@@ -24,6 +24,7 @@
 #include "atoll/backend/cuda/arena.h"
 #include "atoll/backend/cuda/blas.h"
 #include "atoll/backend/cuda/rope.h"
+#include "atoll/model/device_ring_attention.h"
 #include "atoll/model/part.h"
 #include "atoll/model/ring_attention.h"
 
@@ -110,8 +111,10 @@ struct DeviceContext {
                       // (at least routing_scratch_ints(N, K))
   TokenPositions pos{};  // where the tokens sit in their sequences (default: whole, from 0)
   // Context parallelism: the group holding the other chunks of these sequences (attention runs
-  // round its ring, the routers add their sums over it); null: whole sequences.
+  // round its ring, CCA exchanges its boundary rows with it, the top-k routers add their sums over
+  // it) and how it splits them; null: whole sequences.
   Collective* cp = nullptr;
+  const ZigzagLayout* zigzag = nullptr;
 };
 
 // Causal mixing across positions: out[N,C] from the normed residual h[N,C].
@@ -198,6 +201,20 @@ struct DeviceRopeTables {
   DeviceRopeTables(const ModelConfig& m, Carver& carve);
   const DeviceRopeTable& of(const ModelConfig& m, int layer) const { return m.rope_local_at(layer) ? local : global; }
   DeviceRopeTable global, local;  // local: empty without local layers
+};
+
+// RoPE of x[B,T,NHX,HD] in place at the tokens' positions (model/attention_core.h's rope_at):
+// one call for whole sequences, else one per sequence and run. backward: the transpose.
+void rope_at(float* x, const DeviceRopeTable& table, int B, int T, int NHX, int HD, const TokenPositions& pos,
+             bool backward);
+
+// The ring's buffers under context parallelism (model/device_ring_attention.h), one set shared by
+// every attention layer of any kind (DevicePartScratch). Not the arena's: sized by the largest
+// rank's share (8 blocks of max_batch·T_r·KVD floats), made by the allocating pass only.
+struct DeviceRingScratch {
+  DeviceRingScratch(const ModelConfig& m, const DevicePartSizes& s, Carver& carve);
+  DeviceRingBuffers& buffers();  // checks that the model was built for a group
+  std::unique_ptr<DeviceRingBuffers> ring;  // null: whole sequences, or the counting pass
 };
 
 // The parts of each kind, one per file (the choice between kinds is model/device_block.cu's).

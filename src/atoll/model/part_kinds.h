@@ -48,7 +48,6 @@ struct PartKind {
   Make<float> make_f32;
   Make<double> make_f64;
   bool gpu;  // a CUDA mirror exists (model/device_block.cu)
-  bool gpu_context_parallel;  // the CUDA mirror runs under context parallelism (gpu::DeviceModel)
   // Empty when layer `layer` may be of this kind under m, else "<reason>; fix: <fix>".
   std::string (*validate)(const ModelConfig& m, int layer);
   std::vector<std::string_view> keys;  // config keys only this kind reads ("model.cca_time0")

@@ -12,7 +12,6 @@
 #include "atoll/backend/cuda/rmsnorm.h"
 #include "atoll/backend/cuda/router_zaya.h"
 #include "atoll/core/check.h"
-#include "atoll/core/errors.h"
 #include "atoll/model/device_part.cuh"
 #include "atoll/model/router_zaya.h"
 
@@ -102,8 +101,11 @@ class DeviceRouterZaya final : public DeviceRouterPart {
     if (depth_) zaya_depth_backward(grads + at_.depth_scale, s.carry, s.ds, prev_->s_, P(at_.depth_scale), N, R);
     bias_backward(grads + at_.down_b, s.ds, N, R);
     linear_backward(blas, dh, grads + at_.down, s.ds, h, P(at_.down), N, C, R);
-    // The loads for bias balancing: each class's share of this batch's slots, scaled as the loss.
-    zaya_class_loads(grads + at_.biases, choice_, N, E1_, K_, c.loss_scale);
+    // The loads for bias balancing: each class's share of this batch's slots, scaled as the loss;
+    // under context parallelism shares of the whole sequences' tokens, so the group's loads add up
+    // to its batch's (as the CPU router).
+    const double tokens = c.zigzag ? double(c.B) * c.zigzag->T : double(N);
+    zaya_class_loads(grads + at_.biases, choice_, N, E1_, K_, c.loss_scale, tokens);
   }
 
  private:
@@ -140,10 +142,6 @@ class DeviceRouterZaya final : public DeviceRouterPart {
 std::unique_ptr<DeviceRouterPart> make_device_router_zaya(const ModelConfig& m, const ParamLayout& layout, int layer,
                                                           const DevicePartSizes& s, DevicePartScratch& scratch,
                                                           Carver& carve) {
-  if (s.zigzag)  // its balancing loads and depth state over a split sequence are the CPU's only
-    throw ConfigError("model.router = \"zaya\" with train.context_parallel > 1 runs on the CPU engine only (the "
-                      "device zaya router adds no loads over the group); fix: train.device = \"cpu\", or "
-                      "train.context_parallel = 1");
   return std::make_unique<DeviceRouterZaya>(m, layout, layer, s, scratch, carve);
 }
 

@@ -74,14 +74,15 @@ __global__ void zaya_depth_backward_kernel(float* dscale, float* dprev, const fl
   if (threadIdx.x == 0) dscale[r] += float(acc);
 }
 
-// Block per class e: its slots counted (integers: exact in any order).
-__global__ void zaya_class_loads_kernel(float* loads, const int32_t* choice, int64_t slots, double loss_scale) {
+// Block per class e: its slots counted (integers: exact in any order), as a share of all_slots.
+__global__ void zaya_class_loads_kernel(float* loads, const int32_t* choice, int64_t slots, double loss_scale,
+                                        double all_slots) {
   __shared__ long long buf[kBlock];
   const int e = blockIdx.x;
   long long count = 0;
   for (int64_t i = threadIdx.x; i < slots; i += blockDim.x) count += choice[i] == e;
   count = block_sum(count, buf);
-  if (threadIdx.x == 0) loads[e] += float(loss_scale * double(count) / double(slots));
+  if (threadIdx.x == 0) loads[e] += float(loss_scale * double(count) / all_slots);
 }
 
 }  // namespace
@@ -116,11 +117,11 @@ void zaya_depth_backward(float* dscale, float* dprev, const float* ds, const flo
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 
-void zaya_class_loads(float* loads, const int32_t* choice, int N, int E1, int K, double loss_scale,
+void zaya_class_loads(float* loads, const int32_t* choice, int N, int E1, int K, double loss_scale, double tokens,
                       cudaStream_t stream) {
   const int64_t slots = int64_t(N) * K;
   if (slots <= 0) return;
-  zaya_class_loads_kernel<<<E1, kBlock, 0, stream>>>(loads, choice, slots, loss_scale);
+  zaya_class_loads_kernel<<<E1, kBlock, 0, stream>>>(loads, choice, slots, loss_scale, tokens * K);
   ATOLL_CUDA_CHECK_LAUNCH();
 }
 

@@ -29,9 +29,11 @@ void zaya_depth_forward(float* s, const float* s_prev, const float* scale, int N
 void zaya_depth_backward(float* dscale, float* dprev, const float* ds, const float* s_prev, const float* scale, int N,
                          int R, cudaStream_t stream = nullptr);
 
-// loads[E1] (+=) loss_scale * (slots of choice[N,K] that chose e) / (N*K): what the router
-// leaves in its balancing row's gradient slot for bias balancing (optim/bias_balance.h).
-void zaya_class_loads(float* loads, const int32_t* choice, int N, int E1, int K, double loss_scale,
+// loads[E1] (+=) loss_scale * (slots of choice[N,K] that chose e) / (tokens*K): what the router
+// leaves in its balancing row's gradient slot for bias balancing (optim/bias_balance.h). tokens
+// is N, or under context parallelism the whole sequences' B·T, so that the group's loads add up
+// to its batch's.
+void zaya_class_loads(float* loads, const int32_t* choice, int N, int E1, int K, double loss_scale, double tokens,
                       cudaStream_t stream = nullptr);
 
 }  // namespace atl::gpu

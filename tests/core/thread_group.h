@@ -1,5 +1,6 @@
-// P "virtual ranks" in one process (core/collective.h over threads), for GPU tests that run a
-// ring on one device: each rank is a thread with its own ThreadGroup endpoint, and point-to-point
+// P "virtual ranks" in one process (core/collective.h over threads), for tests of a group's
+// messages without processes (the GPU tests that run a ring on one device, the CPU test of CCA's
+// boundary messages): each rank is a thread with its own ThreadGroup endpoint, and point-to-point
 // messages go through one mailbox per (sender, receiver) pair, matched in the order sent, as the
 // interface asks. A send never blocks (the bytes are copied into the mailbox), so an exchange is
 // a send now and a receive at wait(). A receive waits at most 60 s (Timeout), so a broken ring
