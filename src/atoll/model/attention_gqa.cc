@@ -133,7 +133,8 @@ void AttentionGqa<T>::recompute_output(T* out, const PartContext<T>& c) {
 template <typename T>
 void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) {
   ScopedTimer t(c.timer(&PhaseTimes::attention));
-  const auto [T_, N, C, E, K, H, QD, KVD] = c.d;
+  // Named copies, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
+  const int T_ = c.d.T, N = c.d.N, C = c.d.C, QD = c.d.QD, KVD = c.d.KVD;
   const int NH = m_.n_heads, NKV = m_.n_kv_heads, HD = m_.head_dim;
   T* dq = c.work;  // [N,QD], [N,KVD] x2, [N,QD]
   T* dk = dq + size_t(N) * QD;
