@@ -12,6 +12,8 @@ made (runs/tiny). docs/history.md is not read: it keeps superseded figures and t
 verbatim. It runs each command, in order, with these rules, which the README itself states:
   - a command that trains (`atoll train`, `launch`, `worker`) gets `--set train.steps=N`
     appended (default 40), to stay within a few minutes on 2 cores;
+  - `atoll bench` gets `--steps 1 --warmup 0` where it sets neither: the check is that it runs,
+    the figures are docs/benchmarks.md's (3 timed steps of configs/small.toml are ~30 s in CI);
   - `my_texts/` and `notes.jsonl` stand for the user's files: it writes them first (fortunes
     as text files, and as JSON lines with a "text" field);
   - `atoll worker`'s blanks (HOST:6379, I, R, N, cfg.toml) are filled with a redis-server it
@@ -139,6 +141,17 @@ def atoll_subcommand(part):
     return part[1] if len(part) > 1 and part[0] == "build/atoll" else None
 
 
+def shortened(part, steps):
+    """The command as the check runs it: fewer steps for what trains or benchmarks."""
+    if "--help-config" in part or "--help" in part:
+        return part
+    if atoll_subcommand(part) in TRAINING:
+        return part + ["--set", f"train.steps={steps}"]
+    if atoll_subcommand(part) == "bench" and "--steps" not in part and "--warmup" not in part:
+        return part + ["--steps", "1", "--warmup", "0"]
+    return part
+
+
 def not_run_reason(parts):
     for p in parts:
         for key, reason in NOT_RUN.items():
@@ -233,8 +246,8 @@ def check_written_out(commands, page="README.md"):
 
 def self_test():
     """The checker itself catches what it must: it parses continuations, comments and `&&`,
-    refuses an elided command and an unknown blank, reads the listed-only markers, finds a
-    broken relative link, and reports a failing command as failed."""
+    refuses an elided command and an unknown blank, shortens what trains or benchmarks, reads the
+    listed-only markers, finds a broken relative link, and reports a failing command as failed."""
     text = ("prose\n\n    build/atoll train --config a.toml \\\n        --set x=1   # comment\n"
             "    scripts/setup.sh && build/atoll eval --checkpoint runs/x\n    not a command\n")
     assert readme_commands(text) == [[["build/atoll", "train", "--config", "a.toml", "--set", "x=1"]],
@@ -250,6 +263,10 @@ def self_test():
                                      ([["build/atoll", "eval", "--checkpoint", "x"]], None)]
     page = "# Figures\n<!-- commands: listed, not run: measurements -->\n\n" + marked
     assert [r for _, r in page_commands(page)] == ["takes an hour", "measurements"]
+    assert shortened(["build/atoll", "bench", "--config", "a.toml"], 40)[-4:] == ["--steps", "1", "--warmup", "0"]
+    assert shortened(["build/atoll", "bench", "--steps", "3"], 40) == ["build/atoll", "bench", "--steps", "3"]
+    assert shortened(["build/atoll", "train"], 7) == ["build/atoll", "train", "--set", "train.steps=7"]
+    assert shortened(["build/atoll", "train", "--help"], 7) == ["build/atoll", "train", "--help"]
     links = "[a](README.md) ![b](docs/no-such.png) [c](https://x.org/y) [d](#here) [e](docs/#x) [f](nope.md#a)"
     assert broken_links("README.md", links) == ["docs/no-such.png", "nope.md#a"]
     with tempfile.TemporaryFile("w+") as log:
@@ -300,8 +317,7 @@ def main():
             if reason:
                 print(f"-- not run ({reason}) [{page}]: {title}", flush=True)
                 continue
-            parts = [p + ["--set", f"train.steps={args.steps}"] if atoll_subcommand(p) in TRAINING
-                     and "--help-config" not in p and "--help" not in p else p for p in parts]
+            parts = [shortened(p, args.steps) for p in parts]
             with tempfile.TemporaryFile("w+") as log:
                 ok, seconds = True, 0.0
                 for p in parts:
