@@ -19,7 +19,7 @@
 # FRAGMENTS (3), OVERLAP (steps each fragment's exchange hides behind, 8), CODEC (int8), MODES
 # ("blocking overlapped delayed"; delayed: diloco.outer_delay = 1, each exchange behind a round;
 # topk, not in the default: blocking with diloco.expert_topk = TOPK (0.25), the sparse expert
-# exchange), CONFIG (configs/tiny.toml), ATOLL (build/atoll), ATOLL_BENCH_OUT
+# exchange; delayed_topk, not in the default: both at once), CONFIG (configs/tiny.toml), ATOLL (build/atoll), ATOLL_BENCH_OUT
 # (/tmp/atoll-islands-bandwidth). Extra `--set` for the workers: WORKER_SETS="--set k=v ...".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -119,7 +119,9 @@ for rate in "${rates[@]}"; do
       overlapped) run_one "overlapped-$rate" "$rate" --set diloco.fragments="$fragments" --set diloco.overlap_steps="$overlap" ;;
       delayed) run_one "delayed-$rate" "$rate" --set diloco.outer_delay=1 ;;
       topk) run_one "topk-$rate" "$rate" --set diloco.expert_topk="${TOPK:-0.25}" ;;
-      *) echo "unknown mode $mode (blocking, overlapped, delayed, topk)" >&2; exit 2 ;;
+      delayed_topk)
+        run_one "delayed_topk-$rate" "$rate" --set diloco.outer_delay=1 --set diloco.expert_topk="${TOPK:-0.25}" ;;
+      *) echo "unknown mode $mode (blocking, overlapped, delayed, topk, delayed_topk)" >&2; exit 2 ;;
     esac
   done
 done
