@@ -5,13 +5,12 @@ namespace atl {
 std::string outer_delay_problem(const DilocoConfig& d) {
   if (d.outer_delay == 0) return "";
   const std::string head = "diloco.outer_delay = 1 (each round's exchange behind the whole next round) ";
-  // Streaming's fragments and overlap hide part of a round's exchange; the delay hides all of it
-  // behind the next round, so one exchange is always in flight: a fragment's would collide with it.
-  if (d.fragments != 1 || d.overlap_steps != 0)
-    return head + "works with diloco.fragments = 1 and diloco.overlap_steps = 0 (here " +
-           std::to_string(d.fragments) + " and " + std::to_string(d.overlap_steps) +
-           "): it already overlaps the whole exchange; fix: set diloco.fragments = 1 and diloco.overlap_steps = 0, "
-           "or diloco.outer_delay = 0";
+  // An overlapped exchange hides τ inner steps of a round's exchange; the delay already hides all of
+  // it behind the next round. Fragments compose: each is its own delayed step (dist/outer_delay.h).
+  if (d.overlap_steps != 0)
+    return head + "already hides the whole exchange behind the next round, so diloco.overlap_steps = " +
+           std::to_string(d.overlap_steps) + " has nothing left to hide; fix: set diloco.overlap_steps = 0 "
+           "(diloco.fragments works with the delay), or diloco.outer_delay = 0";
   // A time budget's commit makes every island adopt the step of the round just exchanged; with
   // the delay the commit is of the round before, while the islands have each trained another
   // round on their own clock, so there is no step they all hold.

@@ -19,6 +19,10 @@
 // Δ itself (diloco_delay_delta). The sparse exchange's selection is not saved either: it is a
 // function of Δ, the residual and the update guard's verdict over every island's Δ, all restored,
 // so the redone exchange chooses the same experts.
+//
+// Fragments: each fragment's exchange has its own residuals (a ring and an expert residual per
+// fragment), so take() copies the ranges of the fragment whose exchange starts, and read()
+// composes: the fragments in flight from their copies, the others live (no thread writes those).
 #pragma once
 
 #include <vector>
@@ -29,19 +33,21 @@ namespace atl {
 
 class DelayInputs {
  public:
-  // The residuals of `sync` as the exchange about to start will find them (main thread, nothing
-  // in flight): each in θ's layout, this rank's shard (DilocoSync::residual, expert_residual).
-  void take(const DilocoSync& sync);
+  // Fragment f's residuals of `sync` as its exchange about to start will find them (main thread,
+  // f not in flight): each in θ's layout, this rank's shard (DilocoSync::residual, expert_residual).
+  void take(const DilocoSync& sync, int f);
+  void take(const DilocoSync& sync);  // every fragment's
   // A residual as a checkpoint saves it, the ring's (error feedback) or the experts' (expert_topk):
-  // the copy while `in_flight` (the exchange it was taken for has not been applied), else the live one.
+  // of each fragment f, the copy while in_flight[f] (the exchange it was taken for has not been
+  // applied), else the live one.
   enum class Residual { kRing, kExperts };
-  void read(const DilocoSync& sync, Residual which, bool in_flight, float* out) const;
-  // The live residuals were restored: they are the state before the exchange again, until take().
-  void forget() { held_ = false; }
+  void read(const DilocoSync& sync, Residual which, const std::vector<bool>& in_flight, float* out) const;
+  // The live residuals were restored: they are the state before the exchanges again, until take().
+  void forget() { held_.clear(); }
 
  private:
   std::vector<float> residual_, expert_residual_;
-  bool held_ = false;
+  std::vector<bool> held_;  // per fragment: its ranges of the copies are taken
 };
 
 }  // namespace atl

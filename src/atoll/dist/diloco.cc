@@ -66,10 +66,9 @@ DilocoSync::DilocoSync(ProcessGroup& outer, const float* theta0, size_t n, const
   const int P = plan_.count();
   make_rings(outer);
   delta_.resize(size_t(P));
-  size_t largest = 0;
-  for (int f = 0; f < P; ++f) delta_[size_t(f)].resize(plan_.size(f)), largest = std::max(largest, plan_.size(f));
-  mean_.resize(largest);
-  exchanged_.assign(size_t(P), false);
+  mean_.resize(size_t(P));
+  for (int f = 0; f < P; ++f) delta_[size_t(f)].resize(plan_.size(f)), mean_[size_t(f)].resize(plan_.size(f));
+  exchanged_.assign(size_t(P), 0);
   sent_.assign(size_t(P), 0);
   exchange_s_.assign(size_t(P), 0.0);
   outer_steps_.assign(size_t(P), 0);
@@ -155,7 +154,7 @@ void DilocoSync::rebind(ProcessGroup& outer) {
 void DilocoSync::discard(int f) {
   if (exchanged_[size_t(f)]) ring_of(f).undo_residual();
   if (exchanged_[size_t(f)] && sends_sparse()) topk_[size_t(f)]->undo();
-  exchanged_[size_t(f)] = false;
+  exchanged_[size_t(f)] = 0;
 }
 
 void outer_nesterov_step(float* theta, float* momentum, const float* mean_delta, size_t n, double lr,
@@ -207,7 +206,7 @@ void DilocoSync::unpack(int f, const float* flat, float* x) const {
 
 void DilocoSync::share_shards(int f) {
   // Δ̄_f is spent: its buffer carries θ_f's shards, then m_f's.
-  float* flat = mean_.data();
+  float* flat = mean_[size_t(f)].data();
   const auto [lo, hi] = shard(f);
   const std::vector<size_t> sizes = even_part_sizes(delta_[size_t(f)].size(), shards_);
   for (std::vector<float>* x : {&theta_, &momentum_}) {
@@ -217,25 +216,26 @@ void DilocoSync::share_shards(int f) {
   }
 }
 
-double DilocoSync::exchange(int f) {
+double DilocoSync::exchange(int f, int64_t as_step) {
   const double t0 = now_s();
   RingAllreduce& ring = ring_of(f);
   const uint64_t sent_before = ring.stats().bytes_sent;
   const auto [lo, hi] = shard(f);
+  std::vector<float>& mean = mean_[size_t(f)];
   // Δ̄ in its own buffer: Δ_f stays for a retry if the outer step is not committed.
   std::copy(delta_[size_t(f)].begin() + std::ptrdiff_t(lo), delta_[size_t(f)].begin() + std::ptrdiff_t(hi),
-            mean_.begin() + std::ptrdiff_t(lo));
-  exchanged_[size_t(f)] = false;
-  UpdateTag tag{.outer_step = outer_step() + 1, .theta_hash = fragment_hash(f)};
-  corrupt_for_fault(f, mean_.data(), lo, hi, tag);
+            mean.begin() + std::ptrdiff_t(lo));
+  exchanged_[size_t(f)] = 0;
+  UpdateTag tag{.outer_step = as_step > 0 ? as_step : outer_step() + 1, .theta_hash = fragment_hash(f)};
+  corrupt_for_fault(f, mean.data(), lo, hi, tag);
   // Both throw before anything of ours changed (mean_ is scratch: Δ_f stays for a retry).
   const ExpertWork experts{.counts = merges_experts() ? sending_[size_t(f)] : std::vector<double>{},
                            .spans = merges_experts() ? shard_spans_[size_t(f)] : std::vector<ExpertSpan>{}};
-  guarded_[size_t(f)] = guard_update(*outer_, mean_.data() + lo, hi - lo, tag, opts_.guard, round_,
+  guarded_[size_t(f)] = guard_update(*outer_, mean.data() + lo, hi - lo, tag, opts_.guard, round_,
                                      merges_experts() ? &experts : nullptr);
-  const uint64_t frames = sends_sparse() ? exchange_sparse(f, ring, mean_.data() + lo) : 0;
-  if (!sends_sparse()) ring.mean(mean_.data() + lo, hi - lo);
-  exchanged_[size_t(f)] = true;
+  const uint64_t frames = sends_sparse() ? exchange_sparse(f, ring, mean.data() + lo) : 0;
+  if (!sends_sparse()) ring.mean(mean.data() + lo, hi - lo);
+  exchanged_[size_t(f)] = 1;
   sent_[size_t(f)] = ring.stats().bytes_sent - sent_before + frames;
   exchange_s_[size_t(f)] = now_s() - t0;
   return exchange_s_[size_t(f)];
@@ -266,8 +266,8 @@ uint64_t DilocoSync::exchange_sparse(int f, RingAllreduce& ring, float* x) {
 
 SyncResult DilocoSync::apply(int f, float* theta_local, double mixing) {
   ATOLL_CHECK(exchanged_[size_t(f)]) << "fragment " << f << " applied without an exchange";
-  exchanged_[size_t(f)] = false;
-  const float* d = mean_.data();
+  exchanged_[size_t(f)] = 0;
+  const float* d = mean_[size_t(f)].data();
   const auto [lo, hi] = shard(f);
   // Experts no kept island used have no mean: their θ and m are put back after the step below.
   std::vector<std::pair<ExpertSpan, std::vector<float>>> kept_as_is;
@@ -365,9 +365,10 @@ SyncResult DilocoSync::sync(float* theta_local) {
   return res;
 }
 
-void DilocoSync::residual(float* out) const {
+void DilocoSync::residual(float* out, int only) const {
   ATOLL_CHECK(opts_.ring.error_feedback);
   for (int f = 0; f < fragments(); ++f) {
+    if (only >= 0 && f != only) continue;
     const auto [lo, hi] = shard(f);
     std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
     const std::vector<float>& r =
@@ -380,9 +381,10 @@ void DilocoSync::residual(float* out) const {
   }
 }
 
-void DilocoSync::expert_residual(float* out) const {
+void DilocoSync::expert_residual(float* out, int only) const {
   ATOLL_CHECK(sends_sparse());
   for (int f = 0; f < fragments(); ++f) {
+    if (only >= 0 && f != only) continue;
     const auto [lo, hi] = shard(f);
     std::vector<float> flat(delta_[size_t(f)].size(), 0.0f);
     topk_[size_t(f)]->residual(flat.data() + lo);
@@ -394,7 +396,7 @@ void DilocoSync::set_expert_residual(const float* in) {
   ATOLL_CHECK(sends_sparse());
   for (int f = 0; f < fragments(); ++f) {
     const auto [lo, hi] = shard(f);
-    float* flat = mean_.data();  // scratch, as in set_residual
+    float* flat = mean_[size_t(f)].data();  // scratch, as in set_residual
     pack(f, in, flat, lo, hi);
     topk_[size_t(f)]->set_residual(flat + lo);
   }
@@ -404,7 +406,7 @@ void DilocoSync::set_residual(const float* in) {
   ATOLL_CHECK(opts_.ring.error_feedback);
   for (int f = 0; f < fragments(); ++f) {
     const auto [lo, hi] = shard(f);
-    float* flat = mean_.data();  // scratch: an exchange overwrites it before any use
+    float* flat = mean_[size_t(f)].data();  // scratch: an exchange overwrites it before any use
     pack(f, in, flat, lo, hi);
     if (std::all_of(flat + lo, flat + hi, [](float x) { return x == 0.0f; })) {
       ring_of(f).reset_residual();

@@ -133,7 +133,11 @@ class DilocoSync {
   // theta_local null: no merge, the delayed outer step's, outer_delay.h). snapshot with `base`:
   // Δ_f = base_f − theta_local_f (the delayed step's round start instead of θ).
   void snapshot(int f, const float* theta_local, const float* base = nullptr);
-  double exchange(int f);  // returns its wall time
+  // Returns its wall time. `as_step`: the outer step its Δ is tagged with (the guard's staleness
+  // check), which is the outer step it becomes when applied; 0: the next one, outer_step() + 1.
+  // With several exchanges in flight (the delayed step with fragments) the caller numbers them,
+  // as outer_step() moves while they run.
+  double exchange(int f, int64_t as_step = 0);
   SyncResult apply(int f, float* theta_local, double mixing);
   // Fragment f's exchange will not be applied: the ring's residual goes back to before it (a
   // no-op when the exchange failed, which changed nothing). Δ_f stays for another exchange.
@@ -180,12 +184,16 @@ class DilocoSync {
   // back (a fragment of zeros clears its ring's residual, which adds the same nothing), for
   // checkpoints. Error feedback only. Sharded: this rank's shard (zeros elsewhere; the sum over
   // the island is the island's residual), and set_residual takes this rank's shard of `in`.
-  void residual(float* out) const;
+  // `only` >= 0: that fragment's ranges alone are written.
+  void residual(float* out, int only = -1) const;
   void set_residual(const float* in);
   // Sparse expert exchange: every fragment's expert residual in θ's layout (zeros at the dense
   // elements), and back; sharded as residual() above.
   bool sends_sparse() const { return !topk_.empty(); }
-  void expert_residual(float* out) const;
+  // An exchange uses the island's group as well as the outer one (sharded, sparse: the experts'
+  // norms are summed over the island).
+  bool exchange_uses_island() const { return island_ != nullptr && sends_sparse(); }
+  void expert_residual(float* out, int only = -1) const;
   void set_expert_residual(const float* in);
 
  private:
@@ -217,8 +225,12 @@ class DilocoSync {
   std::vector<std::vector<float>> parked_;            // the rings' residuals while detached
   std::vector<float> theta_, momentum_;
   std::vector<std::vector<float>> delta_;  // per fragment: Δ_f gathered contiguously, kept until applied
-  std::vector<float> mean_;                // Δ̄ of the fragment exchanged last (the largest fragment's size)
-  std::vector<bool> exchanged_;            // per fragment: exchanged, not yet applied or discarded
+  // Per fragment: Δ̄_f. Not one shared buffer: with the delayed step and fragments one fragment's
+  // mean is applied while the next fragment's exchange writes its own.
+  std::vector<std::vector<float>> mean_;
+  // Per fragment: exchanged, not yet applied or discarded. Not vector<bool>: its bits share words,
+  // and exchanges of other fragments write theirs from another thread.
+  std::vector<char> exchanged_;
   std::vector<uint64_t> sent_;             // per fragment: bytes of its last exchange
   std::vector<double> exchange_s_;         // per fragment: wall time of its last exchange
   std::vector<int64_t> outer_steps_;       // per fragment

@@ -1,8 +1,25 @@
 #include "atoll/dist/outer_delay.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "atoll/core/check.h"
+
 namespace atl {
+
+bool OuterDelay::pending() const { return std::find(pending_.begin(), pending_.end(), true) != pending_.end(); }
+
+void OuterDelay::set_pending_list(const std::vector<bool>& p) {
+  ATOLL_CHECK(p.size() == pending_.size()) << "pending flags of " << p.size() << " fragments, not " << pending_.size();
+  pending_ = p;
+}
+
+void OuterDelay::round_start(const std::vector<float>& theta, float* out) const {
+  for (int f = 0; f < plan_.count(); ++f) {
+    const float* from = round_start(f, theta);
+    for (const ElementRange& r : plan_.ranges[size_t(f)]) std::copy(from + r.begin, from + r.end, out + r.begin);
+  }
+}
 
 void eager_start(float* start, const float* theta, const float* momentum, const float* delta, size_t n, double lr,
                  double momentum_coef) {

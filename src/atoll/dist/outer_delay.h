@@ -27,33 +27,54 @@
 //
 // While nothing is in flight (before the first outer step, after a blocking one) a round begins
 // from θ, so the start point is θ: round_start() says which.
+//
+// Fragments (streaming DiLoCo, fragments.h): each fragment f is its own delayed outer step on its
+// ranges, due at its own staggered steps: its own pending Δ_f, its own eager start s_f (fragment
+// f's ranges of one buffer in θ's layout) and its own exchange in flight. So P exchanges are in
+// flight at once, one per fragment, each behind the next H inner steps (streaming_delay.cc).
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "atoll/dist/delay_inputs.h"
+#include "atoll/dist/fragments.h"
 
 namespace atl {
 
 class OuterDelay {
  public:
-  explicit OuterDelay(size_t n) : start_(n, 0.0f) {}
+  explicit OuterDelay(size_t n) : OuterDelay(whole_plan(n)) {}  // one fragment
+  explicit OuterDelay(FragmentPlan plan)
+      : plan_(std::move(plan)), start_(plan_.total, 0.0f), pending_(size_t(plan_.count()), false) {}
 
-  // A Δ awaits its mean: its exchange is in flight (or, on resume, to be started again).
-  bool pending() const { return pending_; }
-  void set_pending(bool p) { pending_ = p; }
-  // The eager start s_i of the round in progress (meaningful while pending()).
+  // A Δ_f awaits its mean: its exchange is in flight (or, on resume, to be started again).
+  bool pending(int f) const { return pending_[size_t(f)]; }
+  bool pending() const;  // any fragment's
+  void set_pending(int f, bool p) { pending_[size_t(f)] = p; }
+  void set_pending(bool p) { pending_.assign(pending_.size(), p); }  // every fragment's
+  // Per fragment, for checkpoints (state_registry.cc: diloco_delay_pending).
+  const std::vector<bool>& pending_list() const { return pending_; }
+  void set_pending_list(const std::vector<bool>& p);
+  // The eager starts s_f of the rounds in progress, in θ's layout (fragment f's ranges meaningful
+  // while pending(f)).
   std::vector<float>& start() { return start_; }
-  // Where this island's round began: s_i while a Δ is pending, else θ.
-  const float* round_start(const std::vector<float>& theta) const { return pending_ ? start_.data() : theta.data(); }
-  // The residuals the exchange in flight began from, for checkpoints (delay_inputs.h).
+  // Where fragment f's round began (θ's layout, read over f's ranges): s_f while Δ_f is pending, else θ.
+  const float* round_start(int f, const std::vector<float>& theta) const {
+    return pending(f) ? start_.data() : theta.data();
+  }
+  // Every fragment's round start, out[n] (a rollback to where the rounds began).
+  void round_start(const std::vector<float>& theta, float* out) const;
+  const FragmentPlan& plan() const { return plan_; }
+  // The residuals each exchange in flight began from, for checkpoints (delay_inputs.h).
   DelayInputs& inputs() { return inputs_; }
 
  private:
+  FragmentPlan plan_;
   std::vector<float> start_;
+  std::vector<bool> pending_;  // main thread only
   DelayInputs inputs_;
-  bool pending_ = false;
 };
 
 // The eager start: start[n] = θ − lr·(Δ + μ·(μ·m + Δ)), the outer Nesterov step Δ would make as

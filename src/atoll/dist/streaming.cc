@@ -9,9 +9,10 @@ namespace atl {
 
 StreamingDiloco::StreamingDiloco(DilocoSync& sync, ProcessGroup& outer, const StreamingOptions& opts)
     : sync_(sync), outer_(&outer), opts_(opts), schedule_(opts.inner_steps, sync.fragments()) {
-  ATOLL_CHECK(!opts.delay || (opts.overlap_steps == 0 && sync.fragments() == 1 && opts.sync_seconds <= 0))
-      << "a delayed outer step with overlap " << opts.overlap_steps << ", fragments " << sync.fragments()
-      << ", sync_seconds " << opts.sync_seconds;
+  ATOLL_CHECK(!opts.delay || (opts.overlap_steps == 0 && opts.sync_seconds <= 0))
+      << "a delayed outer step with overlap " << opts.overlap_steps << ", sync_seconds " << opts.sync_seconds;
+  ATOLL_CHECK(!opts.delay || opts.delay->plan().count() == sync.fragments())
+      << "a delayed outer step of " << opts.delay->plan().count() << " fragments over " << sync.fragments();
   ATOLL_CHECK(opts.overlap_steps == 0 || int64_t(opts.overlap_steps) * sync.fragments() < opts.inner_steps)
       << "overlap " << opts.overlap_steps << ", fragments " << sync.fragments() << ", H " << opts.inner_steps;
   ATOLL_CHECK(opts.sync_seconds <= 0 || (opts.overlap_steps == 0 && sync.fragments() == 1))
@@ -26,7 +27,8 @@ StreamingDiloco::StreamingDiloco(DilocoSync& sync, ElasticGroup& elastic, const 
 }
 
 StreamingDiloco::~StreamingDiloco() {
-  if (thread_.joinable()) thread_.join();
+  for (auto& fl : flights_)
+    if (fl->thread.joinable()) fl->thread.join();
 }
 
 ProcessGroup& StreamingDiloco::outer() { return elastic_ ? elastic_->group() : *outer_; }
@@ -65,7 +67,7 @@ std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
   fault_outer_step(sync_.outer_step() + 1);
   if (!elastic_->formed()) return "the outer group did not form: " + elastic_->formation_error();
   const double b0 = now_s();
-  if (std::string late = await_round(); !late.empty()) return late;
+  if (std::string late = await_round(sync_.outer_step() + 1); !late.empty()) return late;
   if (const std::string lost = elastic_->lost_members(); !lost.empty())
     return lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
   try {
@@ -82,16 +84,16 @@ std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
   return "";
 }
 
-std::string StreamingDiloco::await_round() {
+std::string StreamingDiloco::await_round(int64_t as_step) {
   fault_before_exchange();
-  const int64_t step = sync_.outer_step() + 1;
-  return elastic_->await_round(outer_attempt(step), step);
+  return elastic_->await_round(outer_attempt(as_step), as_step);
 }
 
 SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_local, double mixing, bool admit,
                                    StreamStep& out) {
   const std::string attempt = outer_attempt(sync_.outer_step() + 1);  // a retry keeps the step's number
   for (;;) {
+    if (!failure.empty()) drain(out);  // a vote down drops the group: none of ours may still use it
     const double d0 = now_s();
     const Decision d = elastic_->decide(attempt, failure.empty(), may_admit(f, admit));
     out.comm_s += now_s() - d0;
@@ -106,6 +108,10 @@ SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_loca
       return note_incidents(sync_.apply(f, theta_local, mixing), out);
     }
     sync_.discard(f);  // nothing of this attempt is kept
+    // Nor of the exchanges behind it, which used the group about to go: each is redone over the new
+    // group at its own wait point (every island aborted this attempt, so every island redoes them).
+    drain(out);
+    for (auto& fl : flights_) sync_.discard(fl->f), fl->redo = true;
     elastic_->reform(attempt, failure.empty() ? d.why : failure);
     failure = try_exchange(f, out);  // the same Δ_f, blocking, over the new group
   }
@@ -133,7 +139,7 @@ SyncResult StreamingDiloco::note_incidents(SyncResult r, StreamStep& out) {
 }
 
 SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
-  if (!elastic_) {
+  if (!elastic_ && !opts_.delay) {
     const double b0 = now_s();
     outer().barrier();
     const double b1 = now_s();
@@ -142,11 +148,13 @@ SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
     out.comm_s += now_s() - b1;
     return note_incidents(r, out);
   }
-  // Fragment by fragment, each its own attempt: a failure retries only the fragment it hit.
+  // Fragment by fragment, each its own attempt: a failure retries only the fragment it hit. The
+  // delayed step's Δ_f is from where its round began (nothing is pending after it).
   SyncResult res;
   uint64_t sent = 0;
   for (int f = 0; f < sync_.fragments(); ++f) {
-    sync_.snapshot(f, theta_local);
+    sync_.snapshot(f, theta_local, opts_.delay ? opts_.delay->round_start(f, sync_.theta()) : nullptr);
+    if (opts_.delay) opts_.delay->set_pending(f, false);
     res = blocking_step(f, theta_local, /*admit=*/false, out);
     sent += res.bytes_sent;
   }
@@ -160,19 +168,19 @@ SyncResult StreamingDiloco::final_sync(float* theta_local, StreamStep& out) {
 }
 
 SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, StreamStep& out) {
+  const std::unique_ptr<Flight> fl = std::move(flights_.front());
+  flights_.pop_front();
   const double t0 = now_s();
-  if (thread_.joinable()) thread_.join();  // not started when elastic knew it would fail
+  if (fl->thread.joinable()) fl->thread.join();  // not started when elastic knew it would fail
   out.comm_s += now_s() - t0;
-  out.overlap_s += flight_s_;
-  const int f = flight_f_;
-  flight_f_ = -1;
+  out.overlap_s += fl->seconds;
+  const int f = fl->f;
   if (elastic_) {
-    std::string failure = flight_failure_;
-    if (flight_error_) {
-      std::exception_ptr e = flight_error_;
-      flight_error_ = nullptr;
+    if (fl->redo) return settle(f, try_exchange(f, out), theta_local, opts_.mixing, admit, out);
+    std::string failure = fl->failure;
+    if (fl->error) {
       try {
-        std::rethrow_exception(e);  // anything but a lost or silent peer is a bug: it propagates
+        std::rethrow_exception(fl->error);  // anything but a lost or silent peer is a bug: it propagates
       } catch (const Timeout& x) {
         failure = x.what();
       } catch (const PeerLost& x) {
@@ -181,13 +189,11 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, Str
     }
     return settle(f, failure, theta_local, opts_.mixing, admit, out);
   }
-  if (flight_error_) {
+  if (fl->error) {
     const std::string where = "fragment " + std::to_string(f) + " of " + std::to_string(sync_.fragments()) +
-                              " (exchange started after step " + std::to_string(flight_step_) + "): ";
-    std::exception_ptr e = flight_error_;
-    flight_error_ = nullptr;
+                              " (exchange started after step " + std::to_string(fl->step) + "): ";
     try {
-      std::rethrow_exception(e);
+      std::rethrow_exception(fl->error);
     } catch (const Timeout& x) {
       throw Timeout(where + x.what());
     } catch (const PeerLost& x) {
@@ -195,6 +201,13 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, Str
     }
   }
   return note_incidents(sync_.apply(f, theta_local, opts_.mixing), out);
+}
+
+void StreamingDiloco::drain(StreamStep& out) {
+  const double t0 = now_s();
+  for (auto& fl : flights_)
+    if (fl->thread.joinable()) fl->thread.join();
+  out.comm_s += now_s() - t0;
 }
 
 StreamStep StreamingDiloco::after_step(int64_t step, int64_t last_step, float* theta_local) {
@@ -215,7 +228,7 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
   const bool last = step >= last_step;
   const int due = last ? -1 : this->due(step, last_step);
   if (budget()) sync_.set_round({.step = step, .tokens = round_tokens_});
-  if (in_flight() && (last || step >= flight_step_ + opts_.overlap_steps))
+  if (in_flight() && (last || step >= flights_.front()->step + opts_.overlap_steps))
     out.synced = finish_in_flight(theta_local, /*admit=*/!last && due < 0, out);
   if (last) {
     out.synced = final_sync(theta_local, out);
@@ -223,8 +236,8 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
   }
   const int f = due;
   if (f < 0) return out;
-  ATOLL_CHECK(!in_flight()) << "fragment " << f << " due at step " << step << " while fragment " << flight_f_
-                            << " is in flight";
+  ATOLL_CHECK(!in_flight()) << "fragment " << f << " due at step " << step << " while fragment "
+                            << flights_.front()->f << " is in flight";
   if (opts_.overlap_steps == 0) {
     sync_.snapshot(f, theta_local);
     out.synced = blocking_step(f, theta_local, /*admit=*/true, out);
@@ -238,34 +251,43 @@ StreamStep StreamingDiloco::step_once(int64_t step, int64_t last_step, float* th
 }
 
 void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
-  flight_f_ = f;
-  flight_step_ = step;
-  flight_error_ = nullptr;
-  flight_failure_.clear();
-  flight_s_ = 0;
+  auto fl = std::make_unique<Flight>();
+  fl->f = f;
+  fl->step = step;
+  fl->as_step = sync_.outer_step() + int64_t(flights_.size()) + 1;  // those in flight are applied first
   out.started = f;
+  std::promise<void> ended;
+  fl->done = ended.get_future().share();
+  fault_outer_step(fl->as_step);
   if (elastic_) {  // an exchange that cannot succeed is not started; its wait point votes it down
-    fault_outer_step(sync_.outer_step() + 1);
-    if (!elastic_->formed()) flight_failure_ = "the outer group did not form: " + elastic_->formation_error();
-    else if (std::string late = await_round(); !late.empty()) flight_failure_ = late;
+    if (!elastic_->formed()) fl->failure = "the outer group did not form: " + elastic_->formation_error();
+    else if (std::string late = await_round(fl->as_step); !late.empty()) fl->failure = late;
     else if (const std::string lost = elastic_->lost_members(); !lost.empty())
-      flight_failure_ = lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
-    if (!flight_failure_.empty()) {
+      fl->failure = lost + " lost (no heartbeat for fault.heartbeat_ttl_s)";
+    if (!fl->failure.empty()) {
       // Voted down at once (the vote stands for the wait point too): the group is dropped now,
-      // so the islands whose exchange started fail at once instead of at their timeout.
-      elastic_->decide(outer_attempt(sync_.outer_step() + 1), false, false);
+      // so the islands whose exchange started fail at once instead of at their timeout. The
+      // exchanges before it end first: they use that group.
+      drain(out);
+      elastic_->decide(outer_attempt(fl->as_step), false, false);
+      ended.set_value();
+      flights_.push_back(std::move(fl));
       return;
     }
-  } else {
-    fault_outer_step(sync_.outer_step() + 1);
   }
-  thread_ = std::thread([this, f] {
+  // After the exchange before it: one user of the outer group at a time.
+  std::shared_future<void> before = flights_.empty() ? std::shared_future<void>{} : flights_.back()->done;
+  Flight* x = fl.get();
+  x->thread = std::thread([this, x, before, ended = std::move(ended)]() mutable {
+    if (before.valid()) before.wait();
     try {
-      flight_s_ = sync_.exchange(f);
+      x->seconds = sync_.exchange(x->f, x->as_step);
     } catch (...) {
-      flight_error_ = std::current_exception();
+      x->error = std::current_exception();
     }
+    ended.set_value();
   });
+  flights_.push_back(std::move(fl));
 }
 
 }  // namespace atl

@@ -24,10 +24,13 @@
 // admitted at a commit whose furthest step is the last. The decision of a step is taken once
 // (due() reads the clock on its first call for that step), so the caller and after_step agree.
 //
-// Threads: only the background thread uses the outer group while an exchange is in flight (the
+// Threads: only the background threads use the outer group while an exchange is in flight (the
 // validation τ·P < H means the next fragment's sync starts no earlier than this one's end, and
 // checkpoints wait until nothing is in flight); the in-island gradient all-reduce runs on
-// another group. The ring and its codecs open no OpenMP regions, so they do not fight the main
+// another group. The delayed outer step with fragments has one exchange in flight per fragment:
+// they run one after another in the order they started (each thread waits for the one before
+// it), so the outer group still has one user at a time, and fragment f's own is always the oldest
+// at f's due step (the fragments are due in turn), the only one the main thread waits for. The ring and its codecs open no OpenMP regions, so they do not fight the main
 // thread's OpenMP pool (they do compete with it for cores: that shows up in compute_s).
 //
 // Failures, with a fixed group: a Timeout or PeerLost in the background exchange is rethrown on
@@ -40,6 +43,10 @@
 // θ_local and the residual are as before it) and retried blocking, with the same Δ_f, over the
 // next epoch's group, which holds the islands still alive: the mean is over the islands that
 // contribute. An overlapped exchange that fails is retried the same way at its wait point.
+// Before the group is dropped or re-formed (a vote down, a retry), every exchange in flight is
+// drained first: none may still use the old group. When an attempt is aborted, the exchanges
+// in flight behind it are discarded with it and redone, blocking, over the new group at their own
+// wait points (every island aborted the same attempt, so every island redoes the same ones).
 // A committed step may admit joiners (islands restarted after a loss): take_admission() hands
 // the next view to the caller, which moves every island to it before the next step (the state
 // transfer is train/'s). Joiners are admitted only where no exchange is in flight or starts in
@@ -47,7 +54,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <exception>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,7 +75,7 @@ struct StreamingOptions {
   int overlap_steps = 0;      // τ
   double mixing = 0.5;        // α, used when τ > 0
   double sync_seconds = 0;    // > 0: rounds end on this time budget, H their cap (see above)
-  OuterDelay* delay = nullptr;  // diloco.outer_delay = 1 (below; one fragment, τ = 0, no time budget)
+  OuterDelay* delay = nullptr;  // diloco.outer_delay = 1 (streaming_delay.cc; τ = 0, no time budget)
 };
 
 // What after_step() did on the main thread.
@@ -100,12 +110,14 @@ class StreamingDiloco {
   // Time budget: a round begins now (the rounds begin by themselves at every committed outer step).
   void begin_round();
 
-  bool in_flight() const { return flight_f_ >= 0; }
-  // A checkpoint may be taken now: nothing is in flight, or (the delayed outer step) the exchange
-  // in flight started at the step just taken, from the state the checkpoint saves.
-  bool checkpoint_safe() const { return !in_flight() || (opts_.delay && flight_step_ == last_after_); }
-  // The delayed outer step, resumed from a checkpoint taken after inner step `step` with a Δ
-  // pending: its exchange starts again (every island redoes it from the same saved state).
+  bool in_flight() const { return !flights_.empty(); }
+  // A checkpoint may be taken now: nothing is in flight, or (the delayed outer step) the newest
+  // exchange in flight started at the step just taken. Every exchange in flight can be redone from
+  // the state the checkpoint saves (its Δ_f, and its residuals as they were: delay_inputs.h).
+  bool checkpoint_safe() const { return !in_flight() || (opts_.delay && flights_.back()->step == last_after_); }
+  // The delayed outer step, resumed from a checkpoint taken after inner step `step` with Δs
+  // pending: their exchanges start again in the order they first started, which the schedule
+  // gives (every island redoes them from the same saved state).
   void resume_in_flight(int64_t step);
   const FragmentSchedule& schedule() const { return schedule_; }
   // The view a committed outer step admitted joiners into, once (elastic only).
@@ -117,8 +129,8 @@ class StreamingDiloco {
   StreamStep step_once(int64_t step, int64_t last_step, float* theta_local);
   // Barrier and exchange of fragment f (Δ_f taken); "" or why it failed (elastic only).
   std::string try_exchange(int f, StreamStep& out);
-  // Before an elastic exchange: the stragglers' round of the step attempted (ElasticGroup::await_round).
-  std::string await_round();
+  // Before an elastic exchange: the stragglers' round of outer step `as_step` (ElasticGroup::await_round).
+  std::string await_round(int64_t as_step);
   // The elastic outer step of fragment f after its exchange (done, or failed with `failure`):
   // applied once every island agrees, else discarded and retried over the next epoch's group.
   SyncResult settle(int f, std::string failure, float* theta_local, double mixing, bool admit, StreamStep& out);
@@ -128,8 +140,12 @@ class StreamingDiloco {
   void start_exchange(int f, int64_t step, StreamStep& out);
   // after_step() of the delayed outer step (streaming_delay.cc).
   StreamStep delayed_step(int64_t step, int64_t last_step, float* theta_local);
+  // One blocking outer step of every fragment; the delayed step's from each fragment's round start.
   SyncResult final_sync(float* theta_local, StreamStep& out);
+  // The oldest exchange in flight: waited for, then applied (elastic: settled).
   SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
+  // Waits for every exchange in flight to end (their results stay for their wait points).
+  void drain(StreamStep& out);
   // The applied step's incidents into out, each with its member's island.
   SyncResult note_incidents(SyncResult r, StreamStep& out);
   bool budget() const { return opts_.sync_seconds > 0; }
@@ -141,12 +157,19 @@ class StreamingDiloco {
   ElasticGroup* elastic_ = nullptr;  // an elastic one
   StreamingOptions opts_;
   FragmentSchedule schedule_;
-  std::thread thread_;
-  int flight_f_ = -1;         // fragment in flight
-  int64_t flight_step_ = 0;   // its sync step
-  std::exception_ptr flight_error_;
-  std::string flight_failure_;  // elastic: why the exchange in flight failed or was not started
-  double flight_s_ = 0;
+  // An exchange in flight: fragment f's, started after inner step `step`, tagged as outer step
+  // `as_step` (the one it becomes: they are applied in order, DilocoSync::exchange).
+  struct Flight {
+    int f = -1;
+    int64_t step = 0, as_step = 0;
+    std::thread thread;             // not started: elastic knew it would fail (failure says why)
+    std::shared_future<void> done;  // ready once its exchange has ended or was not started
+    std::exception_ptr error;
+    std::string failure;  // elastic: why it failed or was not started
+    double seconds = 0;
+    bool redo = false;    // elastic: discarded with an aborted attempt before it; exchanged again at its wait point
+  };
+  std::deque<std::unique_ptr<Flight>> flights_;  // oldest first
   std::optional<View> admission_;
   // The time budget's round: when it began, its inner steps and tokens; due()'s decision for a step.
   double round_start_ = 0;

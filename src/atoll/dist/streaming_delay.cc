@@ -1,15 +1,21 @@
 // StreamingDiloco's delayed outer step, diloco.outer_delay = 1 (outer_delay.h has the update
-// written out). Every H inner steps, on the main thread:
-//   1. the exchange in flight (the round before's Δ) is finished and its outer step applied to
-//      θ and m only: θ_local is not touched, it trained on from the eager start. A failed
+// written out). At fragment f's due step (every H inner steps with one fragment), on the main
+// thread:
+//   1. f's exchange in flight (its round before's Δ_f) is finished and its outer step applied to
+//      θ_f and m_f only: θ_local is not touched, it trained on from the eager start. A failed
 //      exchange is voted down and retried here, blocking, as an overlapped one is (streaming.h);
-//   2. the round just ended gives Δ = s − θ_local, from where the round began;
-//   3. θ_local ← s ← the eager start from the new θ and m, and Δ's exchange starts behind the
-//      next round.
-// The last step, and a commit that admits joiners, exchange the new Δ blocking instead and set
-// θ_local ← θ: the run ends on θ everywhere, and joiners receive a state with nothing in flight
-// (the next round starts from θ, as the first one does).
+//   2. the round just ended gives Δ_f = s_f − θ_local_f over f's ranges, from where it began;
+//   3. θ_local_f ← s_f ← the eager start from the new θ_f and m_f, and Δ_f's exchange starts
+//      behind the next H inner steps.
+// With P fragments, P exchanges are in flight, one per fragment; they run one after another in
+// the order they started (streaming.h: Threads), and f's is the oldest at f's due step, so the
+// main thread waits for it alone.
+// The last step, and a commit that admits joiners, finish every exchange in flight, then
+// exchange every fragment's new Δ_f blocking and set θ_local ← θ: the run ends on θ everywhere,
+// and joiners receive a state with nothing in flight (the next rounds start from θ, as the
+// first ones do).
 #include <algorithm>
+#include <limits>
 
 #include "atoll/core/check.h"
 #include "atoll/core/timer.h"
@@ -20,35 +26,60 @@ namespace atl {
 StreamStep StreamingDiloco::delayed_step(int64_t step, int64_t last_step, float* theta_local) {
   StreamStep out;
   const bool last = step >= last_step;
-  if (!last && schedule_.due(step, last_step) < 0) return out;
+  const int f = last ? -1 : schedule_.due(step, last_step);
+  if (!last && f < 0) return out;
   OuterDelay& delay = *opts_.delay;
-  if (in_flight()) out.synced = finish_in_flight(/*theta_local=*/nullptr, /*admit=*/!last, out);
-  const double s0 = now_s();
-  sync_.snapshot(0, theta_local, delay.round_start(sync_.theta()));
+  // Sharded with the sparse expert exchange, an exchange uses the island's group too, which the
+  // main thread's snapshot and apply use: none may run meanwhile (with one fragment none does).
+  if (sync_.fragments() > 1 && sync_.exchange_uses_island()) drain(out);
+  if (!last && delay.pending(f)) {
+    ATOLL_CHECK(in_flight() && flights_.front()->f == f)
+        << "fragment " << f << " due at step " << step << " while its exchange is not the oldest in flight";
+    out.synced = finish_in_flight(/*theta_local=*/nullptr, /*admit=*/true, out);
+  }
   if (last || admission_) {
-    delay.set_pending(false);
-    out.synced = blocking_step(0, theta_local, /*admit=*/false, out);
+    while (in_flight()) out.synced = finish_in_flight(nullptr, /*admit=*/false, out);
+    out.synced = final_sync(theta_local, out);
     return out;
   }
+  const double s0 = now_s();
+  sync_.snapshot(f, theta_local, delay.round_start(f, sync_.theta()));
   std::vector<float>& s = delay.start();
-  ATOLL_CHECK_EQ(sync_.delta(0).size(), s.size());  // one fragment: Δ in θ's layout
+  const std::vector<float>& d = sync_.delta(f);  // f's ranges, flattened
   const DilocoOptions& o = sync_.options();
-  eager_start(s.data(), sync_.theta().data(), sync_.momentum().data(), sync_.delta(0).data(), s.size(), o.outer_lr,
-              o.outer_momentum);
-  std::copy(s.begin(), s.end(), theta_local);
-  delay.set_pending(true);
-  delay.inputs().take(sync_);  // the residuals before the exchange replaces them, for a checkpoint
-  start_exchange(0, step, out);
+  size_t k = 0;
+  for (const ElementRange& r : sync_.plan().ranges[size_t(f)]) {
+    eager_start(s.data() + r.begin, sync_.theta().data() + r.begin, sync_.momentum().data() + r.begin, d.data() + k,
+                r.size(), o.outer_lr, o.outer_momentum);
+    std::copy(s.begin() + std::ptrdiff_t(r.begin), s.begin() + std::ptrdiff_t(r.end), theta_local + r.begin);
+    k += r.size();
+  }
+  ATOLL_CHECK_EQ(k, d.size());
+  delay.set_pending(f, true);
+  delay.inputs().take(sync_, f);  // the residuals before the exchange replaces them, for a checkpoint
+  start_exchange(f, step, out);
   out.comm_s += now_s() - s0;  // the snapshot and the eager start: the main thread's outer-step work
   return out;
 }
 
 void StreamingDiloco::resume_in_flight(int64_t step) {
-  ATOLL_CHECK(opts_.delay && opts_.delay->pending() && !in_flight())
+  OuterDelay* delay = opts_.delay;
+  ATOLL_CHECK(delay && delay->pending() && !in_flight())
       << "resuming an exchange in flight without a pending delayed outer step";
   StreamStep unused;
-  opts_.delay->inputs().take(sync_);  // the restored residuals: a checkpoint taken now saves them again
-  start_exchange(0, step, unused);
+  // Each pending Δ_f's exchange started at f's latest due step, within the last H steps (each
+  // fragment is due once in any H consecutive steps): in that order, as in the first run.
+  size_t pending = 0;
+  for (int64_t t = std::max<int64_t>(1, step - opts_.inner_steps + 1); t <= step; ++t) {
+    const int f = schedule_.due(t, std::numeric_limits<int64_t>::max());
+    if (f < 0 || !delay->pending(f)) continue;
+    delay->inputs().take(sync_, f);  // the restored residuals: a checkpoint taken now saves them again
+    start_exchange(f, t, unused);
+    ++pending;
+  }
+  const std::vector<bool>& p = delay->pending_list();
+  ATOLL_CHECK(pending == size_t(std::count(p.begin(), p.end(), true)))
+      << "a pending Δ whose fragment was not due within the " << opts_.inner_steps << " steps up to " << step;
   last_after_ = step;
 }
 

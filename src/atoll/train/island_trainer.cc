@@ -300,7 +300,7 @@ struct Worker {
                                           diloco_options(cfg, engine.layout(), timeout),
                                           model_fragments(engine.layout(), cfg.diloco.fragments), inner.get());
     state.diloco = diloco.get();
-    if (cfg.diloco.outer_delay > 0) delay = std::make_unique<OuterDelay>(engine.layout().total());
+    if (cfg.diloco.outer_delay > 0) delay = std::make_unique<OuterDelay>(diloco->plan());
     state.delay = delay.get();
   }
 

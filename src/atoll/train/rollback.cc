@@ -59,10 +59,10 @@ bool RollbackHook::keep_batch(Loop& loop, double loss) {
                 " rollbacks in a row; fix: lower optim.lr or raise optim.warmup_steps, or resume from an earlier "
                 "checkpoint");
   Engine& engine = *loop.engine;
-  // Where the round began: θ, or the island's eager start with a delayed outer step.
+  // Where the round began: θ, or the island's eager starts (each fragment's) with a delayed outer step.
   const std::vector<float>& theta = diloco_.theta();
-  const float* start = place_.delay ? place_.delay->round_start(theta) : theta.data();
-  std::copy(start, start + theta.size(), engine.host().params);
+  if (place_.delay) place_.delay->round_start(theta, engine.host().params);
+  else std::copy(theta.begin(), theta.end(), engine.host().params);
   engine.to_device(kParams);
   if (events_ && place_.rank == 0) {
     nlohmann::json e = {{"island", place_.island}, {"rank", place_.rank}, {"step", step},

@@ -20,7 +20,7 @@ std::string integer_check(const json& v) { return v.is_number_integer() ? "" : "
 // Error feedback's residual or the sparse exchange's, as a checkpoint saves it: with a delayed
 // outer step's exchange in flight, as it was before that exchange (dist/delay_inputs.h); and back.
 void read_residual(const TrainingState* s, DelayInputs::Residual which, float* out) {
-  if (s->delay) return s->delay->inputs().read(*s->diloco, which, s->delay->pending(), out);
+  if (s->delay) return s->delay->inputs().read(*s->diloco, which, s->delay->pending_list(), out);
   if (which == DelayInputs::Residual::kRing) return s->diloco->residual(out);
   s->diloco->expert_residual(out);
 }
@@ -29,6 +29,40 @@ void write_residual(TrainingState* s, DelayInputs::Residual which, const float* 
   if (which == DelayInputs::Residual::kRing) s->diloco->set_residual(in);
   else s->diloco->set_expert_residual(in);
   if (s->delay) s->delay->inputs().forget();
+}
+
+// diloco_delay_pending: a list of flags, one per fragment; a run of one fragment writes its flag
+// alone (a checkpoint of one fragment reads as before fragments had their own).
+nlohmann::json pending_json(const OuterDelay& delay) {
+  const std::vector<bool>& p = delay.pending_list();
+  return p.size() == 1 ? json(bool(p[0])) : json(p);
+}
+
+std::string pending_check(const Config& cfg, const json& v) {
+  if (v.is_boolean() && cfg.diloco.fragments == 1) return "";
+  if (v.is_array() && int(v.size()) == cfg.diloco.fragments &&
+      std::all_of(v.begin(), v.end(), [](const json& b) { return b.is_boolean(); }))
+    return "";
+  const std::string n = v.is_array() ? std::to_string(v.size()) : "1";
+  return "is " + v.dump() + ", not a true or false per fragment of diloco.fragments = " +
+         std::to_string(cfg.diloco.fragments) + "; fix: resume with --set diloco.fragments=" + n;
+}
+
+// Every fragment's pending Δ_f in θ's layout (each fragment's ranges hold its Δ_f), and back.
+void read_delay_delta(TrainingState* s, float* out) {
+  const FragmentPlan& plan = s->diloco->plan();
+  for (int f = 0; f < plan.count(); ++f) {
+    const float* d = s->diloco->delta(f).data();
+    for (const ElementRange& r : plan.ranges[size_t(f)]) d = std::copy(d, d + r.size(), out + r.begin);
+  }
+}
+
+void write_delay_delta(TrainingState* s, const float* in) {
+  const FragmentPlan& plan = s->diloco->plan();
+  for (int f = 0; f < plan.count(); ++f) {
+    float* d = s->diloco->delta(f).data();
+    for (const ElementRange& r : plan.ranges[size_t(f)]) d = std::copy(in + r.begin, in + r.end, d);
+  }
 }
 
 // Expert counts saved as a list per fragment of a count per expert of each layer.
@@ -132,19 +166,24 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                  .check = [&cfg](const json& v) { return expert_counts_check(cfg, v); },
                  .if_absent = "the expert counts of the round in progress start from zero"});
   // The delayed outer step (dist/outer_delay.h): a checkpoint is taken right after an exchange
-  // started (DilocoHook::can_checkpoint), so its Δ and the island's eager start are saved, and
-  // a resumed run starts that exchange again (StreamingDiloco::resume_in_flight).
+  // started (DilocoHook::can_checkpoint), so the Δs in flight (one per fragment) and the island's
+  // eager starts are saved, and a resumed run starts those exchanges again
+  // (StreamingDiloco::resume_in_flight).
   if (cfg.diloco.outer_delay > 0) {
     r.push_back({.name = "diloco_delay_pending", .type = J, .owner = "diloco", .division = D::kRun,
-                 .what = "whether a Δ awaits its mean (diloco.outer_delay)",
-                 .get = [s] { return json(s->delay->pending()); },
-                 .set = [s](const json& v) { s->delay->set_pending(v.get<bool>()); },
-                 .check = [](const json& v) -> std::string { return v.is_boolean() ? "" : "is not true or false"; },
+                 .what = "whether each fragment's Δ awaits its mean (diloco.outer_delay)",
+                 .get = [s] { return pending_json(*s->delay); },
+                 .set = [s](const json& v) {
+                   if (v.is_boolean()) s->delay->set_pending(v.get<bool>());
+                   else s->delay->set_pending_list(v.get<std::vector<bool>>());
+                 },
+                 .check = [&cfg](const json& v) { return pending_check(cfg, v); },
                  .if_absent = "nothing is in flight: the next round starts from θ",
                  .on_absent = [s] { s->delay->set_pending(false); }});
     r.push_back({.name = "diloco_delay_delta", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
-                 .what = "the island's Δ whose exchange is in flight (diloco.outer_delay)",
-                 .data = [s] { return s->diloco->delta(0).data(); },
+                 .what = "the island's Δs whose exchanges are in flight, in θ's layout (diloco.outer_delay)",
+                 .read = [s](float* out) { read_delay_delta(s, out); },
+                 .write = [s](const float* in) { write_delay_delta(s, in); },
                  .if_absent = "nothing is in flight"});
     r.push_back({.name = "diloco_delay_start", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
                  .what = "where the island's round began, its eager start (diloco.outer_delay)",

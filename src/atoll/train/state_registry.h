@@ -17,8 +17,8 @@
 //   diloco_expert_residual       tensor  diloco  sharded_in_island     experts not yet sent (expert_topk)
 //   fragment_outer_steps         json    diloco  run                   outer steps per fragment
 //   outer_step                   json    diloco  run                   their sum (saved for readers)
-//   diloco_delay_pending         json    diloco  run                   a Δ awaits its mean (outer_delay)
-//   diloco_delay_delta           tensor  diloco  replicated_in_island  that Δ, the island's
+//   diloco_delay_pending         json    diloco  run                   a Δ awaits its mean, per fragment (outer_delay)
+//   diloco_delay_delta           tensor  diloco  replicated_in_island  those Δs, the island's
 //   diloco_delay_start           tensor  diloco  replicated_in_island  where the island's round began
 //   diloco_delay_expert_counts   json    diloco  per_island            the counts that Δ's exchange carries
 //                                                (expert_merge; the residuals above are saved as they
