@@ -6,10 +6,12 @@
 // still agree; a run resumed from a checkpoint taken with an exchange in flight logs the same
 // losses and hashes as the uninterrupted run, bit for bit (also 2 x 2 workers with ZeRO-1, and
 // with error feedback, per-expert token weights and the sparse expert exchange, whose state in
-// flight the checkpoint saves as it was before the exchange); and the combinations it cannot run
-// are refused naming the keys.
+// flight the checkpoint saves as it was before the exchange); the same with two fragments (one
+// exchange in flight per fragment: a kill mid-exchange, and a resume with both in flight); and the
+// combinations it cannot run are refused naming the keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -32,7 +34,9 @@ class OuterDelayLaunch : public ElasticLaunch {
           row["loss"].get<double>(), row.value("theta_hash", "")};
     return r;
   }
-  void expect_resume_in_flight_exact(const std::string& name, int M, const std::vector<std::string>& extra);
+  // P: diloco.fragments.
+  void expect_resume_in_flight_exact(const std::string& name, int M, const std::vector<std::string>& extra,
+                                     int P = 1);
 };
 
 TEST_F(OuterDelayLaunch, AnIslandKilledMidExchangeLeavesTheRunGoingWithEqualHashes) {
@@ -62,18 +66,53 @@ TEST_F(OuterDelayLaunch, AnIslandKilledMidExchangeLeavesTheRunGoingWithEqualHash
   EXPECT_EQ(whole.back(), kSteps / kH) << "whole again at the end";
 }
 
+// With two fragments (H = 4, offsets 0 and 2) fragment 1's exchange of outer step 2 starts at
+// step 6 and runs behind fragment 0's of step 8: island 1 dies in it. Island 0 votes fragment 0's
+// next exchange down as it starts (island 1 is lost), retries fragment 1's alone at step 10 and
+// redoes fragment 0's over the new group at its wait point; the restarted island rejoins at a
+// commit, for which every exchange in flight is finished and every fragment synced.
+TEST_F(OuterDelayLaunch, WithFragmentsAnIslandKilledMidExchangeLeavesTheRunGoingWithEqualHashes) {
+  const std::string run = dir("run-fragments");
+  const int64_t steps = 200;
+  std::vector<std::string> a = args(run, {"--set", "diloco.outer_delay=1", "--set", "diloco.fragments=2"});
+  a[2] = "2";  // --islands 2
+  std::replace(a.begin(), a.end(), "train.steps=" + std::to_string(kSteps), "train.steps=" + std::to_string(steps));
+  child_env().push_back("ATOLL_FAULT=kill:island=1:outer_step=2:ring_chunk=1");
+  const RunResult r = run_atoll(a, 120);
+  child_env().pop_back();
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RunView v = read_run(run);
+  // Each fragment: its regular syncs and the final one, and one more at the admission: fragment
+  // 1's round in progress is synced with fragment 0's there, so that nothing is in flight.
+  const int64_t last = 2 * (steps / kH) + 1;
+  expect_agreement(v, last);
+  ASSERT_EQ(v.count("peer_lost"), 1u) << r.describe();
+  EXPECT_EQ(v.events.at("peer_lost")[0]["island"], 1);
+  ASSERT_GE(v.count("abort_retry"), 1u);
+  EXPECT_EQ(v.events.at("abort_retry")[0]["lost"], json::array({1}));
+  ASSERT_EQ(v.count("join"), 1u) << r.describe();
+  const std::vector<int64_t> alone = steps_with(v, 1), whole = steps_with(v, 2);
+  ASSERT_FALSE(alone.empty());
+  // Island 1 dies in outer step 2's exchange, which may run before it logs outer step 1 (at its
+  // step 8): island 0 logs 1 or 2 alone first, 3 at the latest (fragment 0's, voted down as it starts).
+  EXPECT_LE(alone.front(), 3);
+  EXPECT_EQ(whole.back(), last) << "whole again at the end";
+}
+
 // A run of 2 islands x M workers, 30 steps of H = 5 with a checkpoint every 10, cut at the
-// checkpoint of step 10 (round 2's Δ in flight) and resumed: every row's loss and θ hash equal
-// the uninterrupted run's. `extra`: more --set pairs.
+// checkpoint of step 10 (round 2's Δ in flight; with 2 fragments also fragment 1's, started at
+// step 7) and resumed: every row's loss and θ hash equal the uninterrupted run's. `extra`: more
+// --set pairs.
 void OuterDelayLaunch::expect_resume_in_flight_exact(const std::string& name, int M,
-                                                     const std::vector<std::string>& extra) {
+                                                     const std::vector<std::string>& extra, int P) {
   SCOPED_TRACE(name);
   const std::string full = dir(name + "-full"), cut = dir(name + "-cut");
   std::vector<std::string> base = {
       "launch", "--islands", "2", "--workers-per-island", std::to_string(M), "--config", world().config(),
       "--set", "train.steps=30", "--set", "diloco.inner_steps=5", "--set", "diloco.outer_delay=1", "--set",
       "train.eval_every=0", "--set", "checkpoint.every=10", "--set", "checkpoint.keep=20", "--set",
-      "optim.warmup_steps=2", "--set", std::string("optim.zero1=") + (M > 1 ? "true" : "false")};
+      "optim.warmup_steps=2", "--set", std::string("optim.zero1=") + (M > 1 ? "true" : "false"),
+      "--set", "diloco.fragments=" + std::to_string(P)};
   base.insert(base.end(), extra.begin(), extra.end());
   auto with_dir = [&](const std::string& d) {
     std::vector<std::string> a = base;
@@ -84,7 +123,8 @@ void OuterDelayLaunch::expect_resume_in_flight_exact(const std::string& name, in
   ASSERT_EQ(a.exit_code, 0) << a.describe();
   // The checkpoint of step 10 holds round 2's Δ, whose exchange was in flight.
   const json m = json::parse(read_file(full + "/checkpoints/step-00000010/manifest.json"));
-  EXPECT_EQ(m["state"]["diloco_delay_pending"], true) << m["state"].dump();
+  EXPECT_EQ(m["state"]["diloco_delay_pending"], P == 1 ? json(true) : json(std::vector<bool>(size_t(P), true)))
+      << m["state"].dump();
   fs::copy(full, cut, fs::copy_options::recursive);
   for (const auto& e : fs::directory_iterator(cut + "/checkpoints"))
     if (e.path().filename().string().rfind("step-", 0) == 0 && std::stoll(e.path().filename().string().substr(5)) > 10)
@@ -104,7 +144,9 @@ void OuterDelayLaunch::expect_resume_in_flight_exact(const std::string& name, in
     EXPECT_EQ(y.at(key).second, want.second) << "island " << std::get<0>(key) << " step " << std::get<2>(key);
     hashes += !want.second.empty();
   }
-  EXPECT_EQ(hashes, 2u * 5u * size_t(M)) << "outer steps logged at steps 10, 15, 20, 25 and 30 by every worker";
+  // Outer steps logged at steps 10, 15, 20, 25 and 30 by every worker; with 2 fragments also
+  // fragment 1's at 12, 17, 22 and 27.
+  EXPECT_EQ(hashes, 2u * (P == 1 ? 5u : 9u) * size_t(M));
   // Every worker logs the same θ hash at each outer step (checked above for the islands' rows
   // against the full run; here across the islands of one run).
   std::map<int64_t, std::set<std::string>> by_step;
@@ -117,6 +159,12 @@ void OuterDelayLaunch::expect_resume_in_flight_exact(const std::string& name, in
 // the island's whole Δ and eager start, which the checkpoint saves once per island).
 TEST_F(OuterDelayLaunch, ResumedFromACheckpointWithAnExchangeInFlightLogsTheSameLossesAndHashes) {
   for (const int M : {1, 2}) expect_resume_in_flight_exact("plain" + std::to_string(M), M, {});
+}
+
+// Two fragments, both exchanges in flight at the checkpoint, with error feedback: each
+// fragment's residual is saved as it was before its own exchange started (dist/delay_inputs.h).
+TEST_F(OuterDelayLaunch, WithFragmentsAResumeWithEveryExchangeInFlightIsExact) {
+  expect_resume_in_flight_exact("fragments", 1, {"--set", "diloco.error_feedback=true"}, 2);
 }
 
 // The state the exchange in flight reads besides Δ, saved as it was before that exchange
@@ -139,7 +187,7 @@ TEST_F(OuterDelayLaunch, ErrorFeedbackTokenWeightsAndSparseExpertsResumeExactlyW
 
 TEST_F(OuterDelayLaunch, CombinationsItCannotRunAreRefusedNamingTheKeys) {
   for (const auto& [key, value] :
-       std::vector<std::pair<std::string, std::string>>{{"diloco.fragments", "2"}, {"diloco.sync_seconds", "5"}}) {
+       std::vector<std::pair<std::string, std::string>>{{"diloco.overlap_steps", "1"}, {"diloco.sync_seconds", "5"}}) {
     const RunResult r = run_atoll({"launch", "--islands", "2", "--config", world().config(), "--run-dir",
                                    dir("refused-" + key), "--set", "diloco.outer_delay=1", "--set", key + "=" + value});
     EXPECT_TRUE(fails_clearly(r, {"diloco.outer_delay", key})) << r.describe();

@@ -152,5 +152,18 @@ TEST(Config, CcaAndPartialRotaryCombinationsAreChecked) {
   EXPECT_NE(error_of("[model]\nattention = \"mla\"\n").find("model.attention"), std::string::npos);
 }
 
+// diloco.outer_delay = 1 takes fragments (each its own delayed step); an overlap (nothing left to
+// hide) and a time budget are refused naming both keys and the fix.
+TEST(Config, TheDelayedOuterStepTakesFragmentsButNotAnOverlapOrATimeBudget) {
+  const Config c = parse_config("[model]\nn_layers = 4\n", "t.toml", {"diloco.outer_delay=1", "diloco.fragments=2"});
+  EXPECT_EQ(c.diloco.fragments, 2);
+  for (const std::string key : {"diloco.overlap_steps=1", "diloco.sync_seconds=5"}) {
+    const std::string e = error_of("[model]\nn_layers = 4\n", {"diloco.outer_delay=1", "diloco.fragments=2", key});
+    EXPECT_NE(e.find("diloco.outer_delay"), std::string::npos) << e;
+    EXPECT_NE(e.find(key.substr(0, key.find('='))), std::string::npos) << e;
+    EXPECT_NE(e.find("fix"), std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace atl

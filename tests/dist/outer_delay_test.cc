@@ -164,8 +164,8 @@ std::string OuterDelayTest::delayed_run(int rank, int N, size_t n, int64_t H, in
     // What a checkpoint saves, into a new worker on a new group; the old exchanges finish
     // unused (the old objects wait for them when they go).
     const std::vector<float> theta = sync.theta(), m = sync.momentum(), start = delay.start();
-    std::vector<std::vector<float>> d;
-    for (int f = 0; f < P; ++f) d.push_back(sync.delta(f));
+    const float* saved = delay.layout_delta(sync);
+    const std::vector<float> d(saved, saved + n);
     const std::vector<int64_t> outer = sync.fragment_outer_steps();
     const std::vector<bool> pending = delay.pending_list();
     Store store2(store_options(run + "-resumed"));
@@ -173,7 +173,7 @@ std::string OuterDelayTest::delayed_run(int rank, int N, size_t n, int64_t H, in
     OuterDelay delay2(test_plan(n, P));
     DilocoSync sync2(g2, theta.data(), n, opts, test_plan(n, P));
     sync2.momentum() = m;
-    for (int f = 0; f < P; ++f) sync2.delta(f) = d[size_t(f)];
+    std::copy(d.begin(), d.end(), delay2.layout_delta(sync2));
     sync2.set_fragment_outer_steps(outer);
     delay2.start() = start;
     delay2.set_pending_list(pending);

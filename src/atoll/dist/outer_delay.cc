@@ -14,6 +14,24 @@ void OuterDelay::set_pending_list(const std::vector<bool>& p) {
   pending_ = p;
 }
 
+void OuterDelay::keep_delta(DilocoSync& sync, int f) {
+  if (plan_.count() == 1) return;  // layout_delta() is Δ_0 itself
+  const float* d = sync.delta(f).data();
+  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
+    std::copy(d, d + r.size(), delta_.begin() + long(r.begin));
+    d += r.size();
+  }
+}
+
+void OuterDelay::restore_deltas(DilocoSync& sync) const {
+  if (plan_.count() == 1) return;
+  for (int f = 0; f < plan_.count(); ++f) {
+    float* d = sync.delta(f).data();
+    for (const ElementRange& r : plan_.ranges[size_t(f)])
+      d = std::copy(delta_.begin() + long(r.begin), delta_.begin() + long(r.end), d);
+  }
+}
+
 void OuterDelay::round_start(const std::vector<float>& theta, float* out) const {
   for (int f = 0; f < plan_.count(); ++f) {
     const float* from = round_start(f, theta);

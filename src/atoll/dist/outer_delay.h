@@ -47,7 +47,8 @@ class OuterDelay {
  public:
   explicit OuterDelay(size_t n) : OuterDelay(whole_plan(n)) {}  // one fragment
   explicit OuterDelay(FragmentPlan plan)
-      : plan_(std::move(plan)), start_(plan_.total, 0.0f), pending_(size_t(plan_.count()), false) {}
+      : plan_(std::move(plan)), start_(plan_.total, 0.0f), delta_(plan_.count() > 1 ? plan_.total : 0, 0.0f),
+        pending_(size_t(plan_.count()), false) {}
 
   // A Δ_f awaits its mean: its exchange is in flight (or, on resume, to be started again).
   bool pending(int f) const { return pending_[size_t(f)]; }
@@ -67,12 +68,19 @@ class OuterDelay {
   // Every fragment's round start, out[n] (a rollback to where the rounds began).
   void round_start(const std::vector<float>& theta, float* out) const;
   const FragmentPlan& plan() const { return plan_; }
+  // Every fragment's pending Δ_f in θ's layout, as a checkpoint saves it: with one fragment
+  // DilocoSync::delta(0) itself; else a copy of f's ranges kept as each snapshot takes Δ_f
+  // (keep_delta), given back to the fragments before a resume redoes their exchanges.
+  float* layout_delta(DilocoSync& sync) { return plan_.count() == 1 ? sync.delta(0).data() : delta_.data(); }
+  void keep_delta(DilocoSync& sync, int f);
+  void restore_deltas(DilocoSync& sync) const;
   // The residuals each exchange in flight began from, for checkpoints (delay_inputs.h).
   DelayInputs& inputs() { return inputs_; }
 
  private:
   FragmentPlan plan_;
   std::vector<float> start_;
+  std::vector<float> delta_;   // more than one fragment: layout_delta()
   std::vector<bool> pending_;  // main thread only
   DelayInputs inputs_;
 };

@@ -280,6 +280,7 @@ void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
   Flight* x = fl.get();
   x->thread = std::thread([this, x, before, ended = std::move(ended)]() mutable {
     if (before.valid()) before.wait();
+    fault_outer_step(x->as_step);  // the main thread may have moved on to a later one (fragments)
     try {
       x->seconds = sync_.exchange(x->f, x->as_step);
     } catch (...) {

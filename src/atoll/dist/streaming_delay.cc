@@ -44,6 +44,7 @@ StreamStep StreamingDiloco::delayed_step(int64_t step, int64_t last_step, float*
   }
   const double s0 = now_s();
   sync_.snapshot(f, theta_local, delay.round_start(f, sync_.theta()));
+  delay.keep_delta(sync_, f);  // for a checkpoint
   std::vector<float>& s = delay.start();
   const std::vector<float>& d = sync_.delta(f);  // f's ranges, flattened
   const DilocoOptions& o = sync_.options();
@@ -67,6 +68,7 @@ void StreamingDiloco::resume_in_flight(int64_t step) {
   ATOLL_CHECK(delay && delay->pending() && !in_flight())
       << "resuming an exchange in flight without a pending delayed outer step";
   StreamStep unused;
+  delay->restore_deltas(sync_);  // the checkpoint's Δs, in θ's layout
   // Each pending Δ_f's exchange started at f's latest due step, within the last H steps (each
   // fragment is due once in any H consecutive steps): in that order, as in the first run.
   size_t pending = 0;

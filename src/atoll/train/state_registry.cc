@@ -48,23 +48,6 @@ std::string pending_check(const Config& cfg, const json& v) {
          std::to_string(cfg.diloco.fragments) + "; fix: resume with --set diloco.fragments=" + n;
 }
 
-// Every fragment's pending Δ_f in θ's layout (each fragment's ranges hold its Δ_f), and back.
-void read_delay_delta(TrainingState* s, float* out) {
-  const FragmentPlan& plan = s->diloco->plan();
-  for (int f = 0; f < plan.count(); ++f) {
-    const float* d = s->diloco->delta(f).data();
-    for (const ElementRange& r : plan.ranges[size_t(f)]) d = std::copy(d, d + r.size(), out + r.begin);
-  }
-}
-
-void write_delay_delta(TrainingState* s, const float* in) {
-  const FragmentPlan& plan = s->diloco->plan();
-  for (int f = 0; f < plan.count(); ++f) {
-    float* d = s->diloco->delta(f).data();
-    for (const ElementRange& r : plan.ranges[size_t(f)]) d = std::copy(in + r.begin, in + r.end, d);
-  }
-}
-
 // Expert counts saved as a list per fragment of a count per expert of each layer.
 std::string expert_counts_check(const Config& cfg, const json& v) {
   const size_t slots = size_t(cfg.model.n_layers) * size_t(cfg.model.n_experts);
@@ -182,8 +165,7 @@ std::vector<StateEntry> state_registry(const Config& cfg, bool diloco, TrainingS
                  .on_absent = [s] { s->delay->set_pending(false); }});
     r.push_back({.name = "diloco_delay_delta", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
                  .what = "the island's Δs whose exchanges are in flight, in θ's layout (diloco.outer_delay)",
-                 .read = [s](float* out) { read_delay_delta(s, out); },
-                 .write = [s](const float* in) { write_delay_delta(s, in); },
+                 .data = [s] { return s->delay->layout_delta(*s->diloco); },
                  .if_absent = "nothing is in flight"});
     r.push_back({.name = "diloco_delay_start", .type = T, .owner = "diloco", .division = D::kReplicatedInIsland,
                  .what = "where the island's round began, its eager start (diloco.outer_delay)",
