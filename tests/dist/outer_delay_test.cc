@@ -65,7 +65,8 @@ std::string OuterDelayTest::reference(int rank, int N, size_t n, int64_t H, int6
   // Fragment f's ranges of x, flattened, and back.
   const auto gather = [&](int f, const std::vector<float>& x) {
     std::vector<float> out;
-    for (const ElementRange& r : plan.ranges[size_t(f)]) out.insert(out.end(), x.begin() + long(r.begin), x.begin() + long(r.end));
+    for (const ElementRange& r : plan.ranges[size_t(f)])
+      out.insert(out.end(), x.begin() + long(r.begin), x.begin() + long(r.end));
     return out;
   };
   const auto scatter = [&](int f, const std::vector<float>& flat, std::vector<float>& x) {
@@ -125,7 +126,8 @@ std::string OuterDelayTest::delayed_run(int rank, int N, size_t n, int64_t H, in
   const auto note = [&](const StreamingDiloco& s, const DilocoSync& sync, const StreamStep& st) {
     if (step != T && s.schedule().due(step, T) < 0) return;
     if (st.synced) {
-      EXPECT_EQ(st.synced->theta_hash, step == T || P == 1 ? sync.theta_hash() : sync.fragment_hash(st.synced->fragment));
+      const int f = st.synced->fragment;
+      EXPECT_EQ(st.synced->theta_hash, step == T || P == 1 ? sync.theta_hash() : sync.fragment_hash(f));
     }
     log += std::to_string(step) + ":" + sync.theta_hash() + ":" + hash_floats(local.data(), n) + " ";
   };
@@ -260,12 +262,14 @@ TEST_F(OuterDelayTest, FragmentsEachTakeTheirOwnDelayedStepBitForBit) {
       EXPECT_EQ(got, ref);
       EXPECT_EQ(resumed, ref);
       EXPECT_NE(ref, reference(rank, N, n, H, T, run + "-one", true, 1));  // the fragments change the sequence
-      if (::testing::Test::HasFailure()) throw std::runtime_error("assertions failed in island " + std::to_string(rank));
+      if (::testing::Test::HasFailure())
+        throw std::runtime_error("assertions failed in island " + std::to_string(rank));
       return got;
     });
     const auto thetas = [](const std::string& log) {
       std::string t;
-      for (size_t at = 0; (at = log.find(':', at)) != std::string::npos; at = log.find(' ', at)) t += log.substr(at + 1, 16) + " ";
+      for (size_t at = 0; (at = log.find(':', at)) != std::string::npos; at = log.find(' ', at))
+        t += log.substr(at + 1, 16) + " ";
       return t;
     };
     EXPECT_EQ(thetas(out[1]), thetas(out[0]));

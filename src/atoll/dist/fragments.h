@@ -17,7 +17,8 @@
 // is exactly plain DiLoCo: every H steps and at the last step. P <= H keeps every fragment's
 // step distinct; an overlapped exchange (τ = overlap_steps > 0) must end before the next
 // fragment's starts, which τ·P < H guarantees (consecutive offsets are at least floor(H/P)
-// apart), so at most one exchange is ever in flight on the outer group.
+// apart), so at most one exchange is ever in flight on the outer group. (The delayed outer step,
+// outer_delay.h, keeps one per fragment in flight; they use the group one after another.)
 #pragma once
 
 #include <cstddef>

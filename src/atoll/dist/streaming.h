@@ -30,8 +30,9 @@
 // another group. The delayed outer step with fragments has one exchange in flight per fragment:
 // they run one after another in the order they started (each thread waits for the one before
 // it), so the outer group still has one user at a time, and fragment f's own is always the oldest
-// at f's due step (the fragments are due in turn), the only one the main thread waits for. The ring and its codecs open no OpenMP regions, so they do not fight the main
-// thread's OpenMP pool (they do compete with it for cores: that shows up in compute_s).
+// at f's due step (the fragments are due in turn), the only one the main thread waits for. The
+// ring and its codecs open no OpenMP regions, so they do not fight the main thread's OpenMP pool
+// (they do compete with it for cores: that shows up in compute_s).
 //
 // Failures, with a fixed group: a Timeout or PeerLost in the background exchange is rethrown on
 // the main thread, as the same type with the fragment named, when it waits for it; θ and m are
