@@ -162,9 +162,11 @@ TEST_F(OuterDelayLaunch, ResumedFromACheckpointWithAnExchangeInFlightLogsTheSame
 }
 
 // Two fragments, both exchanges in flight at the checkpoint, with error feedback: each
-// fragment's residual is saved as it was before its own exchange started (dist/delay_inputs.h).
+// fragment's residual is saved as it was before its own exchange started (dist/delay_inputs.h);
+// also 2 workers per island with ZeRO-1 (each rank exchanges its shard of each fragment's Δ).
 TEST_F(OuterDelayLaunch, WithFragmentsAResumeWithEveryExchangeInFlightIsExact) {
-  expect_resume_in_flight_exact("fragments", 1, {"--set", "diloco.error_feedback=true"}, 2);
+  for (const int M : {1, 2})
+    expect_resume_in_flight_exact("fragments" + std::to_string(M), M, {"--set", "diloco.error_feedback=true"}, 2);
 }
 
 // The state the exchange in flight reads besides Δ, saved as it was before that exchange

@@ -58,8 +58,10 @@ class StateRegistryTest : public testing::RedisSuite {
 
 // One worker's live state: the loop, and with DiLoCo a DilocoSync over an outer group of one.
 struct Worker {
-  // expert_slots > 0: the outer step weighs experts by their tokens (diloco.expert_merge).
-  Worker(const Config& c, bool with_diloco, const StoreOptions& store_opts, size_t expert_slots = 0)
+  // expert_slots > 0: the outer step weighs experts by their tokens (diloco.expert_merge). `plan`:
+  // streaming DiLoCo's fragments (empty: one).
+  Worker(const Config& c, bool with_diloco, const StoreOptions& store_opts, size_t expert_slots = 0,
+         FragmentPlan plan = {})
       : cfg(c), loop(c, c.data.dir) {
     loop.engine->init_params(1);
     if (!with_diloco) return;
@@ -67,7 +69,8 @@ struct Worker {
     group = std::make_unique<ProcessGroup>(*store, GroupOptions{.name = "outer-r0"});
     diloco = std::make_unique<DilocoSync>(
         *group, loop.engine->host().params, loop.engine->layout().total(),
-        DilocoOptions{.ring = {.codec = Codec::kInt8, .error_feedback = true}, .expert_slots = expert_slots});
+        DilocoOptions{.ring = {.codec = Codec::kInt8, .error_feedback = true}, .expert_slots = expert_slots},
+        std::move(plan));
     state.diloco = diloco.get();
   }
   // Every entry set to values drawn from `seed` (the loader moved on by `seed` batches).
@@ -86,7 +89,7 @@ struct Worker {
     std::vector<float> r(n);
     fill(r.data(), 5);
     diloco->set_residual(r.data());
-    diloco->set_fragment_outer_steps({int64_t(3 * seed)});
+    diloco->set_fragment_outer_steps(std::vector<int64_t>(size_t(diloco->fragments()), int64_t(3 * seed)));
   }
   std::vector<StateEntry> entries() { return state_registry(cfg, diloco != nullptr, &state); }
   std::string hash(const StateEntry& e) { return state_hash({e}, loop.engine->layout(), {e.division}); }
@@ -228,6 +231,48 @@ TEST_F(StateRegistryTest, TheStateAnExchangeInFlightReadsIsSavedAsItWasBeforeIt)
   restore_training_state(idle, read_training_manifest(idle), cfg, b.state, {});
   b.diloco->residual(got.data());
   EXPECT_EQ(hash_floats(got.data(), n), hash_floats(after.data(), n));
+}
+
+// diloco.outer_delay = 1 with 2 fragments, fragment 0's exchange in flight and fragment 1's not:
+// diloco_delay_pending is a flag per fragment, diloco_delay_delta holds each fragment's Δ in its
+// ranges of θ's layout (given back to the fragments before a resume), and the residual is fragment
+// 0's as it was before its exchange (the copy of its ranges) beside fragment 1's live one.
+TEST_F(StateRegistryTest, WithFragmentsEachFragmentsDelayedStateRoundTrips) {
+  Config cfg = config();
+  cfg.diloco.outer_delay = 1;
+  cfg.diloco.fragments = 2;
+  const Worker shape(cfg, false, {});
+  std::vector<TensorSpan> spans;
+  for (const ParamEntry& e : shape.loop.engine->layout().entries()) spans.push_back({e.name, e.offset, e.numel, e.layer});
+  const size_t n = shape.loop.engine->layout().total();
+  const FragmentPlan plan = plan_fragments(spans, n, 2);
+  Worker fa(cfg, true, store_options("frag-fa"), 0, plan), fb(cfg, true, store_options("frag-fb"), 0, plan);
+  fa.scramble(1), fb.scramble(2);
+  OuterDelay da(plan), db(plan);
+  fa.state.delay = &da, fb.state.delay = &db;
+  for (int f = 0; f < 2; ++f) {
+    std::vector<float>& d = fa.diloco->delta(f);
+    for (size_t i = 0; i < d.size(); ++i) d[i] = float((i + size_t(f) * 7) % 97) / 89.0f - 0.5f;
+    da.keep_delta(*fa.diloco, f);
+  }
+  std::vector<float> before(n), after(n, 0.125f), want(n), got(n);
+  fa.diloco->residual(before.data());
+  da.set_pending(0, true);
+  da.inputs().take(*fa.diloco, 0);
+  fa.diloco->set_residual(after.data());  // fragment 0's exchange moves its residual; fragment 1's moved too
+  fa.diloco->residual(want.data(), 1);    // fragment 1's ranges: the live one
+  for (const ElementRange& r : plan.ranges[0])
+    std::copy(before.begin() + long(r.begin), before.begin() + long(r.end), want.begin() + long(r.begin));
+  const std::string dir = save_training_state(cfg, run_ / "fragments", fa.state, {});
+  const json manifest = read_training_manifest(dir);
+  EXPECT_EQ(manifest["state"]["diloco_delay_pending"], json::array({true, false}));
+  restore_training_state(dir, manifest, cfg, fb.state, {});
+  EXPECT_EQ(db.pending_list(), std::vector<bool>({true, false}));
+  fb.diloco->residual(got.data());
+  EXPECT_EQ(hash_floats(got.data(), n), hash_floats(want.data(), n));
+  EXPECT_NE(hash_floats(want.data(), n), hash_floats(after.data(), n));  // the copy is used: the test can tell
+  db.restore_deltas(*fb.diloco);
+  for (int f = 0; f < 2; ++f) EXPECT_EQ(fb.diloco->delta(f), fa.diloco->delta(f)) << "fragment " << f;
 }
 
 TEST_F(StateRegistryTest, VersionOneCheckpointsOfBothKindsStillLoad) {
