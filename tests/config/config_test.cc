@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "atoll/config/outer_delay_rules.h"
 #include "atoll/core/errors.h"
 
 namespace atl {
@@ -163,6 +164,21 @@ TEST(Config, TheDelayedOuterStepTakesFragmentsButNotAnOverlapOrATimeBudget) {
     EXPECT_NE(e.find(key.substr(0, key.find('='))), std::string::npos) << e;
     EXPECT_NE(e.find("fix"), std::string::npos) << e;
   }
+  // The sparse expert exchange with several workers per island: its island sums would share the
+  // island's group with the next round's inner steps.
+  Config sparse = c;
+  sparse.diloco.expert_topk = 0.25;
+  EXPECT_NO_THROW(check_outer_delay_placement(sparse.diloco, 1));
+  try {
+    check_outer_delay_placement(sparse.diloco, 2);
+    ADD_FAILURE() << "not refused";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    for (const char* k : {"diloco.outer_delay", "diloco.expert_topk", "--workers-per-island 2", "fix"})
+      EXPECT_NE(what.find(k), std::string::npos) << what;
+  }
+  sparse.diloco.outer_delay = 0;
+  EXPECT_NO_THROW(check_outer_delay_placement(sparse.diloco, 2));
 }
 
 }  // namespace

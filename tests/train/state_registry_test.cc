@@ -243,7 +243,8 @@ TEST_F(StateRegistryTest, WithFragmentsEachFragmentsDelayedStateRoundTrips) {
   cfg.diloco.fragments = 2;
   const Worker shape(cfg, false, {});
   std::vector<TensorSpan> spans;
-  for (const ParamEntry& e : shape.loop.engine->layout().entries()) spans.push_back({e.name, e.offset, e.numel, e.layer});
+  for (const ParamEntry& e : shape.loop.engine->layout().entries())
+    spans.push_back({e.name, e.offset, e.numel, e.layer});
   const size_t n = shape.loop.engine->layout().total();
   const FragmentPlan plan = plan_fragments(spans, n, 2);
   Worker fa(cfg, true, store_options("frag-fa"), 0, plan), fb(cfg, true, store_options("frag-fb"), 0, plan);

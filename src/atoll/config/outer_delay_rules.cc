@@ -1,5 +1,8 @@
 #include "atoll/config/outer_delay_rules.h"
 
+#include "atoll/config/toml_text.h"
+#include "atoll/core/errors.h"
+
 namespace atl {
 
 std::string outer_delay_problem(const DilocoConfig& d) {
@@ -22,6 +25,20 @@ std::string outer_delay_problem(const DilocoConfig& d) {
   // state their exchange in flight reads is saved with a checkpoint as it was before it
   // (dist/delay_inputs.h, train/state_registry.cc), and a resumed run redoes it bit for bit.
   return "";
+}
+
+void check_outer_delay_placement(const DilocoConfig& d, int workers_per_island) {
+  // The sparse expert exchange sums each expert's norm over the island's workers inside the
+  // exchange, on the island's group; with the delay that exchange runs behind the next round,
+  // whose inner steps use the same group (the island's loss, ZeRO-1): two threads in one group's
+  // collectives, which hang.
+  const bool sparse = d.expert_topk > 0 && d.expert_topk < 1;
+  if (d.outer_delay > 0 && sparse && workers_per_island > 1)
+    throw ConfigError("diloco.outer_delay = 1 with diloco.expert_topk = " + fmt_double(d.expert_topk) +
+                      " works with one worker per island (here --workers-per-island " +
+                      std::to_string(workers_per_island) + "): the sparse exchange sums the experts' norms over the "
+                      "island's workers while the next round's inner steps use the same island group; fix: "
+                      "--workers-per-island 1, diloco.expert_topk = 0, or diloco.outer_delay = 0");
 }
 
 }  // namespace atl

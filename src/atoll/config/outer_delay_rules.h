@@ -13,4 +13,8 @@ namespace atl {
 // "" when the [diloco] section allows its outer_delay, else why not and the fix.
 std::string outer_delay_problem(const DilocoConfig& d);
 
+// The placement (`--workers-per-island`, launch and every worker before anything starts):
+// ConfigError when the delay cannot run with this many workers per island.
+void check_outer_delay_placement(const DilocoConfig& d, int workers_per_island);
+
 }  // namespace atl

@@ -254,10 +254,10 @@ void fault_admission() {
     if (a->spec.admission == k) fire(*a, "admission " + std::to_string(k) + ", before its group's rendezvous");
 }
 
-void fault_before_exchange() {
+void fault_before_exchange(int64_t outer_step) {
   if (!g_armed.load(std::memory_order_relaxed)) return;
   for (auto& a : g_faults)
-    if (a->spec.action == FaultSpec::Action::kDelay && a->spec.ckpt.empty() && a->spec.outer_step == g_outer_step)
+    if (a->spec.action == FaultSpec::Action::kDelay && a->spec.ckpt.empty() && a->spec.outer_step == outer_step)
       fire(*a, "the exchange of outer step " + std::to_string(a->spec.outer_step));
 }
 

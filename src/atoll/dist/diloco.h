@@ -190,9 +190,6 @@ class DilocoSync {
   // Sparse expert exchange: every fragment's expert residual in θ's layout (zeros at the dense
   // elements), and back; sharded as residual() above.
   bool sends_sparse() const { return !topk_.empty(); }
-  // An exchange uses the island's group as well as the outer one (sharded, sparse: the experts'
-  // norms are summed over the island).
-  bool exchange_uses_island() const { return island_ != nullptr && sends_sparse(); }
   void expert_residual(float* out, int only = -1) const;
   void set_expert_residual(const float* in);
 

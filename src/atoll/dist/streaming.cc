@@ -85,7 +85,7 @@ std::string StreamingDiloco::try_exchange(int f, StreamStep& out) {
 }
 
 std::string StreamingDiloco::await_round(int64_t as_step) {
-  fault_before_exchange();
+  fault_before_exchange(as_step);
   return elastic_->await_round(outer_attempt(as_step), as_step);
 }
 
@@ -105,13 +105,14 @@ SyncResult StreamingDiloco::settle(int f, std::string failure, float* theta_loca
         throw LeftRun("outer step " + std::to_string(sync_.outer_step() + 1) + " was committed without this worker (" +
                       "counted lost) while its exchange failed (" + failure + "); it leaves the run to rejoin");
       if (d.next) admission_ = d.next;
+      rerun_discarded();
       return note_incidents(sync_.apply(f, theta_local, mixing), out);
     }
     sync_.discard(f);  // nothing of this attempt is kept
-    // Nor of the exchanges behind it, which used the group about to go: each is redone over the new
-    // group at its own wait point (every island aborted this attempt, so every island redoes them).
+    // Nor of the exchanges behind it, which used the group about to go: each runs again over the
+    // new group once this attempt commits (every island aborted it, so every island reruns them).
     drain(out);
-    for (auto& fl : flights_) sync_.discard(fl->f), fl->redo = true;
+    for (auto& fl : flights_) sync_.discard(fl->f), fl->rerun = true;
     elastic_->reform(attempt, failure.empty() ? d.why : failure);
     failure = try_exchange(f, out);  // the same Δ_f, blocking, over the new group
   }
@@ -176,7 +177,6 @@ SyncResult StreamingDiloco::finish_in_flight(float* theta_local, bool admit, Str
   out.overlap_s += fl->seconds;
   const int f = fl->f;
   if (elastic_) {
-    if (fl->redo) return settle(f, try_exchange(f, out), theta_local, opts_.mixing, admit, out);
     std::string failure = fl->failure;
     if (fl->error) {
       try {
@@ -256,9 +256,6 @@ void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
   fl->step = step;
   fl->as_step = sync_.outer_step() + int64_t(flights_.size()) + 1;  // those in flight are applied first
   out.started = f;
-  std::promise<void> ended;
-  fl->done = ended.get_future().share();
-  fault_outer_step(fl->as_step);
   if (elastic_) {  // an exchange that cannot succeed is not started; its wait point votes it down
     if (!elastic_->formed()) fl->failure = "the outer group did not form: " + elastic_->formation_error();
     else if (std::string late = await_round(fl->as_step); !late.empty()) fl->failure = late;
@@ -270,17 +267,28 @@ void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
       // exchanges before it end first: they use that group.
       drain(out);
       elastic_->decide(outer_attempt(fl->as_step), false, false);
-      ended.set_value();
+      std::promise<void> none;
+      none.set_value();
+      fl->done = none.get_future().share();
       flights_.push_back(std::move(fl));
       return;
     }
   }
+  flights_.push_back(std::move(fl));
+  run(flights_.size() - 1);
+}
+
+void StreamingDiloco::run(size_t k) {
+  Flight* x = flights_[k].get();
   // After the exchange before it: one user of the outer group at a time.
-  std::shared_future<void> before = flights_.empty() ? std::shared_future<void>{} : flights_.back()->done;
-  Flight* x = fl.get();
+  std::shared_future<void> before = k > 0 ? flights_[k - 1]->done : std::shared_future<void>{};
+  std::promise<void> ended;
+  x->done = ended.get_future().share();
+  x->error = nullptr;
+  x->failure.clear();
   x->thread = std::thread([this, x, before, ended = std::move(ended)]() mutable {
     if (before.valid()) before.wait();
-    fault_outer_step(x->as_step);  // the main thread may have moved on to a later one (fragments)
+    fault_outer_step(x->as_step);  // its ring messages count from here (core/fault_injection.h)
     try {
       x->seconds = sync_.exchange(x->f, x->as_step);
     } catch (...) {
@@ -288,7 +296,11 @@ void StreamingDiloco::start_exchange(int f, int64_t step, StreamStep& out) {
     }
     ended.set_value();
   });
-  flights_.push_back(std::move(fl));
+}
+
+void StreamingDiloco::rerun_discarded() {
+  for (size_t k = 0; k < flights_.size(); ++k)
+    if (flights_[k]->rerun) flights_[k]->rerun = false, run(k);
 }
 
 }  // namespace atl

@@ -46,8 +46,9 @@
 // contribute. An overlapped exchange that fails is retried the same way at its wait point.
 // Before the group is dropped or re-formed (a vote down, a retry), every exchange in flight is
 // drained first: none may still use the old group. When an attempt is aborted, the exchanges
-// in flight behind it are discarded with it and redone, blocking, over the new group at their own
-// wait points (every island aborted the same attempt, so every island redoes the same ones).
+// in flight behind it are discarded with it, and once its retry commits they run again, in their
+// order, over the new group (every island aborted the same attempt, so every island reruns the
+// same ones); each is still voted on at its own wait point.
 // A committed step may admit joiners (islands restarted after a loss): take_admission() hands
 // the next view to the caller, which moves every island to it before the next step (the state
 // transfer is train/'s). Joiners are admitted only where no exchange is in flight or starts in
@@ -147,6 +148,11 @@ class StreamingDiloco {
   SyncResult finish_in_flight(float* theta_local, bool admit, StreamStep& out);
   // Waits for every exchange in flight to end (their results stay for their wait points).
   void drain(StreamStep& out);
+  // Flight k's exchange on its own thread, after flight k − 1's has ended.
+  void run(size_t k);
+  // After a commit over a re-formed group: the exchanges discarded with the aborted attempt before
+  // it run again over the new group, in their order (each island reruns the same ones).
+  void rerun_discarded();
   // The applied step's incidents into out, each with its member's island.
   SyncResult note_incidents(SyncResult r, StreamStep& out);
   bool budget() const { return opts_.sync_seconds > 0; }
@@ -168,7 +174,7 @@ class StreamingDiloco {
     std::exception_ptr error;
     std::string failure;  // elastic: why it failed or was not started
     double seconds = 0;
-    bool redo = false;    // elastic: discarded with an aborted attempt before it; exchanged again at its wait point
+    bool rerun = false;   // elastic: discarded with an aborted attempt before it, to run again (rerun_discarded)
   };
   std::deque<std::unique_ptr<Flight>> flights_;  // oldest first
   std::optional<View> admission_;

@@ -29,9 +29,6 @@ StreamStep StreamingDiloco::delayed_step(int64_t step, int64_t last_step, float*
   const int f = last ? -1 : schedule_.due(step, last_step);
   if (!last && f < 0) return out;
   OuterDelay& delay = *opts_.delay;
-  // Sharded with the sparse expert exchange, an exchange uses the island's group too, which the
-  // main thread's snapshot and apply use: none may run meanwhile (with one fragment none does).
-  if (sync_.fragments() > 1 && sync_.exchange_uses_island()) drain(out);
   if (!last && delay.pending(f)) {
     ATOLL_CHECK(in_flight() && flights_.front()->f == f)
         << "fragment " << f << " due at step " << step << " while its exchange is not the oldest in flight";

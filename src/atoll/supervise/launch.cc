@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "atoll/config/context_parallel.h"
+#include "atoll/config/outer_delay_rules.h"
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
@@ -319,6 +320,7 @@ int launch(const LaunchOptions& o) {
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
   check_time_budget_placement(cfg.diloco, M);
+  check_outer_delay_placement(cfg.diloco, M);
   check_context_parallel(cfg, M);  // before any worker starts: P must divide the island's workers
   check_memory_fits(cfg, {.processes = W, .workers_per_island = M});  // every worker on this machine, before the data is prepared
   if (o.resume && o.run_dir.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");

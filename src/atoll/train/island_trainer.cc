@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "atoll/config/context_parallel.h"
+#include "atoll/config/outer_delay_rules.h"
 #include "atoll/core/worker_phase.h"
 #include "atoll/core/check.h"
 #include "atoll/core/errors.h"
@@ -494,6 +495,7 @@ void check_worker_config(const Config& cfg, int workers_per_island, int rank) {
   const int M = workers_per_island;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   check_time_budget_placement(cfg.diloco, M);
+  check_outer_delay_placement(cfg.diloco, M);
   check_context_parallel(cfg, M);
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
   check_memory_fits(cfg, {.workers_per_island = M, .device_index = rank});  // before the data or anything is allocated

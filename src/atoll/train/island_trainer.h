@@ -116,8 +116,9 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
 void check_time_budget_placement(const DilocoConfig& d, int workers_per_island);
 
 // The checks of the config run_worker makes before it starts anything (and `atoll doctor`):
-// streaming fragments, the time budget's placement, context parallelism, the device, and the
-// memory of one worker on this host (rank `rank`'s GPU under train.device = cuda). ConfigError.
+// streaming fragments, the time budget's and the delayed outer step's placement, context
+// parallelism, the device, and the memory of one worker on this host (rank `rank`'s GPU under
+// train.device = cuda). ConfigError.
 void check_worker_config(const Config& cfg, int workers_per_island, int rank);
 
 // The resolved config TOML without the placement keys (what workers must agree on).
