@@ -106,7 +106,8 @@ FaultSpec::Update fault_update();
 bool fault_update_armed();
 // fault_before_exchange: this process is about to exchange at outer step `outer_step` (a delay
 // sleeps here; the step is given, as the delayed step with fragments starts one exchange while
-// another, of the step before, may still run and count its ring messages). fault_step: inner step `step` (1-based) runs (a stall sleeps here).
+// another, of the step before, may still run and count its ring messages). fault_step: inner
+// step `step` (1-based) runs (a stall sleeps here).
 // fault_loss: the loss of inner step `step`, corrupted if a loss fault names it.
 void fault_before_exchange(int64_t outer_step);
 void fault_step(int64_t step);
