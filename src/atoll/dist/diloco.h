@@ -192,6 +192,10 @@ class DilocoSync {
   bool sends_sparse() const { return !topk_.empty(); }
   void expert_residual(float* out, int only = -1) const;
   void set_expert_residual(const float* in);
+  // Between θ's layout x and fragment f's flattened elements (delta(f)'s layout): flat[lo, hi) <-
+  // the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
+  void pack(int f, const float* x, float* flat, size_t lo, size_t hi) const;
+  void unpack(int f, const float* flat, float* x) const;
 
  private:
   RingAllreduce& ring_of(int f);
@@ -202,9 +206,6 @@ class DilocoSync {
   bool in_fragment(int f, const ExpertSpan& s) const;  // s lies in fragment f (whole tensors: in or out)
   // The fault injection's bad Δ (core/fault_injection.h) on this rank's input flat[lo, hi).
   void corrupt_for_fault(int f, float* flat, size_t lo, size_t hi, UpdateTag& tag);
-  // flat[lo, hi) <- the fragment-f elements of x at flat positions [lo, hi), and back (all of f).
-  void pack(int f, const float* x, float* flat, size_t lo, size_t hi) const;
-  void unpack(int f, const float* flat, float* x) const;
   // θ_f and m_f: every rank's updated shard to every rank of the island.
   void share_shards(int f);
   // The exchange of x = this rank's guarded shard of Δ_f with sparse experts (the ring for the

@@ -16,20 +16,12 @@ void OuterDelay::set_pending_list(const std::vector<bool>& p) {
 
 void OuterDelay::keep_delta(DilocoSync& sync, int f) {
   if (plan_.count() == 1) return;  // layout_delta() is Δ_0 itself
-  const float* d = sync.delta(f).data();
-  for (const ElementRange& r : plan_.ranges[size_t(f)]) {
-    std::copy(d, d + r.size(), delta_.begin() + long(r.begin));
-    d += r.size();
-  }
+  sync.unpack(f, sync.delta(f).data(), delta_.data());
 }
 
 void OuterDelay::restore_deltas(DilocoSync& sync) const {
   if (plan_.count() == 1) return;
-  for (int f = 0; f < plan_.count(); ++f) {
-    float* d = sync.delta(f).data();
-    for (const ElementRange& r : plan_.ranges[size_t(f)])
-      d = std::copy(delta_.begin() + long(r.begin), delta_.begin() + long(r.end), d);
-  }
+  for (int f = 0; f < plan_.count(); ++f) sync.pack(f, delta_.data(), sync.delta(f).data(), 0, sync.delta(f).size());
 }
 
 void OuterDelay::round_start(const std::vector<float>& theta, float* out) const {

@@ -43,16 +43,13 @@ StreamStep StreamingDiloco::delayed_step(int64_t step, int64_t last_step, float*
   sync_.snapshot(f, theta_local, delay.round_start(f, sync_.theta()));
   delay.keep_delta(sync_, f);  // for a checkpoint
   std::vector<float>& s = delay.start();
-  const std::vector<float>& d = sync_.delta(f);  // f's ranges, flattened
+  const float* d = delay.layout_delta(sync_);  // Δ_f in θ's layout, over f's ranges
   const DilocoOptions& o = sync_.options();
-  size_t k = 0;
   for (const ElementRange& r : sync_.plan().ranges[size_t(f)]) {
-    eager_start(s.data() + r.begin, sync_.theta().data() + r.begin, sync_.momentum().data() + r.begin, d.data() + k,
+    eager_start(s.data() + r.begin, sync_.theta().data() + r.begin, sync_.momentum().data() + r.begin, d + r.begin,
                 r.size(), o.outer_lr, o.outer_momentum);
     std::copy(s.begin() + std::ptrdiff_t(r.begin), s.begin() + std::ptrdiff_t(r.end), theta_local + r.begin);
-    k += r.size();
   }
-  ATOLL_CHECK_EQ(k, d.size());
   delay.set_pending(f, true);
   delay.inputs().take(sync_, f);  // the residuals before the exchange replaces them, for a checkpoint
   start_exchange(f, step, out);
