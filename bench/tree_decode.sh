@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Decoding latency per token at long context (docs/long_context.md, tree attention): one
-# process against `atoll generate --workers 2` and `4` (the KV cache sharded, three all-reduces
-# per layer and token). The checkpoint: configs/tiny.toml trained one step at model.seq_len =
+# process against `atoll generate --workers 2` and `4` (the KV cache sharded; per layer and
+# token every rank sends its partial result to every other). The checkpoint: configs/tiny.toml trained one step at model.seq_len =
 # 32768 (so that generate holds that much context). Each run prefills a prompt of about
 # CONTEXT - 64 tokens (--prompt-file: the built-in corpus's text, the fortunes files in name
 # order, cut to that many tokens) and decodes 64 tokens greedily after it;
 # ATOLL_GENERATE_TIMING=1 has generate print the prefill's time and the 64 steps': the latency
-# per token at that context (ms_per_token), and the prefill's tokens per second.
+# per token at that context (ms_per_token), the prefill's tokens per second, and the first
+# process's peak RSS (rss_mib: the weights, its share of the cache, the prefill's buffers).
 #   bench/tree_decode.sh [CONTEXT...]     # default: 8192 32768
 # Threads (OMP_NUM_THREADS): one process with 2 (the machine's cores) and with 1, each of P
 # processes 1.
@@ -53,8 +54,8 @@ make_prompt() {
   exit 1
 }
 
-printf '%-8s %-8s %-8s %10s %10s %12s %10s %10s\n' context workers threads prompt prefill_s prefill_tok_s \
-  ms_per_token at_context
+printf '%-8s %-8s %-8s %10s %10s %12s %10s %10s %8s\n' context workers threads prompt prefill_s prefill_tok_s \
+  ms_per_token at_context rss_mib
 for ctx in "${contexts[@]}"; do
   prompt=$out/prompt-$ctx.txt
   make_prompt $((ctx - 64 - 1)) "$prompt"  # the start-of-text token takes a position too
@@ -63,11 +64,11 @@ for ctx in "${contexts[@]}"; do
     log=$out/c$ctx-p$P-t$threads.log
     ATOLL_GENERATE_TIMING=1 OMP_NUM_THREADS=$threads build/atoll generate --checkpoint "$ckpt" --prompt-file "$prompt" \
       --temperature 0 --max-tokens 65 --workers "$P" >/dev/null 2>"$log" || { echo "generate failed: see $log"; exit 1; }
-    # timing: prefill N tokens S s, then D tokens S s; the last D MS ms per token, at context C
-    read -r n prefill_s decoded ms at < <(grep '^timing:' "$log" |
-      sed -E 's/.*prefill ([0-9]+) tokens ([0-9.]+) s, then ([0-9]+) tokens.*the last [0-9]+ ([0-9.]+) ms per token, at context ([0-9]+).*/\1 \2 \3 \4 \5/')
+    # timing: prefill N tokens S s, then D tokens S s; the last D MS ms per token, at context C; peak RSS R MiB
+    read -r n prefill_s decoded ms at rss < <(grep '^timing:' "$log" |
+      sed -E 's/.*prefill ([0-9]+) tokens ([0-9.]+) s, then ([0-9]+) tokens.*the last [0-9]+ ([0-9.]+) ms per token, at context ([0-9]+); peak RSS ([0-9]+) MiB.*/\1 \2 \3 \4 \5 \6/')
     [ "$decoded" = 64 ] || echo "note: $decoded tokens decoded after the prompt (the model ended the text?): see $log"
-    printf '%-8s %-8s %-8s %10s %10s %12.0f %10s %10s\n' "$ctx" "$P" "$threads" "$n" "$prefill_s" \
-      "$(echo "$n / $prefill_s" | bc -l)" "$ms" "$at"
+    printf '%-8s %-8s %-8s %10s %10s %12.0f %10s %10s %8s\n' "$ctx" "$P" "$threads" "$n" "$prefill_s" \
+      "$(echo "$n / $prefill_s" | bc -l)" "$ms" "$at" "$rss"
   done
 done

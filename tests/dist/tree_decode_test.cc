@@ -1,8 +1,8 @@
-// Tree-attention decoding (model/decoder.h with a group; model/attention_core.h
-// attend_cached_tree) over P real processes against one process's decoder: the same greedy
+// Tree-attention decoding (model/decoder.h with a group; model/cached_attention.h
+// attend_token) over P real processes against one process's decoder: the same greedy
 // tokens, and logits within 1e-6 of the largest |logit| (both sum the same terms of the softmax
 // in other orders), P in {1, 2, 3}, GQA and CCA; every rank returns the same logits. The same
-// with the prompt prefilled (model/prefill_attention.h) against one process token by token.
+// with the prompt prefilled (model/cached_attention.h) against one process token by token.
 #include <gtest/gtest.h>
 #include <omp.h>
 

@@ -456,7 +456,7 @@ void check_block_decode(const ModelConfig& m) {
   PartScratch scratch;
   BlockBuffers<double> buf1(t.m, 1);
   Block<double> dec(t.m, t.layout, 0, one, scratch, buf1);
-  dec.start_decode(T_);
+  dec.start_decode(T_, T_);
   std::vector<double> work(dec.work_elements());
   PartContext<double> c1 = c;
   c1.d.T = 1, c1.d.N = 1, c1.work = work.data();

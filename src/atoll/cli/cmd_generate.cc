@@ -28,20 +28,23 @@
 #include "atoll/supervise/launcher.h"
 #include "atoll/supervise/process.h"
 #include "atoll/supervise/redis_server.h"
+#include "atoll/train/bench.h"
 #include "atoll/train/trainer.h"
 
 namespace atl::cli {
 namespace {
 
-// Bench only (bench/tree_decode.sh): the prompt's and the generated tokens' step times.
+// Bench only (bench/tree_decode.sh): the prompt's and the generated tokens' step times, and this
+// process's peak RSS (under tree attention it keeps 1/P of the cache).
 void print_timing(const Generated& g) {
   const char* on = std::getenv("ATOLL_GENERATE_TIMING");
   if (!on || std::string(on) != "1") return;
   std::fprintf(stderr,
                "timing: prefill %d tokens %.3f s, then %d tokens %.3f s; the last %d %.3f ms per token, "
-               "at context %d\n",
+               "at context %d; peak RSS %.0f MiB\n",
                g.prompt_tokens, g.prompt_s, g.decoded_tokens, g.decode_s, g.tail_tokens,
-               g.tail_tokens > 0 ? 1e3 * g.tail_s / g.tail_tokens : 0.0, g.prompt_tokens + g.decoded_tokens);
+               g.tail_tokens > 0 ? 1e3 * g.tail_s / g.tail_tokens : 0.0, g.prompt_tokens + g.decoded_tokens,
+               peak_rss_mib());
 }
 
 // More is a typing slip: no model has such a context, and generation stops at the context.

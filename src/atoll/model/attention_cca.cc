@@ -9,7 +9,7 @@
 #include "atoll/model/attention_core.h"
 #include "atoll/model/cca_boundary.h"
 #include "atoll/model/chunk_boundary.h"
-#include "atoll/model/prefill_attention.h"
+#include "atoll/model/cached_attention.h"
 
 namespace atl {
 
@@ -236,17 +236,18 @@ void AttentionCca<T>::backward(T* dh, const T* dout, const T* h, const PartConte
 }
 
 template <typename T>
-void AttentionCca<T>::start_decode(int max_len) {
+void AttentionCca<T>::start_decode(int max_len, int cache_rows) {
+  max_len_ = max_len;
   ATOLL_CHECK(qn_.h.empty()) << "decoding runs fp32 products";
   const CcaDims d = cca_dims(m_, 1, 1);
   const int P = d.t0 - 1 + d.t1 - 1;
   sh_->grow_rope(max_len);
   // resize, not assign: a grown cache keeps what is cached so far.
-  k_cache_.resize(size_t(max_len) * d.KVD(), T(0)), v_cache_.resize(size_t(max_len) * d.KVD(), T(0));
+  k_cache_.resize(size_t(cache_rows) * d.KVD(), T(0)), v_cache_.resize(size_t(cache_rows) * d.KVD(), T(0));
   window_.resize(size_t(P + 1) * d.CC(), T(0)), prev_vd_.resize(d.KVD() / 2, T(0));
   dec_y_.resize(size_t(P + d.t1) * d.CC()), dec_z_.resize(size_t(P + 1) * d.CC());
   dec_q_.resize(d.QD()), dec_k_.resize(d.KVD()), dec_qn_.resize(d.QD()), dec_att_.resize(d.QD());
-  dec_rq_.resize(d.NH), dec_rk_.resize(d.NKV), score_.resize(max_len), dec_kv_.resize(2 * size_t(d.KVD()));
+  dec_rq_.resize(d.NH), dec_rk_.resize(d.NKV), dec_kv_.resize(2 * size_t(d.KVD()));
 }
 
 // One token at position pos. Its pre-convolution [q|k] row joins the window of the last P rows
@@ -257,7 +258,7 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   const int P = m_.cca_time0 - 1 + m_.cca_time1 - 1;
   const CcaDims one = cca_dims(m_, 1, 1), win = cca_dims(m_, 1, P + 1);
   const int C = one.C, QD = one.QD(), KVD = one.KVD(), CC = one.CC();
-  ATOLL_CHECK_LT(size_t(pos), score_.size()) << "decoder cache is full";
+  ATOLL_CHECK_LT(pos, max_len_) << "decoder cache is full";
   if (pos == 0)
     std::fill(window_.begin(), window_.end(), T(0)), std::fill(prev_vd_.begin(), prev_vd_.end(), T(0));
   else
@@ -281,7 +282,7 @@ void AttentionCca<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   c.mm.forward(vc, in, c.mm.weight(w_.wvc), 1, C, KVD / 2);
   std::copy(prev_vd_.begin(), prev_vd_.end(), vc + KVD / 2);
   c.mm.forward(prev_vd_.data(), in, c.mm.weight(w_.wvd), 1, C, KVD / 2);
-  attend_cached_any(dec_att_.data(), score_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos, one.NH,
+  attend_cached_any(dec_att_.data(), dec_qn_.data(), k_cache_.data(), v_cache_.data(), pos, one.NH,
                     one.NKV, one.HD, c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(w_.wo), 1, QD, C);
 }
@@ -296,7 +297,7 @@ void AttentionCca<T>::prefill(T* out, const T* h, int pos, const PartContext<T>&
   const CcaDims d = cca_dims(m_, 1, N);
   const int C = d.C, QD = d.QD(), KVD = d.KVD(), CC = d.CC(), half = KVD / 2;
   ATOLL_CHECK_LE(N, max_tokens_) << "prefill block";
-  ATOLL_CHECK_LE(size_t(pos) + N, score_.size()) << "decoder cache is full";
+  ATOLL_CHECK_LE(pos + N, max_len_) << "decoder cache is full";
   T* qn = c.work;  // [N,QD], [N,KVD] x2, [L+N,CC], [N,KVD/2] x2, [N,QD]
   T* kn = qn + size_t(N) * QD;
   T* v = kn + size_t(N) * KVD;

@@ -62,7 +62,7 @@ class AttentionCca final : public AttentionPart<T> {
   void forward(T* out, const T* h, const PartContext<T>& c) override;
   void recompute_output(T* out, const PartContext<T>& c) override;
   void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) override;
-  void start_decode(int max_len) override;
+  void start_decode(int max_len, int cache_rows) override;
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
   void prefill(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
@@ -97,7 +97,8 @@ class AttentionCca final : public AttentionPart<T> {
   // the token's own [P+1, CC]; the previous token's delayed value half [KVD/2]; one token's
   // buffers.
   std::vector<T> k_cache_, v_cache_, window_, prev_vd_;
-  std::vector<T> dec_y_, dec_z_, dec_q_, dec_k_, dec_qn_, dec_rq_, dec_rk_, dec_att_, score_;
+  std::vector<T> dec_y_, dec_z_, dec_q_, dec_k_, dec_qn_, dec_rq_, dec_rk_, dec_att_;
+  int max_len_ = 0;  // decoding: positions the cache holds
   std::vector<T> dec_kv_;  // [2 KVD] a position another rank caches (tree attention)
 };
 

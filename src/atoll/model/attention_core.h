@@ -103,34 +103,6 @@ void attention_any_backward(T* dq, T* dk, T* dv, Operand<T> dout, const Kept<T>&
   if (dq_ready) dq_ready();
 }
 
-// Decoding: out[NH,HD] (=) one token's queries q[NH,HD] attending to the cached keys and values
-// k_cache, v_cache [len, NKV·HD] of every position so far (its own included), softmax in T;
-// score[len] is scratch.
-template <typename T>
-void attend_cached(T* out, T* score, const T* q_all, const T* k_cache, const T* v_cache, int len, int NH, int NKV,
-                   int HD) {
-  const int KVD = NKV * HD;
-  const T scale = T(1) / std::sqrt(T(HD));
-  for (int hd = 0; hd < NH; ++hd) {
-    const int kh = hd / (NH / NKV);
-    const T* q = q_all + size_t(hd) * HD;
-    T mx = -INFINITY;
-    for (int s = 0; s < len; ++s) {
-      const T* k = k_cache + size_t(s) * KVD + size_t(kh) * HD;
-      score[s] = std::inner_product(q, q + HD, k, T(0)) * scale;
-      mx = std::max(mx, score[s]);
-    }
-    T sum = 0;
-    for (int s = 0; s < len; ++s) sum += (score[s] = std::exp(score[s] - mx));
-    T* o = out + size_t(hd) * HD;
-    std::fill(o, o + HD, T(0));
-    for (int s = 0; s < len; ++s) {
-      const T* v = v_cache + size_t(s) * KVD + size_t(kh) * HD;
-      for (int d = 0; d < HD; ++d) o[d] += score[s] / sum * v[d];
-    }
-  }
-}
-
 // Tree attention (decoding over the P ranks of PartContext::cp; Zyphra, arXiv 2408.04093): the
 // key and value of position t live on rank t mod P, at row t / P of its cache, so the shards
 // grow evenly. Every rank computes every token's q, k, v and the position-wise rest (the
@@ -145,57 +117,5 @@ struct CacheShard {
   int row(int pos) const { return pos / P; }
   int rows(int len) const { return len > r ? (len - 1 - r) / P + 1 : 0; }  // of positions [0, len)
 };
-
-// Decoding over a sharded cache: out[NH,HD] (=) as attend_cached over every rank's rows. Each
-// rank attends to its `rows` cached positions, giving per head a local max m, normaliser l and
-// weighted sum o; three all-reduces combine them: M = max m, L = sum l e^(m-M), O = sum o e^(m-M),
-// and out = O / L on every rank (the same bits everywhere: the all-reduces are Gloo's rings).
-template <typename T>
-void attend_cached_tree(T* out, T* score, const T* q_all, const T* k_cache, const T* v_cache, int rows, int NH,
-                        int NKV, int HD, Collective& group) {
-  if constexpr (!std::is_same_v<T, float>) {
-    ATOLL_CHECK(false) << "tree attention decodes in fp32";
-  } else {
-    const int KVD = NKV * HD;
-    const float scale = 1.0f / std::sqrt(float(HD));
-    std::vector<float> m(NH, -INFINITY), top(NH), l(NH, 0.0f);
-    std::fill(out, out + size_t(NH) * HD, 0.0f);
-    for (int hd = 0; hd < NH; ++hd) {
-      const int kh = hd / (NH / NKV);
-      const float* q = q_all + size_t(hd) * HD;
-      for (int s = 0; s < rows; ++s) {
-        score[s] = std::inner_product(q, q + HD, k_cache + size_t(s) * KVD + size_t(kh) * HD, 0.0f) * scale;
-        m[hd] = std::max(m[hd], score[s]);
-      }
-      float* o = out + size_t(hd) * HD;
-      for (int s = 0; s < rows; ++s) {
-        const float p = std::exp(score[s] - m[hd]);
-        const float* v = v_cache + size_t(s) * KVD + size_t(kh) * HD;
-        l[hd] += p;
-        for (int d = 0; d < HD; ++d) o[d] += p * v[d];
-      }
-    }
-    top = m;
-    group.allreduce_max(top.data(), size_t(NH));
-    for (int hd = 0; hd < NH; ++hd) {
-      const float f = rows > 0 ? std::exp(m[hd] - top[hd]) : 0.0f;
-      l[hd] *= f;
-      for (int d = 0; d < HD; ++d) out[size_t(hd) * HD + d] *= f;
-    }
-    group.allreduce_sum(l.data(), size_t(NH));
-    group.allreduce_sum(out, size_t(NH) * HD);
-    for (int hd = 0; hd < NH; ++hd)
-      for (int d = 0; d < HD; ++d) out[size_t(hd) * HD + d] /= l[hd];
-  }
-}
-
-// Decoding's attention of one token (at position pos, its key and value cached already), on one
-// process or over the shards of PartContext::cp.
-template <typename T>
-void attend_cached_any(T* out, T* score, const T* q_all, const T* k_cache, const T* v_cache, int pos, int NH, int NKV,
-                       int HD, const PartContext<T>& c) {
-  if (!c.cp) return attend_cached(out, score, q_all, k_cache, v_cache, pos + 1, NH, NKV, HD);
-  attend_cached_tree(out, score, q_all, k_cache, v_cache, CacheShard::of(c).rows(pos + 1), NH, NKV, HD, *c.cp);
-}
 
 }  // namespace atl

@@ -6,7 +6,7 @@
 #include "atoll/core/check.h"
 #include "atoll/layers/rmsnorm.h"
 #include "atoll/model/attention_core.h"
-#include "atoll/model/prefill_attention.h"
+#include "atoll/model/cached_attention.h"
 
 namespace atl {
 
@@ -172,13 +172,14 @@ void AttentionGqa<T>::backward(T* dh, const T* dout, const T* h, const PartConte
 }
 
 template <typename T>
-void AttentionGqa<T>::start_decode(int max_len) {
+void AttentionGqa<T>::start_decode(int max_len, int cache_rows) {
+  max_len_ = max_len;
   const size_t QD = size_t(m_.n_heads) * m_.head_dim, KVD = size_t(m_.n_kv_heads) * m_.head_dim;
   ATOLL_CHECK(q_.h.empty()) << "decoding runs fp32 products";
   sh_->grow_rope(max_len);
   // resize, not assign: a grown cache keeps the positions already cached ([pos, KVD] rows).
-  k_cache_.resize(size_t(max_len) * KVD, T(0)), v_cache_.resize(size_t(max_len) * KVD, T(0));
-  dec_q_.resize(QD), dec_att_.resize(QD), score_.resize(max_len), dec_kv_.resize(2 * KVD);
+  k_cache_.resize(size_t(cache_rows) * KVD, T(0)), v_cache_.resize(size_t(cache_rows) * KVD, T(0));
+  dec_q_.resize(QD), dec_att_.resize(QD), dec_kv_.resize(2 * KVD);
   if (qk_norm_) q_raw_.resize(std::max(q_raw_.size(), QD)), k_raw_.resize(std::max(k_raw_.size(), KVD));
 }
 
@@ -187,7 +188,7 @@ void AttentionGqa<T>::start_decode(int max_len) {
 template <typename T>
 void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& c) {
   const int C = m_.dim, HD = m_.head_dim, NH = m_.n_heads, NKV = m_.n_kv_heads, QD = NH * HD, KVD = NKV * HD;
-  ATOLL_CHECK_LT(size_t(pos), score_.size()) << "decoder cache is full";
+  ATOLL_CHECK_LT(pos, max_len_) << "decoder cache is full";
   // This rank's cache row of the position, or scratch when another rank holds it (tree attention).
   const CacheShard shard = CacheShard::of(c);
   T* kc = shard.holds(pos) ? k_cache_.data() + size_t(shard.row(pos)) * KVD : dec_kv_.data();
@@ -195,7 +196,7 @@ void AttentionGqa<T>::decode(T* out, const T* h, int pos, const PartContext<T>& 
   project(dec_q_.data(), kc, vc, h, 1, c);
   rope_forward(dec_q_.data(), sh_->rope_of(layer_), 1, 1, NH, HD, pos);
   rope_forward(kc, sh_->rope_of(layer_), 1, 1, NKV, HD, pos);
-  attend_cached_any(dec_att_.data(), score_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos, NH, NKV, HD,
+  attend_cached_any(dec_att_.data(), dec_q_.data(), k_cache_.data(), v_cache_.data(), pos, NH, NKV, HD,
                     c);
   c.mm.forward(out, c.mm.input(sh_->in16.data(), dec_att_.data(), size_t(QD)), c.mm.weight(wo_), 1, QD, C);
 }
@@ -207,7 +208,7 @@ void AttentionGqa<T>::prefill(T* out, const T* h, int pos, const PartContext<T>&
   const int N = c.d.N, C = m_.dim, HD = m_.head_dim, NH = m_.n_heads, NKV = m_.n_kv_heads, QD = NH * HD,
             KVD = NKV * HD;
   ATOLL_CHECK_LE(N, max_tokens_) << "prefill block";
-  ATOLL_CHECK_LE(size_t(pos) + N, score_.size()) << "decoder cache is full";
+  ATOLL_CHECK_LE(pos + N, max_len_) << "decoder cache is full";
   T* q = c.work;  // [N,QD], [N,KVD] x2, [N,QD]
   T* k = q + size_t(N) * QD;
   T* v = k + size_t(N) * KVD;

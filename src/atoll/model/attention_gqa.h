@@ -30,7 +30,7 @@ class AttentionGqa final : public AttentionPart<T> {
   void forward(T* out, const T* h, const PartContext<T>& c) override;
   void recompute_output(T* out, const PartContext<T>& c) override;
   void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) override;
-  void start_decode(int max_len) override;
+  void start_decode(int max_len, int cache_rows) override;
   void decode(T* out, const T* h, int pos, const PartContext<T>& c) override;
   void prefill(T* out, const T* h, int pos, const PartContext<T>& c) override;
 
@@ -57,7 +57,8 @@ class AttentionGqa final : public AttentionPart<T> {
   Kept<T> q_, k_, v_, att_;                 // [N,QD], [N,KVD] x2, [N,QD]
   std::vector<T> lse_;                      // [B,NH,T] log-sum-exp of each row of scores
   std::vector<T> k_cache_, v_cache_;        // decoding: [max_len, KVD] each
-  std::vector<T> dec_q_, dec_att_, score_;  // decoding: [QD], [QD], [max_len]
+  std::vector<T> dec_q_, dec_att_;  // decoding: [QD], [QD]
+  int max_len_ = 0;                 // decoding: positions the cache holds
   std::vector<T> dec_kv_;                   // decoding: [2 KVD] a position another rank caches
 };
 

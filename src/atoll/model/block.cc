@@ -109,7 +109,12 @@ template <typename T>
 void Block<T>::after_attention(T* x, const PartContext<T>& c) {
   attn_merge_.forward(x, buf_.tmp.data(), x, c);
   moe_norm_.forward(buf_.hn.data(), x, c);
-  router_->forward(buf_.hn.data(), c);
+  // Without the group: under tree attention c.cp is the group the cache is sharded over, and the
+  // router would add its balancing sums over it (a collective a layer and token, as under context
+  // parallelism) for losses nobody reads here; its choices are position-wise.
+  PartContext<T> alone = c;
+  alone.cp = nullptr;
+  router_->forward(buf_.hn.data(), alone);
   experts_->forward(buf_.tmp.data(), buf_.hn.data(), router_->topk_idx(), router_->topk_w(), c);
   moe_merge_.forward(x, buf_.tmp.data(), x, c);
 }

@@ -50,7 +50,7 @@ class Block {
   // The experts the router chose in the last forward [N,K].
   const int32_t* router_choice() const { return router_->topk_idx(); }
 
-  void start_decode(int max_len) { attention_->start_decode(max_len); }
+  void start_decode(int max_len, int cache_rows) { attention_->start_decode(max_len, cache_rows); }
   // x[C] (in place) for the token at position pos.
   void decode(T* x, int pos, const PartContext<T>& c);
   // x[N,C] (in place) for the c.d.N tokens at positions [pos, pos + N) (AttentionPart::prefill).

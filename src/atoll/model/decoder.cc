@@ -7,6 +7,7 @@
 #include "atoll/core/check.h"
 #include "atoll/layers/embedding.h"
 #include "atoll/backend/cpu/linear.h"
+#include "atoll/model/attention_core.h"
 #include "atoll/model/block.h"
 #include "atoll/model/part_kinds.h"
 
@@ -14,12 +15,18 @@ namespace atl {
 
 namespace {
 constexpr int kFirstCapacity = 64;  // cache positions before the first doubling
+
+// The rows of a cache for `capacity` positions that this process keeps: all of them, or under
+// tree attention its shard's (1/P).
+int kept_rows(int capacity, const Collective* group) {
+  return group ? CacheShard{group->size(), group->rank()}.rows(capacity) : capacity;
+}
 }  // namespace
 
 // The blocks' parts built for max_block tokens of one sequence, and a KV cache of `capacity`
-// positions in each attention.
+// positions in each attention (`rows` of them kept here).
 struct Decoder::State {
-  State(const ModelConfig& m, const ParamLayout& layout, int capacity, int max_block)
+  State(const ModelConfig& m, const ParamLayout& layout, int capacity, int rows, int max_block)
       : sizes{.max_batch = 1, .max_tokens = max_block, .precision = Precision::kFp32}, buf(m, max_block),
         input_merge(m, layout, "input", false, sizes), final_norm(m, layout, "final_norm", sizes),
         x(size_t(max_block) * m.dim), h(m.dim) {
@@ -27,7 +34,7 @@ struct Decoder::State {
     blocks.reserve(m.n_layers);
     for (int l = 0; l < m.n_layers; ++l) {
       Block<float>& b = blocks.emplace_back(m, layout, l, sizes, scratch, buf);
-      b.start_decode(capacity);
+      b.start_decode(capacity, rows);
       work_elements = std::max(work_elements, b.work_elements());
     }
     link_blocks(blocks);
@@ -45,7 +52,7 @@ struct Decoder::State {
 Decoder::Decoder(const ModelConfig& m, const float* params, int max_len, Collective* group, int max_block)
     : m_(m), layout_(ParamLayout::build(m)), p_(params), group_(group), max_len_(max_len),
       max_block_(std::clamp(max_block, 1, std::max(max_len, 1))), capacity_(std::min(max_len, kFirstCapacity)),
-      s_(std::make_unique<State>(m_, layout_, capacity_, max_block_)), logits_(m.vocab_size) {
+      s_(std::make_unique<State>(m_, layout_, capacity_, kept_rows(capacity_, group), max_block_)), logits_(m.vocab_size) {
   ATOLL_CHECK_GT(max_len, 0);
 }
 
@@ -55,7 +62,7 @@ void Decoder::reserve(int len) {
   ATOLL_CHECK_LE(len, max_len_) << "decoder cache is full";
   if (len <= capacity_) return;
   while (capacity_ < len) capacity_ = int(std::min<int64_t>(int64_t(capacity_) * 2, max_len_));
-  for (Block<float>& b : s_->blocks) b.start_decode(capacity_);
+  for (Block<float>& b : s_->blocks) b.start_decode(capacity_, kept_rows(capacity_, group_));
 }
 
 const std::vector<float>& Decoder::step(int32_t token) { return feed(&token, 1); }

@@ -23,8 +23,8 @@ class Decoder {
   //
   // Tree attention: with a group, the P ranks of `group` each run a Decoder together (the same
   // tokens, step by step) and shard every layer's KV cache, position t on rank t mod P; each
-  // attention combines the ranks' partial results with three all-reduces (model/attention_core.h
-  // attend_cached_tree), and every rank returns the same logits.
+  // attention combines the ranks' partial results, sent to every rank at once
+  // (model/cached_attention.h attend_token), and every rank returns the same logits.
   //
   // Prefill: prefill() feeds a block of tokens at once through the training model's kernels
   // (batched products, blocked attention), at most max_block tokens a pass: the buffers of one

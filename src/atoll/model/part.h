@@ -98,7 +98,7 @@ struct PartContext {
   TokenPositions pos{};  // where the tokens sit (default: whole sequences)
   // Context parallelism (model/ring_attention.h): the group whose ranks hold the other chunks of
   // these sequences and how they are split; null: the call holds whole sequences. Decoding:
-  // the group the KV cache is sharded over (tree attention, model/attention_core.h).
+  // the group the KV cache is sharded over (tree attention, model/cached_attention.h).
   Collective* cp = nullptr;
   const ZigzagLayout* zigzag = nullptr;
   double* timer(double PhaseTimes::*phase) const { return times ? &(times->*phase) : nullptr; }
@@ -116,10 +116,11 @@ class AttentionPart {
   virtual void recompute_output(T* out, const PartContext<T>& c) = 0;
   // dh[N,C] (+=) and the weight gradients (+=) from dout[N,C]; h as in forward.
   virtual void backward(T* dh, const T* dout, const T* h, const PartContext<T>& c) = 0;
-  // Decoding: allocates the cache for max_len positions (called again with a larger max_len,
-  // grows it, keeping the positions cached so far), then out[C] (=) for the token h[C] at
-  // position pos, whose keys and values join the cache.
-  virtual void start_decode(int max_len) = 0;
+  // Decoding: allocates the cache for max_len positions, of which this process keeps cache_rows
+  // (max_len; under tree attention its shard's, CacheShard::rows), called again with a larger
+  // max_len to grow it, keeping the positions cached so far; then out[C] (=) for the token h[C]
+  // at position pos, whose keys and values join the cache.
+  virtual void start_decode(int max_len, int cache_rows) = 0;
   virtual void decode(T* out, const T* h, int pos, const PartContext<T>& c) = 0;
   // Prefill: out[N,C] (=) for the c.d.N tokens h[N,C] at positions [pos, pos + N) of one
   // sequence, continuing the cache (what decode steps over them would leave, and their outputs
