@@ -18,12 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "atoll/config/context_parallel.h"
-#include "atoll/config/outer_delay_rules.h"
 #include "atoll/ckpt/checkpoint.h"
 #include "atoll/core/errors.h"
 #include "atoll/core/timer.h"
-#include "atoll/dist/fragments.h"
 #include "atoll/dist/membership.h"
 #include "atoll/dist/seal.h"
 #include "atoll/dist/store.h"
@@ -317,11 +314,8 @@ class RestartPolicy {
 
 int launch(const LaunchOptions& o) {
   const Config& cfg = o.config;
-  validate_streaming(cfg.diloco, cfg.model.n_layers);
   const int N = o.islands, M = o.workers_per_island, W = N * M;
-  check_time_budget_placement(cfg.diloco, M);
-  check_outer_delay_placement(cfg.diloco, M);
-  check_context_parallel(cfg, M);  // before any worker starts: P must divide the island's workers
+  check_island_placement(cfg, M);  // before any worker starts
   check_memory_fits(cfg, {.processes = W, .workers_per_island = M});  // every worker on this machine, before the data is prepared
   if (o.resume && o.run_dir.empty()) throw ConfigError("--resume needs --run-dir; fix: pass the run directory to continue");
   const std::string run_dir = o.run_dir.empty() ? default_run_dir() : o.run_dir;

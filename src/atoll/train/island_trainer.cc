@@ -491,14 +491,18 @@ struct Worker {
 
 }  // namespace
 
-void check_worker_config(const Config& cfg, int workers_per_island, int rank) {
+void check_island_placement(const Config& cfg, int workers_per_island) {
   const int M = workers_per_island;
   validate_streaming(cfg.diloco, cfg.model.n_layers);
   check_time_budget_placement(cfg.diloco, M);
   check_outer_delay_placement(cfg.diloco, M);
-  check_context_parallel(cfg, M);
+  check_context_parallel(cfg, M);  // P must divide the island's workers
   check_island_device(cfg.train, M);  // cuda with M > 1 needs NCCL: refused before any rendezvous
-  check_memory_fits(cfg, {.workers_per_island = M, .device_index = rank});  // before the data or anything is allocated
+}
+
+void check_worker_config(const Config& cfg, int workers_per_island, int rank) {
+  check_island_placement(cfg, workers_per_island);
+  check_memory_fits(cfg, {.workers_per_island = workers_per_island, .device_index = rank});  // before the data or anything is allocated
 }
 
 WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts) {

@@ -115,9 +115,14 @@ WorkerResult run_worker(const Config& cfg, const WorkerOptions& opts);
 // would each end the round on their own clock. A ConfigError naming the keys and the fix.
 void check_time_budget_placement(const DilocoConfig& d, int workers_per_island);
 
+// The config against an island of `workers_per_island` workers: streaming fragments, the time
+// budget's and the delayed outer step's placement, context parallelism, the device. `atoll
+// launch` runs them before any worker starts and every worker again (check_worker_config), so a
+// new rule of placement goes here, once. ConfigError.
+void check_island_placement(const Config& cfg, int workers_per_island);
+
 // The checks of the config run_worker makes before it starts anything (and `atoll doctor`):
-// streaming fragments, the time budget's and the delayed outer step's placement, context
-// parallelism, the device, and the memory of one worker on this host (rank `rank`'s GPU under
+// check_island_placement, then the memory of one worker on this host (rank `rank`'s GPU under
 // train.device = cuda). ConfigError.
 void check_worker_config(const Config& cfg, int workers_per_island, int rank);
 
