@@ -74,7 +74,9 @@ install_hip() {
 build_hip() {
   install_hip
   echo "build_gpu: HIP with $(command -v hipcc)"
-  cmake -S . -B build-hip -DATOLL_WITH_HIP=ON -DATOLL_BUILD_TESTS=OFF -DATOLL_BUILD_BENCH=OFF >/dev/null
+  source scripts/ccache_env.sh
+  cmake -S . -B build-hip -DATOLL_WITH_HIP=ON -DATOLL_BUILD_TESTS=OFF -DATOLL_BUILD_BENCH=OFF \
+    "${ATOLL_CCACHE_ARGS[@]}" >/dev/null
   cmake --build build-hip -j"$jobs" --target atoll_hip
 }
 

@@ -137,19 +137,11 @@ void qwen2_fields(Reader& r, ModelConfig& m) {
   m.qkv_bias = !r.has("qkv_bias") || r.j["qkv_bias"].get<bool>();
 }
 
-}  // namespace
-
-HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSource src) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(path + " is not valid JSON (" + e.what() + "); fix: pass a Hugging Face model folder");
-  }
-  if (!j.is_object()) throw ConfigError(path + " is not a JSON object; fix: pass a Hugging Face model folder");
+// config.json's fields -> src (read_hf_config parses the file and turns JSON type errors into
+// ConfigErrors).
+HfSource interpret_hf_config(const nlohmann::json& j, const std::string& path, const ModelConfig& base, HfSource src) {
   Reader r{j, path, {}};
-  const std::string type = j.value("model_type", std::string());
+  const std::string type = r.has("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
   std::string arch;
   for (const auto& [t, a] : kArchitectures)
     if (type == t) arch = a;
@@ -250,6 +242,27 @@ HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSourc
   }
   src.model = m;
   return src;
+}
+
+}  // namespace
+
+HfSource read_hf_config(const std::string& dir, const ModelConfig& base, HfSource src) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path + " is not valid JSON (" + e.what() + "); fix: pass a Hugging Face model folder");
+  }
+  if (!j.is_object()) throw ConfigError(path + " is not a JSON object; fix: pass a Hugging Face model folder");
+  // A field of another type than transformers writes (e.g. a number where a name belongs)
+  // surfaces as nlohmann's type_error wherever a check above did not name it first.
+  try {
+    return interpret_hf_config(j, path, base, std::move(src));
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path + ": a field has the wrong type (" + e.what() +
+                      "); fix: config.json as transformers writes it for the model");
+  }
 }
 
 }  // namespace atl

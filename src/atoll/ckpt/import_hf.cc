@@ -118,8 +118,13 @@ void check_index(const HfSource& src, const std::map<std::string, size_t>& where
   const fs::path index = fs::path(src.dir) / kIndex;
   std::error_code ec;
   if (src.weight_files.size() == 1 && !fs::exists(index, ec)) return;
-  const nlohmann::json j = nlohmann::json::parse(read_text_file(index.string()));
+  // read_hf_source checked the index; a file changed since is refused, not trusted.
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(index.string()), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw CorruptCheckpoint(index.string() + " changed while it was read (fix: import again once it is complete)");
   for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string())
+      throw CorruptCheckpoint(index.string() + " changed while it was read (fix: import again once it is complete)");
     const auto it = where.find(tensor);
     if (it == where.end())
       throw CorruptCheckpoint(index.string() + " puts tensor '" + tensor + "' in " + file.get<std::string>() +
