@@ -355,6 +355,18 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return rows;
 }
 
+// The rows of a JSONL file another process may be appending to: a last line without its newline
+// is still being written and is left for the next read (parsing it threw now and then).
+inline std::vector<nlohmann::json> read_jsonl_whole_lines(const std::string& path) {
+  std::string text = read_file(path);
+  const size_t last_newline = text.rfind('\n');
+  text.resize(last_newline == std::string::npos ? 0 : last_newline + 1);
+  std::vector<nlohmann::json> rows;
+  for (const auto& line : split_lines(text))
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
 // An llm.c shard: 256 int32 header (magic, version 1, count), then uint16 tokens.
 inline std::string llmc_shard(const std::vector<uint16_t>& tokens, int32_t magic = 20240520) {
   int32_t header[256] = {};

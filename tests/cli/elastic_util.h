@@ -97,13 +97,14 @@ struct RunView {
 inline RunView read_run(const std::string& run) {
   RunView v;
   if (fs::exists(run + "/metrics.jsonl"))
-    for (const auto& r : read_jsonl(run + "/metrics.jsonl"))
+    for (const auto& r : read_jsonl_whole_lines(run + "/metrics.jsonl"))
       if (r.contains("theta_hash")) {
         v.theta[r["outer_step"].get<int64_t>()][r["island"].get<int>()] = r["theta_hash"];
         v.momentum[r["outer_step"].get<int64_t>()][r["island"].get<int>()] = r.value("momentum_hash", "");
       }
   if (fs::exists(run + "/events.jsonl"))
-    for (const auto& e : read_jsonl(run + "/events.jsonl")) v.events[e["event"].get<std::string>()].push_back(e);
+    for (const auto& e : read_jsonl_whole_lines(run + "/events.jsonl"))
+      v.events[e["event"].get<std::string>()].push_back(e);
   return v;
 }
 

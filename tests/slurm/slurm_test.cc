@@ -226,7 +226,8 @@ TEST_F(RealSlurm, TheSbatchScriptRequeuesAPreemptedJobThatResumesToTheEnd) {
   const std::string run = dir("runs/atoll-" + id);
   auto newest_step = [&] {
     int64_t step = 0;
-    for (const auto& row : read_jsonl(run + "/metrics.jsonl")) step = std::max(step, row.value("step", int64_t(0)));
+    for (const auto& row : read_jsonl_whole_lines(run + "/metrics.jsonl"))
+      step = std::max(step, row.value("step", int64_t(0)));
     return step;
   };
   ASSERT_TRUE(within(60, [&] { return newest_step() >= 10; })) << read_file(dir("job.out"));
@@ -322,7 +323,7 @@ TEST_F(RealSlurm, ScancelOfOneIslandsStepLeavesTheOtherTraining) {
 
   auto outer_steps = [&](int i) {
     std::set<int64_t> steps;
-    for (const auto& row : read_jsonl(dir("run" + std::to_string(i)) + "/metrics.jsonl"))
+    for (const auto& row : read_jsonl_whole_lines(dir("run" + std::to_string(i)) + "/metrics.jsonl"))
       if (row.contains("outer_step") && row.contains("theta_hash")) steps.insert(row["outer_step"].get<int64_t>());
     return steps;
   };
