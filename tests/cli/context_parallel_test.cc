@@ -11,6 +11,7 @@
 //     outer step, and the losses are those of two islands of one worker (P = 1) within 1e-5.
 //   - zaya1-tiny's kinds (CCA attention, the zaya router, residual scaling, tied embeddings) at
 //     P = 2: the CCA boundary exchange in a real run logs `atoll train`'s losses too.
+//   - The benchmarks' switches (ATOLL_RING_OVERLAP=0, ATOLL_RING_SYNC=1) leave the losses bit-equal.
 //   - Bad placements are refused before any worker starts, naming the key and the fix.
 // The tolerance: P = 2 adds the same terms in other orders (attention's log-sum-exp merge, the
 // gradients' sum over the group), float rounding compounding over 20 AdamW steps (measured
@@ -187,6 +188,33 @@ TEST_F(ContextParallel, ZayaKindsWithCcaLogTheLossesOfOneProcess) {
         << "step " << step << ": " << rb.at({0, step})["loss"] << " vs " << ra.at({0, step})["loss"];
     EXPECT_EQ(rb.at({1, step})["loss"], rb.at({0, step})["loss"]) << "step " << step;
   }
+}
+
+// The benchmarks' switches move only the waits: each transfer waited for before computing
+// (ATOLL_RING_OVERLAP=0) and every transfer preceded by a meeting of the neighbours
+// (ATOLL_RING_SYNC=1, its time logged as ring_sync_s) log the same losses to the bit.
+TEST_F(ContextParallel, TheBenchSwitchesMoveTheWaitsNotTheLosses) {
+  base_run();
+  const std::vector<std::string> five = {"--set", "train.steps=5", "--set", "train.eval_every=0", "--set",
+                                         "checkpoint.every=0", "--set", "model.seq_len=29"};
+  const RunResult a = launch(dir("overlapped"), 1, 2, 2, five);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  RunResult b;
+  {
+    ScopedChildEnv bench({"ATOLL_RING_OVERLAP=0", "ATOLL_RING_SYNC=1"});
+    b = launch(dir("synced"), 1, 2, 2, five);
+  }
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  const auto ra = rows(dir("overlapped")), rb = rows(dir("synced"));
+  for (int rank = 0; rank < 2; ++rank)
+    for (int64_t step = 1; step <= 5; ++step) {
+      const nlohmann::json &x = ra.at({rank, step}), &y = rb.at({rank, step});
+      EXPECT_EQ(y["loss"], x["loss"]) << "rank " << rank << ", step " << step;
+      EXPECT_FALSE(x.contains("ring_sync_s")) << "no meeting without the switch";
+      ASSERT_TRUE(y.contains("ring_sync_s")) << y.dump();
+      EXPECT_GT(y["ring_sync_s"].get<double>(), 0.0);
+      EXPECT_GT(y["ring_compute_s"].get<double>(), 0.0);
+    }
 }
 
 TEST_F(ContextParallel, BadPlacementsAreRefusedBeforeAnyWorkerStarts) {

@@ -187,6 +187,14 @@ bool overlap_transfers() {
   return on;
 }
 
+bool sync_before_transfers() {
+  static const bool on = [] {
+    const char* v = std::getenv("ATOLL_RING_SYNC");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 RingClock g_clock;  // ring_clock(); ring attention runs on one thread of a process
 
 double seconds_now() {
@@ -207,6 +215,20 @@ void wait_for(std::unique_ptr<Collective::Pending>& p) {
   p->wait();
   tick(g_clock.wait_s, t0);
   p.reset();
+}
+
+// Starts a ring transfer; under ATOLL_RING_SYNC=1 first meets the neighbours (a one-byte
+// exchange, its time counted as sync_s), so that the transfer's wait holds no peer's lateness.
+std::unique_ptr<Collective::Pending> start_transfer(Collective& group, const void* send, size_t send_bytes, int to,
+                                                    void* recv, size_t recv_bytes, int from) {
+  if (sync_before_transfers()) {
+    const char out = 0;
+    char in = 0;
+    const double t0 = seconds_now();
+    group.exchange(&out, 1, to, &in, 1, from)->wait();
+    tick(g_clock.sync_s, t0);
+  }
+  return group.exchange(send, send_bytes, to, recv, recv_bytes, from);
 }
 
 }  // namespace
@@ -266,7 +288,7 @@ void ring_attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, 
     const auto [src, Tk, Tn, to, from] = RingStep::at(z, r, s);
     std::unique_ptr<Collective::Pending> moving;
     if (s + 1 < P)
-      moving = group.exchange(cur.data(), 2 * size_t(d.B) * Tk * KVD * sizeof(T), to, next.data(),
+      moving = start_transfer(group, cur.data(), 2 * size_t(d.B) * Tk * KVD * sizeof(T), to, next.data(),
                               2 * size_t(d.B) * Tn * KVD * sizeof(T), from);
     if (!overlap) wait_for(moving);
     const double t0 = seconds_now();
@@ -319,7 +341,8 @@ void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, c
     const size_t part = size_t(d.B) * Tk * KVD, next_part = size_t(d.B) * Tn * KVD;
     // The next block's keys and values move while this one is computed, and so do the sums
     // this rank passed on at the previous step (they bring this block's sums in).
-    if (s + 1 < P) kv = group.exchange(cur.data(), 2 * part * sizeof(T), to, next.data(), 2 * next_part * sizeof(T), from);
+    if (s + 1 < P)
+      kv = start_transfer(group, cur.data(), 2 * part * sizeof(T), to, next.data(), 2 * next_part * sizeof(T), from);
     if (!overlap) wait_for(kv), wait_for(grads);
     const double t0 = seconds_now();
     std::fill(mine.begin(), mine.begin() + std::ptrdiff_t(2 * part), T(0));
@@ -329,7 +352,7 @@ void ring_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, c
     wait_for(grads);  // this block's sums from the ranks before (none at the first step: its own)
     for (size_t i = 0; i < 2 * part; ++i) sent[i] = (s == 0 ? T(0) : in[i]) + mine[i];
     if (P > 1)
-      grads = group.exchange(sent.data(), 2 * part * sizeof(T), to, in.data(), 2 * next_part * sizeof(T), from);
+      grads = start_transfer(group, sent.data(), 2 * part * sizeof(T), to, in.data(), 2 * next_part * sizeof(T), from);
     if (s + 1 < P) wait_for(kv), cur.swap(next);
   }
   // Home again: this rank's own block's sums over every rank (P = 1: its own share), while the

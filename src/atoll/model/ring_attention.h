@@ -27,7 +27,9 @@
 // Bench-only switches (environment, read once per process; docs/long_context.md):
 // ATOLL_CP_LAYOUT=plain gives rank r the contiguous chunks 2r and 2r+1 instead of the zigzag
 // pair (context_layout), to measure what the zigzag layout buys; ATOLL_RING_OVERLAP=0 waits for
-// each transfer before computing, to measure how long the transfers take (ring_clock).
+// each transfer before computing, to measure how long the transfers take (ring_clock);
+// ATOLL_RING_SYNC=1 meets the neighbours before each transfer, so that a slower peer's lateness
+// is counted apart (RingClock::sync_s) from the transfer's wait.
 //
 // tests/dist/ring_attention_test.cc checks output, log-sum-exp, dQ, dK and dV against the
 // single-process kernel over real processes, P in {1, 2, 3, 4}, T not divisible by P, GQA.
@@ -68,8 +70,11 @@ ZigzagLayout context_layout(int T, int P);
 // computing blocks, and seconds blocked waiting for a ring transfer to finish. With the
 // overlap, the wait is the part of the transfers (and of a slower peer's compute) that the
 // computation did not hide; under ATOLL_RING_OVERLAP=0 it is the transfers' whole time.
+// Under ATOLL_RING_SYNC=1 (bench only) every transfer starts with a one-byte exchange with the
+// neighbours, waited for and counted as sync_s: a slower peer's lateness shows there, so the
+// wait is the transfer's own unhidden time (zero without the switch).
 struct RingClock {
-  double compute_s = 0, wait_s = 0;
+  double compute_s = 0, wait_s = 0, sync_s = 0;
 };
 RingClock ring_clock();
 

@@ -78,6 +78,7 @@ void IslandMeanHook::finish_row(StepRow& row, const StepClocks& clocks) {
   if (cfg_.train.context_parallel > 1) {
     const RingClock ring = ring_clock();
     row.ring_compute_s = ring.compute_s, row.ring_wait_s = ring.wait_s;
+    if (ring.sync_s > 0) row.ring_sync_s = ring.sync_s;
   }
 }
 

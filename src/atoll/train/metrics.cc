@@ -34,6 +34,7 @@ nlohmann::json to_json(const StepRow& r) {
   put("overlap_comm_s", r.overlap_comm_s);
   put("ring_compute_s", r.ring_compute_s);
   put("ring_wait_s", r.ring_wait_s);
+  put("ring_sync_s", r.ring_sync_s);
   put("outer_step", r.outer_step);
   put("fragment", r.fragment);
   put("theta_hash", r.theta_hash);

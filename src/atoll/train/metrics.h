@@ -49,8 +49,9 @@ struct StepRow {
   std::optional<uint64_t> comm_bytes{};
   std::optional<double> comm_s{}, compute_s{}, idle_s{}, overlap_comm_s{};
   // Context parallelism (train.context_parallel > 1): this process's cumulative seconds in ring
-  // attention computing blocks, and blocked waiting for ring transfers (model/ring_attention.h).
-  std::optional<double> ring_compute_s{}, ring_wait_s{};
+  // attention computing blocks, and blocked waiting for ring transfers (model/ring_attention.h);
+  // ring_sync_s only under the bench switch ATOLL_RING_SYNC=1.
+  std::optional<double> ring_compute_s{}, ring_wait_s{}, ring_sync_s{};
 
   std::optional<int64_t> outer_step{};
   std::optional<int> fragment{};
