@@ -348,12 +348,14 @@ inline ::testing::AssertionResult fails_clearly(const RunResult& r, const std::v
 }
 
 // Reads a JSONL file: one object per line.
-inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+inline std::vector<nlohmann::json> parse_jsonl(const std::string& text) {
   std::vector<nlohmann::json> rows;
-  for (const auto& line : split_lines(read_file(path)))
+  for (const auto& line : split_lines(text))
     if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
   return rows;
 }
+
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) { return parse_jsonl(read_file(path)); }
 
 // The rows of a JSONL file another process may be appending to: a last line without its newline
 // is still being written and is left for the next read (parsing it threw now and then).
@@ -361,10 +363,7 @@ inline std::vector<nlohmann::json> read_jsonl_whole_lines(const std::string& pat
   std::string text = read_file(path);
   const size_t last_newline = text.rfind('\n');
   text.resize(last_newline == std::string::npos ? 0 : last_newline + 1);
-  std::vector<nlohmann::json> rows;
-  for (const auto& line : split_lines(text))
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  return rows;
+  return parse_jsonl(text);
 }
 
 // An llm.c shard: 256 int32 header (magic, version 1, count), then uint16 tokens.

@@ -178,20 +178,19 @@ size_t largest_block(const ZigzagLayout& z) {
   return size_t(most);
 }
 
-// The bench-only switches (ring_attention.h), read once.
+// The bench-only switches (ring_attention.h), each read once.
+bool env_is(const char* name, const std::string& value) {
+  const char* v = std::getenv(name);
+  return v && v == value;
+}
+
 bool overlap_transfers() {
-  static const bool on = [] {
-    const char* v = std::getenv("ATOLL_RING_OVERLAP");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = !env_is("ATOLL_RING_OVERLAP", "0");
   return on;
 }
 
 bool sync_before_transfers() {
-  static const bool on = [] {
-    const char* v = std::getenv("ATOLL_RING_SYNC");
-    return v && std::string(v) == "1";
-  }();
+  static const bool on = env_is("ATOLL_RING_SYNC", "1");
   return on;
 }
 
